@@ -1,0 +1,36 @@
+//! Compiles `proto/` without a system `protoc`: protox parses the files (keeping
+//! comments as source info), prost generates the message types, pbjson the
+//! proto3-JSON mapping, and the raw descriptor set is kept for prost-reflect
+//! (OpenAPI generation and the list of RPCs).
+
+use std::{env, fs, path::PathBuf};
+
+use prost::Message;
+
+const PROTO_ROOT: &str = "proto";
+const PROTO_FILES: &[&str] = &["yadcc/api/env_desc.proto", "yadcc/api/scheduler.proto"];
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed={PROTO_ROOT}");
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+
+    let descriptors = protox::Compiler::new([PROTO_ROOT])?
+        .include_source_info(true)
+        .include_imports(true)
+        .open_files(PROTO_FILES)?
+        .file_descriptor_set();
+    let descriptor_bytes = descriptors.encode_to_vec();
+    fs::write(out_dir.join("descriptor_set.bin"), &descriptor_bytes)?;
+
+    prost_build::Config::new()
+        .out_dir(&out_dir)
+        .compile_fds(descriptors)?;
+
+    pbjson_build::Builder::new()
+        .out_dir(&out_dir)
+        .register_descriptors(&descriptor_bytes)?
+        // Clients built against newer protos must keep working.
+        .ignore_unknown_fields()
+        .build(&[".yadcc"])?;
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! The command line. Flag names are the reference scheduler's (snake_case, so
+//! existing deployment scripts keep working); each is also accepted in
+//! kebab-case and as a `YADCC_*` environment variable.
+
+use std::{net::IpAddr, net::SocketAddr, time::Duration};
+
+use clap::Parser;
+
+use crate::{engine, http::routes::HttpSettings};
+
+/// yadcc scheduler: hands out compile slots on the servants of a yadcc cluster.
+///
+/// Daemons reach it with `--scheduler_uri=http+pb://HOST:8336`; scripts post
+/// JSON to `/rpc/yadcc.scheduler.SchedulerService.<Method>`; people open the
+/// dashboard at `/` and the API docs at `/docs`.
+#[derive(Debug, Clone, Parser)]
+#[command(version, about, long_about)]
+pub struct Cli {
+    /// Port to listen on (all interfaces). Ignored when --listen is given.
+    #[arg(long, env = "YADCC_PORT", default_value_t = 8336)]
+    pub port: u16,
+
+    /// Address to listen on, e.g. 127.0.0.1:8336 or [::]:8336.
+    #[arg(long, env = "YADCC_LISTEN")]
+    pub listen: Option<SocketAddr>,
+
+    /// Comma-separated tokens that delegates (and unverified servants) present.
+    /// An empty entry (e.g. `--acceptable_user_tokens=`) lets anyone in.
+    #[arg(
+        long = "acceptable_user_tokens",
+        visible_alias = "acceptable-user-tokens",
+        env = "YADCC_ACCEPTABLE_USER_TOKENS",
+        hide_env_values = true
+    )]
+    pub acceptable_user_tokens: Option<String>,
+
+    /// Comma-separated tokens that compile servants present. Servants with only a
+    /// user token are listed but get no task.
+    #[arg(
+        long = "acceptable_servant_tokens",
+        visible_alias = "acceptable-servant-tokens",
+        env = "YADCC_ACCEPTABLE_SERVANT_TOKENS",
+        hide_env_values = true
+    )]
+    pub acceptable_servant_tokens: Option<String>,
+
+    /// Daemons older than this version are refused (STATUS_VERSION_TOO_OLD).
+    #[arg(
+        long = "min_daemon_version",
+        visible_alias = "min-daemon-version",
+        env = "YADCC_MIN_DAEMON_VERSION",
+        default_value_t = 0
+    )]
+    pub min_daemon_version: u32,
+
+    /// Seconds between rollouts of the token daemons use to reach each other.
+    #[arg(
+        long = "serving_daemon_token_rollout_interval",
+        visible_alias = "serving-daemon-token-rollout-interval",
+        env = "YADCC_SERVING_DAEMON_TOKEN_ROLLOUT_INTERVAL",
+        default_value_t = 3600,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub serving_daemon_token_rollout_interval: u64,
+
+    /// Secret the serving-daemon tokens are derived from. Set it (preferably
+    /// through the environment) so tokens survive a restart; without it a random
+    /// one is drawn at start.
+    #[arg(
+        long = "serving_daemon_token_secret",
+        visible_alias = "serving-daemon-token-secret",
+        env = "YADCC_SERVING_DAEMON_TOKEN_SECRET",
+        hide_env_values = true
+    )]
+    pub serving_daemon_token_secret: Option<String>,
+
+    /// Servants reporting less available memory than this get no new task
+    /// (sizes like 512M, 10G).
+    #[arg(
+        long = "servant_min_memory_for_accepting_new_task",
+        visible_alias = "servant-min-memory-for-accepting-new-task",
+        env = "YADCC_SERVANT_MIN_MEMORY_FOR_ACCEPTING_NEW_TASK",
+        default_value = "10G",
+        value_parser = parse_size
+    )]
+    pub servant_min_memory_for_accepting_new_task: u64,
+
+    /// `user:password` for HTTP basic auth on the dashboard and inspection API.
+    /// Without it they are open (they never show tokens).
+    #[arg(
+        long = "inspect_credential",
+        visible_alias = "inspect-credential",
+        env = "YADCC_INSPECT_CREDENTIAL",
+        hide_env_values = true
+    )]
+    pub inspect_credential: Option<String>,
+
+    /// Largest accepted request body (sizes like 4M).
+    #[arg(
+        long = "max_body_bytes",
+        visible_alias = "max-body-bytes",
+        env = "YADCC_MAX_BODY_BYTES",
+        default_value = "4M",
+        value_parser = parse_size
+    )]
+    pub max_body_bytes: u64,
+
+    /// Comma-separated proxy addresses whose X-Forwarded-For is believed.
+    #[arg(
+        long = "trusted_proxies",
+        visible_alias = "trusted-proxies",
+        env = "YADCC_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Vec<IpAddr>,
+
+    /// Seconds after start during which running tasks that servants report but
+    /// this scheduler never granted are adopted instead of killed.
+    #[arg(
+        long = "adoption_window",
+        visible_alias = "adoption-window",
+        env = "YADCC_ADOPTION_WINDOW",
+        default_value_t = 15
+    )]
+    pub adoption_window: u64,
+}
+
+/// Parses `4096`, `512K`, `512M`, `10G`, `1T` (binary multiples; a trailing `B`
+/// or `iB` is allowed).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let upper = trimmed.to_ascii_uppercase();
+    let unitless = upper
+        .strip_suffix("IB")
+        .or_else(|| upper.strip_suffix('B'))
+        .unwrap_or(&upper);
+    let (digits, shift) = match unitless.chars().last() {
+        Some('K') => (&unitless[..unitless.len() - 1], 10),
+        Some('M') => (&unitless[..unitless.len() - 1], 20),
+        Some('G') => (&unitless[..unitless.len() - 1], 30),
+        Some('T') => (&unitless[..unitless.len() - 1], 40),
+        _ => (unitless, 0),
+    };
+    digits
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|value| value.checked_mul(1u64 << shift))
+        .ok_or_else(|| format!("{trimmed:?} is not a size like 4096, 512M or 10G"))
+}
+
+fn split_tokens(list: &str) -> Vec<String> {
+    list.split(',').map(|token| token.trim().to_owned()).collect()
+}
+
+/// Settings derived from the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub engine: engine::Config,
+    pub http: HttpSettings,
+    pub inspect_credential: Option<String>,
+}
+
+impl Cli {
+    /// Checks the flags and turns them into settings. Errors say what to pass.
+    pub fn settings(&self) -> Result<Settings, String> {
+        let (Some(user_tokens), Some(servant_tokens)) = (
+            &self.acceptable_user_tokens,
+            &self.acceptable_servant_tokens,
+        ) else {
+            return Err("no tokens configured: pass --acceptable_user_tokens=TOKEN[,TOKEN...] \
+                 (what delegates present) and --acceptable_servant_tokens=TOKEN[,TOKEN...] \
+                 (what compile servants present), or set YADCC_ACCEPTABLE_USER_TOKENS and \
+                 YADCC_ACCEPTABLE_SERVANT_TOKENS; an empty value lets anyone in"
+                .to_owned());
+        };
+        if let Some(credential) = &self.inspect_credential
+            && !credential.contains(':')
+        {
+            return Err("--inspect_credential must be user:password".to_owned());
+        }
+        let max_body_bytes = usize::try_from(self.max_body_bytes)
+            .map_err(|_| "--max_body_bytes is too large".to_owned())?;
+        let engine = engine::Config {
+            user_tokens: split_tokens(user_tokens),
+            servant_tokens: split_tokens(servant_tokens),
+            min_daemon_version: self.min_daemon_version,
+            servant_min_memory_for_accepting_new_task: self
+                .servant_min_memory_for_accepting_new_task,
+            serving_daemon_token_rollout_interval: Duration::from_secs(
+                self.serving_daemon_token_rollout_interval,
+            ),
+            serving_daemon_token_secret: self
+                .serving_daemon_token_secret
+                .as_ref()
+                .map(|secret| secret.as_bytes().to_vec()),
+            adoption_window: Duration::from_secs(self.adoption_window),
+            ..engine::Config::default()
+        };
+        Ok(Settings {
+            listen: self
+                .listen
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], self.port))),
+            engine,
+            http: HttpSettings {
+                max_body_bytes,
+                trusted_proxies: self.trusted_proxies.clone(),
+            },
+            inspect_credential: self.inspect_credential.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("yadcc-scheduler").chain(args.iter().copied()))
+            .unwrap()
+    }
+
+    #[test]
+    fn sizes_use_binary_units() {
+        assert_eq!(parse_size("10G"), Ok(10 << 30));
+        assert_eq!(parse_size("512m"), Ok(512 << 20));
+        assert_eq!(parse_size("4MiB"), Ok(4 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("ten").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn reference_and_kebab_spellings_are_both_accepted() {
+        let snake = cli(&[
+            "--acceptable_user_tokens=u1,u2",
+            "--acceptable_servant_tokens=s",
+            "--min_daemon_version=3",
+        ]);
+        let kebab = cli(&[
+            "--acceptable-user-tokens=u1,u2",
+            "--acceptable-servant-tokens=s",
+            "--min-daemon-version=3",
+        ]);
+        let (snake, kebab) = (snake.settings().unwrap(), kebab.settings().unwrap());
+        assert_eq!(snake.engine.user_tokens, vec!["u1", "u2"]);
+        assert_eq!(snake.engine.user_tokens, kebab.engine.user_tokens);
+        assert_eq!(kebab.engine.min_daemon_version, 3);
+        assert_eq!(snake.listen.port(), 8336);
+        assert_eq!(snake.http.max_body_bytes, 4 << 20);
+        assert_eq!(
+            snake.engine.servant_min_memory_for_accepting_new_task,
+            10 << 30
+        );
+    }
+
+    #[test]
+    fn starting_without_tokens_says_what_to_pass() {
+        let error = cli(&["--acceptable_user_tokens=u"]).settings().unwrap_err();
+        assert!(error.contains("--acceptable_servant_tokens"), "{error}");
+        assert!(error.contains("--acceptable_user_tokens"), "{error}");
+    }
+
+    #[test]
+    fn an_empty_token_list_means_anyone() {
+        let settings = cli(&["--acceptable_user_tokens=", "--acceptable_servant_tokens="])
+            .settings()
+            .unwrap();
+        assert_eq!(settings.engine.user_tokens, vec![String::new()]);
+    }
+}

@@ -1,0 +1,249 @@
+//! The one error model. Every failure, whether the scheduler's own (`Status`
+//! 1001..1006) or the transport's, is an [`ApiError`], and [`ErrorKind::wire`]
+//! is the single table that gives it an HTTP status, the framework's numeric
+//! `Rpc-Error-Code` (what `http+pb` clients read) and a Connect code (what
+//! Connect clients read). Both RPC route styles answer with the same status,
+//! headers and body, so a client of either style sees the same thing.
+
+use axum::{
+    Json,
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde::Serialize;
+
+use crate::{pb, service::RpcStatus};
+
+/// Header carrying the numeric error code on the `http+pb` wire.
+pub const RPC_ERROR_CODE: HeaderName = HeaderName::from_static("rpc-error-code");
+/// Header carrying a one-line human reason on the `http+pb` wire.
+pub const RPC_ERROR_REASON: HeaderName = HeaderName::from_static("rpc-error-reason");
+
+/// What went wrong, independent of how it is written on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A scheduler outcome (`Status` of the seed).
+    Scheduler(pb::Status),
+    /// The caller's `Rpc-Timeout` / `Connect-Timeout-Ms` passed.
+    DeadlineExceeded,
+    /// The body does not decode as the method's request message, or a header is malformed.
+    MalformedRequest,
+    /// The `Content-Type` is not one this server decodes.
+    UnsupportedMediaType,
+    /// The body is larger than the configured limit.
+    PayloadTooLarge,
+    /// Not a POST.
+    MethodNotAllowed,
+    /// No such service.
+    ServiceNotFound,
+    /// The service exists, the method does not.
+    MethodNotFound,
+    /// A bug: never expected.
+    Internal,
+}
+
+/// One row of the error table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireError {
+    pub http_status: StatusCode,
+    /// `Rpc-Error-Code`: scheduler codes are >= 1000, framework codes below.
+    pub rpc_code: u32,
+    /// Connect protocol error code.
+    pub connect_code: &'static str,
+}
+
+const fn row(http_status: StatusCode, rpc_code: u32, connect_code: &'static str) -> WireError {
+    WireError {
+        http_status,
+        rpc_code,
+        connect_code,
+    }
+}
+
+impl ErrorKind {
+    /// The error table. The README's table is this function, row by row, and a
+    /// test checks every row over a real socket.
+    pub fn wire(self) -> WireError {
+        use pb::Status;
+        match self {
+            ErrorKind::Scheduler(Status::NoQuotaAvailable) => {
+                row(StatusCode::TOO_MANY_REQUESTS, 1001, "resource_exhausted")
+            }
+            ErrorKind::Scheduler(Status::NotImplemented) => {
+                row(StatusCode::NOT_IMPLEMENTED, 1002, "unimplemented")
+            }
+            ErrorKind::Scheduler(Status::AccessDenied) => {
+                row(StatusCode::FORBIDDEN, 1003, "permission_denied")
+            }
+            ErrorKind::Scheduler(Status::InvalidArgument) => {
+                row(StatusCode::BAD_REQUEST, 1004, "invalid_argument")
+            }
+            ErrorKind::Scheduler(Status::VersionTooOld) => {
+                row(StatusCode::BAD_REQUEST, 1005, "failed_precondition")
+            }
+            ErrorKind::Scheduler(Status::EnvironmentNotAvailable) => {
+                row(StatusCode::NOT_FOUND, 1006, "not_found")
+            }
+            // `Unknown` means success in the seed; as an error it is a bug.
+            ErrorKind::Scheduler(Status::Unknown) | ErrorKind::Internal => {
+                row(StatusCode::INTERNAL_SERVER_ERROR, 99, "internal")
+            }
+            ErrorKind::DeadlineExceeded => {
+                row(StatusCode::GATEWAY_TIMEOUT, 3, "deadline_exceeded")
+            }
+            ErrorKind::MalformedRequest => row(StatusCode::BAD_REQUEST, 5, "invalid_argument"),
+            ErrorKind::UnsupportedMediaType => {
+                row(StatusCode::UNSUPPORTED_MEDIA_TYPE, 5, "invalid_argument")
+            }
+            ErrorKind::PayloadTooLarge => {
+                row(StatusCode::PAYLOAD_TOO_LARGE, 5, "resource_exhausted")
+            }
+            ErrorKind::MethodNotAllowed => {
+                row(StatusCode::METHOD_NOT_ALLOWED, 5, "unimplemented")
+            }
+            ErrorKind::ServiceNotFound => row(StatusCode::NOT_FOUND, 9, "unimplemented"),
+            ErrorKind::MethodNotFound => row(StatusCode::NOT_FOUND, 10, "unimplemented"),
+        }
+    }
+
+    /// Every kind, for tests and documentation.
+    pub const ALL: [ErrorKind; 15] = [
+        ErrorKind::Scheduler(pb::Status::NoQuotaAvailable),
+        ErrorKind::Scheduler(pb::Status::NotImplemented),
+        ErrorKind::Scheduler(pb::Status::AccessDenied),
+        ErrorKind::Scheduler(pb::Status::InvalidArgument),
+        ErrorKind::Scheduler(pb::Status::VersionTooOld),
+        ErrorKind::Scheduler(pb::Status::EnvironmentNotAvailable),
+        ErrorKind::Scheduler(pb::Status::Unknown),
+        ErrorKind::DeadlineExceeded,
+        ErrorKind::MalformedRequest,
+        ErrorKind::UnsupportedMediaType,
+        ErrorKind::PayloadTooLarge,
+        ErrorKind::MethodNotAllowed,
+        ErrorKind::ServiceNotFound,
+        ErrorKind::MethodNotFound,
+        ErrorKind::Internal,
+    ];
+
+    /// The seed's enum name for scheduler outcomes (`STATUS_ACCESS_DENIED`).
+    pub fn status_name(self) -> Option<&'static str> {
+        match self {
+            ErrorKind::Scheduler(status) => Some(status.as_str_name()),
+            _ => None,
+        }
+    }
+}
+
+/// A failed call: what went wrong and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+/// The JSON body of every error, on both route styles. `code` and `message`
+/// are what Connect clients read; the rest helps people and scripts.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorBody {
+    /// Connect error code, e.g. `permission_denied`.
+    pub code: &'static str,
+    /// What went wrong, for people.
+    pub message: String,
+    /// The numeric code also sent as `Rpc-Error-Code` (>= 1000: scheduler `Status`).
+    pub rpc_error_code: u32,
+    /// The scheduler `Status` name, for scheduler outcomes only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<&'static str>,
+}
+
+impl ApiError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::MalformedRequest, message)
+    }
+
+    /// The response body, as documented in the OpenAPI spec.
+    pub fn body(&self) -> ErrorBody {
+        let wire = self.kind.wire();
+        ErrorBody {
+            code: wire.connect_code,
+            message: self.message.clone(),
+            rpc_error_code: wire.rpc_code,
+            status: self.kind.status_name(),
+        }
+    }
+}
+
+impl From<RpcStatus> for ApiError {
+    fn from(status: RpcStatus) -> Self {
+        Self::new(ErrorKind::Scheduler(status.code), status.message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let wire = self.kind.wire();
+        let mut headers = HeaderMap::new();
+        headers.insert(RPC_ERROR_CODE, HeaderValue::from(wire.rpc_code));
+        if let Ok(reason) = HeaderValue::from_str(&header_safe(&self.message)) {
+            headers.insert(RPC_ERROR_REASON, reason);
+        }
+        if self.kind == ErrorKind::MethodNotAllowed {
+            headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
+        }
+        (wire.http_status, headers, Json(self.body())).into_response()
+    }
+}
+
+/// Header values end at CR or LF, and the `http+pb` client reads them raw:
+/// keep one line of printable ASCII.
+fn header_safe(text: &str) -> String {
+    const MAX_REASON: usize = 512;
+    text.chars()
+        .map(|c| match c {
+            '\r' | '\n' | '\t' => ' ',
+            c if c.is_ascii() && !c.is_ascii_control() => c,
+            _ => '?',
+        })
+        .take(MAX_REASON)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scheduler_codes_are_the_seed_status_numbers() {
+        for kind in ErrorKind::ALL {
+            if let ErrorKind::Scheduler(status) = kind
+                && status != pb::Status::Unknown
+            {
+                assert_eq!(kind.wire().rpc_code, status as u32);
+            } else {
+                assert!(kind.wire().rpc_code < 1000, "{kind:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn reasons_lose_line_breaks_and_non_ascii() {
+        assert_eq!(header_safe("a\r\nb\tc"), "a  b c");
+        assert_eq!(header_safe("naïve"), "na?ve");
+    }
+
+    #[test]
+    fn method_not_allowed_names_post() {
+        let response = ApiError::new(ErrorKind::MethodNotAllowed, "use POST").into_response();
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(response.headers()[header::ALLOW], "POST");
+        assert_eq!(response.headers()[RPC_ERROR_CODE], "5");
+    }
+}

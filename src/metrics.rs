@@ -1,0 +1,186 @@
+//! Prometheus exposition (OpenMetrics text) at `GET /metrics`. Request
+//! counters and latency histograms are recorded by the RPC dialect; the
+//! cluster's state is read from the engine snapshot at scrape time, so there
+//! is no second copy of it to drift.
+
+use std::{fmt, time::Duration};
+
+use axum::{
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, text::encode},
+    metrics::{
+        MetricType,
+        counter::{ConstCounter, Counter},
+        family::Family,
+        gauge::ConstGauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+use crate::{engine::Scheduler, http::codec::Encoding};
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: &'static str,
+    encoding: &'static str,
+    code: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MethodLabels {
+    method: &'static str,
+}
+
+type HistogramFamily = Family<MethodLabels, Histogram, fn() -> Histogram>;
+
+/// The registry and the families the transport writes to.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: HistogramFamily,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 µs .. ~13 s: heartbeats are sub-millisecond, long polls last seconds.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+}
+
+impl Metrics {
+    pub fn new(engine: Scheduler) -> Self {
+        let mut registry = Registry::with_prefix("yadcc_scheduler");
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency: HistogramFamily = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "rpc_requests",
+            "RPC requests by method, body encoding and HTTP status",
+            requests.clone(),
+        );
+        registry.register(
+            "rpc_duration_seconds",
+            "RPC latency by method (WaitForStartingTask includes its wait for quota)",
+            latency.clone(),
+        );
+        registry.register_collector(Box::new(EngineCollector { engine }));
+        Self {
+            registry,
+            requests,
+            latency,
+        }
+    }
+
+    /// Records one RPC call.
+    pub fn observe_rpc(
+        &self,
+        method: &'static str,
+        encoding: Encoding,
+        status: StatusCode,
+        elapsed: Duration,
+    ) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                method,
+                encoding: encoding.label(),
+                code: status.as_u16(),
+            })
+            .inc();
+        self.latency
+            .get_or_create(&MethodLabels { method })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The exposition text.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut text, &self.registry);
+        text
+    }
+
+    pub fn render(&self) -> Response {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            self.encode(),
+        )
+            .into_response()
+    }
+}
+
+/// Reads the engine's snapshot at scrape time.
+#[derive(Debug)]
+struct EngineCollector {
+    engine: Scheduler,
+}
+
+fn write_gauge(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: i64,
+) -> Result<(), fmt::Error> {
+    let gauge = ConstGauge::new(value);
+    gauge.encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+fn write_counter(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), fmt::Error> {
+    let counter = ConstCounter::new(value);
+    counter.encode(encoder.encode_descriptor(name, help, None, MetricType::Counter)?)
+}
+
+fn gauge_value(value: impl TryInto<i64>) -> i64 {
+    value.try_into().unwrap_or(i64::MAX)
+}
+
+impl Collector for EngineCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        let snapshot = self.engine.snapshot();
+        let totals = &snapshot.totals;
+        let gauges = [
+            ("servants_up", "Live servants", gauge_value(totals.servants_up)),
+            ("servants_accepting", "Servants that accept tasks", gauge_value(totals.servants_accepting)),
+            ("capacity", "Task slots the servants offer", gauge_value(totals.capacity)),
+            ("capacity_available", "Task slots free right now", gauge_value(totals.capacity_available)),
+            ("capacity_unavailable", "Task slots offered but not usable (load, memory, NAT, unverified)", gauge_value(totals.capacity_unavailable)),
+            ("running", "Grants counted against servants, zombies included", gauge_value(totals.running)),
+            ("zombies", "Grants whose lease expired while the servant still runs them", gauge_value(totals.zombies)),
+            ("waiters", "WaitForStartingTask calls queued for quota", gauge_value(totals.waiters)),
+            ("grants", "Live grants", gauge_value(totals.grants)),
+        ];
+        for (name, help, value) in gauges {
+            write_gauge(&mut encoder, name, help, value)?;
+        }
+        let counters = &snapshot.counters;
+        let totals = [
+            ("grants_issued", "Grants handed out", counters.grants_issued),
+            ("renewals", "Grants renewed by KeepTaskAlive", counters.renewals),
+            ("frees", "Grants given back by FreeTask", counters.frees),
+            ("leases_expired", "Grants whose lease ran out (became zombies)", counters.leases_expired),
+            ("zombies_reaped", "Zombies forgotten after their servant stopped listing them", counters.zombies_reaped),
+            ("adoptions", "Running tasks adopted after a restart", counters.adoptions),
+            ("servants_expired", "Servants removed after missing heartbeats", counters.servants_expired),
+            ("no_quota", "WaitForStartingTask calls answered with no quota", counters.no_quota),
+        ];
+        for (name, help, value) in totals {
+            write_counter(&mut encoder, name, help, value)?;
+        }
+        Ok(())
+    }
+}

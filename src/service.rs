@@ -1,0 +1,346 @@
+//! The six RPCs, transport-neutral: protobuf request in, protobuf response or
+//! a scheduler [`RpcStatus`] out. This is the only place that translates
+//! between wire messages and the engine's domain types, and the only place that
+//! maps engine outcomes to the seed's `Status` codes.
+
+use std::{
+    fmt,
+    net::{IpAddr, SocketAddr},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use tokio::time::Instant;
+
+use crate::{
+    engine::{self, Rejection, Scheduler},
+    pb,
+};
+
+/// The RPCs of `yadcc.scheduler.SchedulerService`, in proto order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    Heartbeat,
+    GetConfig,
+    WaitForStartingTask,
+    KeepTaskAlive,
+    FreeTask,
+    GetRunningTasks,
+}
+
+impl Method {
+    /// Every RPC this server implements; a test pins it against the descriptor set.
+    pub const ALL: [Method; 6] = [
+        Method::Heartbeat,
+        Method::GetConfig,
+        Method::WaitForStartingTask,
+        Method::KeepTaskAlive,
+        Method::FreeTask,
+        Method::GetRunningTasks,
+    ];
+
+    /// The method's name as in the proto (`Heartbeat`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Heartbeat => "Heartbeat",
+            Method::GetConfig => "GetConfig",
+            Method::WaitForStartingTask => "WaitForStartingTask",
+            Method::KeepTaskAlive => "KeepTaskAlive",
+            Method::FreeTask => "FreeTask",
+            Method::GetRunningTasks => "GetRunningTasks",
+        }
+    }
+
+    /// Looks a method up by its proto name; exact, case-sensitive, as protobuf names are.
+    pub fn from_name(name: &str) -> Option<Method> {
+        Method::ALL.into_iter().find(|method| method.name() == name)
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A scheduler-level failure: one of the seed's `Status` codes and a message
+/// for people (never containing a token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RpcStatus {
+    pub code: pb::Status,
+    pub message: String,
+}
+
+impl RpcStatus {
+    fn new(code: pb::Status, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn invalid_argument(message: impl Into<String>) -> Self {
+        Self::new(pb::Status::InvalidArgument, message)
+    }
+}
+
+impl From<Rejection> for RpcStatus {
+    fn from(rejection: Rejection) -> Self {
+        let code = match &rejection {
+            Rejection::AccessDenied => pb::Status::AccessDenied,
+            Rejection::InvalidArgument(_) => pb::Status::InvalidArgument,
+            Rejection::VersionTooOld { .. } => pb::Status::VersionTooOld,
+            Rejection::EnvironmentNotAvailable { .. } => pb::Status::EnvironmentNotAvailable,
+            Rejection::NoQuotaAvailable => pb::Status::NoQuotaAvailable,
+        };
+        Self::new(code, rejection.to_string())
+    }
+}
+
+/// What the transport knows about a call.
+#[derive(Debug, Clone, Copy)]
+pub struct CallContext {
+    /// The caller's address as seen on the socket (or via a trusted proxy).
+    pub peer: IpAddr,
+    /// When the caller stops waiting for an answer (`Rpc-Timeout`, `Connect-Timeout-Ms`).
+    pub deadline: Option<Instant>,
+}
+
+/// Time kept back from the caller's deadline so that a "no quota" answer to a
+/// long poll still reaches it before it gives up.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(50);
+
+/// The scheduler service over one engine. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SchedulerService {
+    engine: Scheduler,
+    running_tasks: Arc<Mutex<RunningTasksCache>>,
+}
+
+/// `GetRunningTasks` is called by every daemon every second; its answer only
+/// changes when a heartbeat changes it, so the translated message is reused
+/// for as long as the engine hands out the same list.
+#[derive(Debug, Default)]
+struct RunningTasksCache {
+    source: Option<Arc<[engine::RunningTask]>>,
+    response: Arc<pb::GetRunningTasksResponse>,
+}
+
+impl SchedulerService {
+    pub fn new(engine: Scheduler) -> Self {
+        Self {
+            engine,
+            running_tasks: Arc::default(),
+        }
+    }
+
+    /// The engine behind this service, for inspection and shutdown.
+    pub fn engine(&self) -> &Scheduler {
+        &self.engine
+    }
+
+    pub fn heartbeat(
+        &self,
+        request: pb::HeartbeatRequest,
+        ctx: &CallContext,
+    ) -> Result<pb::HeartbeatResponse, RpcStatus> {
+        let reported_location = parse_location(&request.location)?;
+        let heartbeat = engine::Heartbeat {
+            token: request.token,
+            observed_ip: ctx.peer,
+            reported_location,
+            next_heartbeat_in: millis(request.next_heartbeat_in_ms),
+            version: request.version,
+            num_processors: request.num_processors,
+            current_load: request.current_load,
+            priority: servant_priority(request.servant_priority),
+            not_accepting_reason: engine::NotAcceptingReason::from_code(
+                request.not_accepting_task_reason,
+            ),
+            capacity: request.capacity,
+            total_memory: request.total_memory_in_bytes,
+            memory_available: request.memory_available_in_bytes,
+            environments: request
+                .env_descs
+                .into_iter()
+                .map(|env| env.compiler_digest)
+                .collect(),
+            running_tasks: request
+                .running_tasks
+                .into_iter()
+                .map(|task| engine::ReportedTask {
+                    servant_task_id: task.servant_task_id,
+                    grant_id: task.task_grant_id,
+                    task_digest: task.task_digest,
+                })
+                .collect(),
+        };
+        let reply = self.engine.heartbeat(heartbeat)?;
+        Ok(pb::HeartbeatResponse {
+            acceptable_tokens: reply.acceptable_tokens,
+            expired_tasks: reply.expired_grant_ids,
+        })
+    }
+
+    pub fn get_config(
+        &self,
+        request: pb::GetConfigRequest,
+        _ctx: &CallContext,
+    ) -> Result<pb::GetConfigResponse, RpcStatus> {
+        Ok(pb::GetConfigResponse {
+            serving_daemon_token: self.engine.get_config(&request.token)?,
+        })
+    }
+
+    pub async fn wait_for_starting_task(
+        &self,
+        request: pb::WaitForStartingTaskRequest,
+        ctx: &CallContext,
+    ) -> Result<pb::WaitForStartingTaskResponse, RpcStatus> {
+        let environment = request
+            .env_desc
+            .ok_or_else(|| RpcStatus::invalid_argument("env_desc is required"))?
+            .compiler_digest;
+        let mut wait = millis(request.milliseconds_to_wait);
+        if let Some(deadline) = ctx.deadline {
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .saturating_sub(DEADLINE_MARGIN);
+            wait = wait.min(left);
+        }
+        let grants = self
+            .engine
+            .wait_for_starting_task(engine::GrantRequest {
+                token: request.token,
+                requester_ip: ctx.peer,
+                wait,
+                environment,
+                immediate: request.immediate_reqs,
+                prefetch: request.prefetch_reqs,
+                lease: millis(request.next_keep_alive_in_ms),
+                min_version: request.min_version,
+            })
+            .await?;
+        Ok(pb::WaitForStartingTaskResponse {
+            grants: grants
+                .into_iter()
+                .map(|grant| pb::StartingTaskGrant {
+                    task_grant_id: grant.id,
+                    servant_location: grant.servant.to_string(),
+                })
+                .collect(),
+        })
+    }
+
+    pub fn keep_task_alive(
+        &self,
+        request: pb::KeepTaskAliveRequest,
+        _ctx: &CallContext,
+    ) -> Result<pb::KeepTaskAliveResponse, RpcStatus> {
+        let statuses = self.engine.keep_alive(
+            &request.token,
+            &request.task_grant_ids,
+            millis(request.next_keep_alive_in_ms),
+        )?;
+        Ok(pb::KeepTaskAliveResponse { statuses })
+    }
+
+    pub fn free_task(
+        &self,
+        request: pb::FreeTaskRequest,
+        _ctx: &CallContext,
+    ) -> Result<pb::FreeTaskResponse, RpcStatus> {
+        self.engine.free(&request.token, &request.task_grant_ids)?;
+        Ok(pb::FreeTaskResponse {})
+    }
+
+    /// Open to anyone, as in the reference: the request has no token field, and
+    /// the answer holds only servant addresses, ids and task digests.
+    pub fn get_running_tasks(
+        &self,
+        _request: pb::GetRunningTasksRequest,
+        _ctx: &CallContext,
+    ) -> Result<Arc<pb::GetRunningTasksResponse>, RpcStatus> {
+        let current = self.engine.running_tasks();
+        let mut cache = self
+            .running_tasks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !cache
+            .source
+            .as_ref()
+            .is_some_and(|source| Arc::ptr_eq(source, &current))
+        {
+            cache.response = Arc::new(pb::GetRunningTasksResponse {
+                running_tasks: current
+                    .iter()
+                    .map(|task| pb::RunningTask {
+                        servant_task_id: task.servant_task_id,
+                        task_grant_id: task.grant_id,
+                        servant_location: task.servant.to_string(),
+                        task_digest: task.task_digest.clone(),
+                    })
+                    .collect(),
+            });
+            cache.source = Some(current);
+        }
+        Ok(Arc::clone(&cache.response))
+    }
+}
+
+fn millis(ms: u32) -> Duration {
+    Duration::from_millis(u64::from(ms))
+}
+
+/// `location` is `a.b.c.d:port` or `[v6]:port`.
+fn parse_location(location: &str) -> Result<SocketAddr, RpcStatus> {
+    location.parse().map_err(|_| {
+        RpcStatus::invalid_argument(format!(
+            "location {location:?} is not IP:port (a.b.c.d:port or [v6]:port)"
+        ))
+    })
+}
+
+/// Old daemons send UNKNOWN, and values from the future are not ours to
+/// interpret: both count as a user's machine, the lower priority.
+fn servant_priority(raw: i32) -> engine::ServantPriority {
+    match pb::ServantPriority::try_from(raw) {
+        Ok(pb::ServantPriority::Dedicated) => engine::ServantPriority::Dedicated,
+        _ => engine::ServantPriority::User,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_round_trips_through_its_name() {
+        for method in Method::ALL {
+            assert_eq!(Method::from_name(method.name()), Some(method));
+        }
+        assert_eq!(Method::from_name("heartbeat"), None);
+        assert_eq!(Method::from_name("NotifyTaskStart"), None);
+    }
+
+    #[test]
+    fn locations_accept_ipv4_and_bracketed_ipv6_only() {
+        assert_eq!(
+            parse_location("10.0.0.1:8335").unwrap(),
+            "10.0.0.1:8335".parse::<SocketAddr>().unwrap()
+        );
+        assert!(parse_location("[::1]:8335").is_ok());
+        for bad in ["", "10.0.0.1", "host:8335", "::1:8335", "10.0.0.1:99999"] {
+            let status = parse_location(bad).unwrap_err();
+            assert_eq!(status.code, pb::Status::InvalidArgument, "{bad}");
+        }
+    }
+
+    #[test]
+    fn unknown_and_out_of_range_priorities_count_as_user() {
+        assert_eq!(servant_priority(1), engine::ServantPriority::Dedicated);
+        assert_eq!(servant_priority(2), engine::ServantPriority::User);
+        assert_eq!(servant_priority(0), engine::ServantPriority::User);
+        assert_eq!(servant_priority(77), engine::ServantPriority::User);
+    }
+}
