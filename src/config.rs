@@ -159,7 +159,6 @@ pub struct Settings {
     pub listen: SocketAddr,
     pub engine: engine::Config,
     pub http: HttpSettings,
-    pub inspect_credential: Option<String>,
 }
 
 impl Cli {
@@ -206,8 +205,8 @@ impl Cli {
             http: HttpSettings {
                 max_body_bytes,
                 trusted_proxies: self.trusted_proxies.clone(),
+                inspect_credential: self.inspect_credential.clone(),
             },
-            inspect_credential: self.inspect_credential.clone(),
         })
     }
 }

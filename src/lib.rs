@@ -25,6 +25,7 @@
 //! - [`sim`]: a simulated cluster speaking the daemons' wire protocol (demo, load tests).
 
 pub mod config;
+pub mod dashboard;
 
 pub mod engine;
 pub mod http;

@@ -63,7 +63,7 @@ fn warn_about_open_doors(settings: &Settings) {
     if settings.engine.servant_tokens.iter().any(String::is_empty) {
         tracing::warn!("an empty servant token is accepted: ANYONE may register as a servant");
     }
-    if settings.inspect_credential.is_none() {
+    if settings.http.inspect_credential.is_none() {
         tracing::info!(
             "dashboard and inspection API are open (no --inspect_credential); they never show tokens"
         );

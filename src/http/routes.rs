@@ -19,7 +19,12 @@ use super::{
     dialect,
     error::{ApiError, ErrorKind},
 };
-use crate::{engine::Scheduler, metrics::Metrics, service::SchedulerService};
+use crate::{
+    dashboard::{self, Dashboard},
+    engine::Scheduler,
+    metrics::Metrics,
+    service::SchedulerService,
+};
 
 /// Default body limit, the original framework's message size limit.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -31,6 +36,8 @@ pub struct HttpSettings {
     pub max_body_bytes: usize,
     /// Peers whose `X-Forwarded-For` is believed. Empty: the socket address is the caller.
     pub trusted_proxies: Vec<IpAddr>,
+    /// `user:password` guarding the dashboard and inspection API; None: open.
+    pub inspect_credential: Option<String>,
 }
 
 impl Default for HttpSettings {
@@ -38,6 +45,7 @@ impl Default for HttpSettings {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             trusted_proxies: Vec::new(),
+            inspect_credential: None,
         }
     }
 }
@@ -79,12 +87,15 @@ pub struct AppState {
     pub service: SchedulerService,
     pub settings: Arc<HttpSettings>,
     pub metrics: Arc<Metrics>,
+    pub dashboard: Arc<Dashboard>,
 }
 
 impl AppState {
+    /// Must run inside a tokio runtime (the dashboard starts its sampler).
     pub fn new(engine: Scheduler, settings: HttpSettings) -> Self {
         Self {
             metrics: Arc::new(Metrics::new(engine.clone())),
+            dashboard: Dashboard::start(engine.clone(), settings.inspect_credential.clone()),
             service: SchedulerService::new(engine),
             settings: Arc::new(settings),
         }
@@ -110,9 +121,14 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics));
 
+    // Compression suits the dashboard's large JSON and never touches RPCs.
+    let people = dashboard::router(Arc::clone(&state.dashboard))
+        .layer(tower_http::compression::CompressionLayer::new());
+
     Router::new()
         .merge(rpc)
         .merge(operations)
+        .merge(people)
         .fallback(fallback)
         .layer(middleware::from_fn(log_request))
         .with_state(state)

@@ -1,0 +1,487 @@
+//! What people look at: the inspection API (JSON over the engine snapshot), a
+//! server-side history ring, and the static page from `web/`, embedded in the
+//! binary. Optionally behind HTTP basic auth (`--inspect_credential`). Nothing
+//! here shows a token.
+
+use std::{
+    collections::VecDeque,
+    net::IpAddr,
+    sync::{Arc, Mutex, Weak},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use axum::{
+    Json, Router,
+    extract::{Request, State},
+    http::{HeaderValue, StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use base64::Engine as _;
+use serde::{Serialize, Serializer};
+use utoipa::ToSchema;
+
+use crate::engine::{self, NotAcceptingReason, Scheduler, ServantPriority};
+
+/// One history sample per this interval.
+pub const HISTORY_INTERVAL: Duration = Duration::from_secs(1);
+/// Samples kept: one hour at one per second.
+pub const HISTORY_CAPACITY: usize = 3600;
+
+/// The dashboard's state: the engine it reads, the history ring and the
+/// optional credential.
+#[derive(Debug)]
+pub struct Dashboard {
+    engine: Scheduler,
+    history: Mutex<History>,
+    credential: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct History {
+    samples: VecDeque<HistorySample>,
+    last_grants_issued: Option<(u64, tokio::time::Instant)>,
+}
+
+impl Dashboard {
+    /// Creates the dashboard and starts its sampler, which stops when the
+    /// dashboard is dropped. Must run inside a tokio runtime.
+    pub fn start(engine: Scheduler, credential: Option<String>) -> Arc<Dashboard> {
+        let dashboard = Arc::new(Dashboard {
+            engine,
+            history: Mutex::default(),
+            credential,
+        });
+        tokio::spawn(sample_forever(Arc::downgrade(&dashboard)));
+        dashboard
+    }
+
+    /// Takes one history sample now.
+    pub fn sample(&self) {
+        let snapshot = self.engine.snapshot();
+        let now = tokio::time::Instant::now();
+        let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        let issued = snapshot.counters.grants_issued;
+        let grants_per_second = match history.last_grants_issued {
+            Some((before, at)) if now > at => {
+                issued.saturating_sub(before) as f64 / (now - at).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        history.last_grants_issued = Some((issued, now));
+        if history.samples.len() == HISTORY_CAPACITY {
+            history.samples.pop_front();
+        }
+        let totals = &snapshot.totals;
+        history.samples.push_back(HistorySample {
+            at_ms: unix_millis(SystemTime::now()),
+            capacity: totals.capacity,
+            capacity_available: totals.capacity_available,
+            running: totals.running,
+            waiters: totals.waiters as u64,
+            grants_per_second,
+        });
+    }
+
+    fn history(&self) -> HistoryView {
+        let history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        HistoryView {
+            interval_seconds: HISTORY_INTERVAL.as_secs(),
+            samples: history.samples.iter().cloned().collect(),
+        }
+    }
+
+    fn latest_grants_per_second(&self) -> f64 {
+        let history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        history
+            .samples
+            .back()
+            .map_or(0.0, |sample| sample.grants_per_second)
+    }
+
+    /// The whole picture in one document, so one poll refreshes the page.
+    pub fn overview(&self) -> Overview {
+        let snapshot = self.engine.snapshot();
+        let now = SystemTime::now();
+        let totals = &snapshot.totals;
+        Overview {
+            generated_at_ms: unix_millis(now),
+            uptime_seconds: snapshot.uptime.as_secs(),
+            totals: TotalsView {
+                servants_up: totals.servants_up as u64,
+                servants_accepting: totals.servants_accepting as u64,
+                capacity: totals.capacity,
+                capacity_available: totals.capacity_available,
+                capacity_unavailable: totals.capacity_unavailable,
+                running: totals.running,
+                zombies: totals.zombies,
+                waiters: totals.waiters as u64,
+                grants: totals.grants as u64,
+                grants_per_second: self.latest_grants_per_second(),
+            },
+            servants: snapshot
+                .servants
+                .iter()
+                .map(|servant| ServantRow::new(servant, now))
+                .collect(),
+            grants: snapshot.grants.iter().map(GrantRow::from).collect(),
+            running_tasks: self
+                .engine
+                .running_tasks()
+                .iter()
+                .map(|task| RunningTaskRow {
+                    servant: task.servant.to_string(),
+                    servant_task_id: task.servant_task_id,
+                    grant_id: task.grant_id,
+                    task_digest: task.task_digest.clone(),
+                })
+                .collect(),
+            environments: snapshot
+                .environments
+                .iter()
+                .map(|environment| EnvironmentRow {
+                    digest: environment.digest.clone(),
+                    servants: environment.servants as u64,
+                    capacity_available: u64::from(environment.capacity_available),
+                    running: u64::from(environment.running),
+                    waiters: environment.waiters as u64,
+                })
+                .collect(),
+        }
+    }
+}
+
+async fn sample_forever(dashboard: Weak<Dashboard>) {
+    let mut ticks = tokio::time::interval(HISTORY_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match dashboard.upgrade() {
+            Some(dashboard) => dashboard.sample(),
+            None => return,
+        }
+    }
+}
+
+fn unix_millis(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}
+
+/// 64-bit integers go out as strings: JavaScript numbers lose precision above 2^53.
+fn as_string<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
+}
+
+/// Everything the dashboard shows, in one poll.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Overview {
+    /// Wall-clock time of this document, milliseconds since the Unix epoch.
+    pub generated_at_ms: u64,
+    pub uptime_seconds: u64,
+    pub totals: TotalsView,
+    /// Servants in registration order.
+    pub servants: Vec<ServantRow>,
+    pub grants: Vec<GrantRow>,
+    /// Tasks as the servants reported them in their latest heartbeat.
+    pub running_tasks: Vec<RunningTaskRow>,
+    pub environments: Vec<EnvironmentRow>,
+}
+
+/// Cluster totals.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TotalsView {
+    pub servants_up: u64,
+    /// Servants with a non-zero task limit.
+    pub servants_accepting: u64,
+    /// Task slots the servants offer.
+    pub capacity: u64,
+    /// Task slots free right now.
+    pub capacity_available: u64,
+    /// Task slots offered but unusable (load, memory, NAT, unverified).
+    pub capacity_unavailable: u64,
+    /// Grants counted against servants, zombies included.
+    pub running: u64,
+    pub zombies: u64,
+    /// Calls queued for quota.
+    pub waiters: u64,
+    pub grants: u64,
+    /// Grants handed out per second, over the last history interval.
+    pub grants_per_second: f64,
+}
+
+/// Why a servant takes no task, in words.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReasonView {
+    /// `NotAcceptingTaskReason` number.
+    pub code: u32,
+    /// Enum name without prefix, e.g. `BEHIND_NAT`.
+    pub name: String,
+    pub description: String,
+}
+
+impl ReasonView {
+    fn new(reason: NotAcceptingReason, servant: &engine::ServantView) -> Self {
+        let name = match reason {
+            NotAcceptingReason::UserInstructed => "USER_INSTRUCTED".to_owned(),
+            NotAcceptingReason::PoorMachine => "POOR_MACHINE".to_owned(),
+            NotAcceptingReason::CgroupsPresent => "CGROUPS_PRESENT".to_owned(),
+            NotAcceptingReason::BehindNat => "BEHIND_NAT".to_owned(),
+            NotAcceptingReason::NotVerified => "NOT_VERIFIED".to_owned(),
+            NotAcceptingReason::Other(code) => format!("REASON_{code}"),
+        };
+        let description = match reason {
+            NotAcceptingReason::BehindNat => format!(
+                "reported location {} differs from the observed {}",
+                servant.reported_location, servant.observed_location
+            ),
+            other => other.describe().to_owned(),
+        };
+        Self {
+            code: reason.code(),
+            name,
+            description,
+        }
+    }
+}
+
+/// One servant, with every field of the reference scheduler's dump.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServantRow {
+    /// Observed IP and reported port: how the servant is identified.
+    pub location: String,
+    pub reported_location: String,
+    pub version: u32,
+    /// `DEDICATED` or `USER`.
+    pub priority: &'static str,
+    pub environments: Vec<String>,
+    /// Task limit after every rule (0 when not accepting).
+    pub max_tasks: u32,
+    pub not_accepting_reason: Option<ReasonView>,
+    pub num_processors: u32,
+    pub current_load: u32,
+    /// `min(capacity, processors - foreign load)`, 0 under the memory floor.
+    pub capacity_available: u32,
+    #[serde(serialize_with = "as_string")]
+    #[schema(value_type = String, pattern = "^[0-9]+$")]
+    pub total_memory_bytes: u64,
+    #[serde(serialize_with = "as_string")]
+    #[schema(value_type = String, pattern = "^[0-9]+$")]
+    pub memory_available_bytes: u64,
+    /// Grants counted against it, zombies included.
+    pub running: u32,
+    pub zombies: u32,
+    #[serde(serialize_with = "as_string")]
+    #[schema(value_type = String, pattern = "^[0-9]+$")]
+    pub ever_assigned: u64,
+    pub reported_running_tasks: u64,
+    /// Calls queued for environments this servant offers.
+    pub waiters: u64,
+    pub discovered_at_ms: u64,
+    pub expires_at_ms: u64,
+    /// Sent its last heartbeat (`next_heartbeat_in_ms = 0`).
+    pub leaving: bool,
+}
+
+impl ServantRow {
+    fn new(servant: &engine::ServantView, now: SystemTime) -> Self {
+        Self {
+            location: servant.observed_location.to_string(),
+            reported_location: servant.reported_location.to_string(),
+            version: servant.version,
+            priority: match servant.priority {
+                ServantPriority::Dedicated => "DEDICATED",
+                ServantPriority::User => "USER",
+            },
+            environments: servant.environments.clone(),
+            max_tasks: servant.max_tasks,
+            not_accepting_reason: servant
+                .not_accepting_reason
+                .map(|reason| ReasonView::new(reason, servant)),
+            num_processors: servant.num_processors,
+            current_load: servant.current_load,
+            capacity_available: servant.capacity_available,
+            total_memory_bytes: servant.total_memory,
+            memory_available_bytes: servant.memory_available,
+            running: servant.running,
+            zombies: servant.zombies,
+            ever_assigned: servant.ever_assigned,
+            reported_running_tasks: servant.reported_running_tasks as u64,
+            waiters: servant.waiters as u64,
+            discovered_at_ms: unix_millis(now.checked_sub(servant.discovered_ago).unwrap_or(UNIX_EPOCH)),
+            expires_at_ms: unix_millis(now + servant.expires_in),
+            leaving: servant.leaving,
+        }
+    }
+}
+
+/// One grant.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantRow {
+    #[serde(serialize_with = "as_string")]
+    #[schema(value_type = String, pattern = "^[0-9]+$")]
+    pub id: u64,
+    /// Requester IP; null for a task adopted after a restart.
+    pub requester: Option<String>,
+    pub servant: String,
+    /// Compiler digest; null for an adopted task.
+    pub environment: Option<String>,
+    pub age_ms: u64,
+    /// Zero for zombies.
+    pub lease_left_ms: u64,
+    pub prefetch: bool,
+    pub zombie: bool,
+    pub adopted: bool,
+}
+
+impl From<&engine::GrantView> for GrantRow {
+    fn from(grant: &engine::GrantView) -> Self {
+        Self {
+            id: grant.id,
+            requester: grant.requester.map(|ip: IpAddr| ip.to_string()),
+            servant: grant.servant.to_string(),
+            environment: grant.environment.clone(),
+            age_ms: grant.age.as_millis() as u64,
+            lease_left_ms: grant.lease_left.as_millis() as u64,
+            prefetch: grant.prefetch,
+            zombie: grant.zombie,
+            adopted: grant.adopted,
+        }
+    }
+}
+
+/// A task as its servant reported it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunningTaskRow {
+    pub servant: String,
+    #[serde(serialize_with = "as_string")]
+    #[schema(value_type = String, pattern = "^[0-9]+$")]
+    pub servant_task_id: u64,
+    #[serde(serialize_with = "as_string")]
+    #[schema(value_type = String, pattern = "^[0-9]+$")]
+    pub grant_id: u64,
+    pub task_digest: String,
+}
+
+/// One compiler environment across the cluster.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentRow {
+    pub digest: String,
+    pub servants: u64,
+    pub capacity_available: u64,
+    pub running: u64,
+    pub waiters: u64,
+}
+
+/// The history ring, oldest first.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryView {
+    pub interval_seconds: u64,
+    pub samples: Vec<HistorySample>,
+}
+
+/// One history sample.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistorySample {
+    pub at_ms: u64,
+    pub capacity: u64,
+    pub capacity_available: u64,
+    pub running: u64,
+    pub waiters: u64,
+    pub grants_per_second: f64,
+}
+
+/// Cluster overview: totals, servants, grants, running tasks, environments.
+#[utoipa::path(get, path = "/api/v1/overview", tag = "dashboard",
+    responses((status = 200, description = "The cluster now", body = Overview),
+              (status = 401, description = "Basic auth required (--inspect_credential)")))]
+async fn overview(State(dashboard): State<Arc<Dashboard>>) -> Json<Overview> {
+    Json(dashboard.overview())
+}
+
+/// One sample per second for the last hour.
+#[utoipa::path(get, path = "/api/v1/history", tag = "dashboard",
+    responses((status = 200, description = "History, oldest first", body = HistoryView),
+              (status = 401, description = "Basic auth required (--inspect_credential)")))]
+async fn history(State(dashboard): State<Arc<Dashboard>>) -> Json<HistoryView> {
+    Json(dashboard.history())
+}
+
+/// The dashboard's part of the OpenAPI document.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(overview, history), components(schemas(
+    Overview, TotalsView, ReasonView, ServantRow, GrantRow, RunningTaskRow, EnvironmentRow,
+    HistoryView, HistorySample
+)))]
+pub struct DashboardApi;
+
+const INDEX_HTML: &str = include_str!("../web/index.html");
+const APP_JS: &str = include_str!("../web/app.js");
+const STYLE_CSS: &str = include_str!("../web/style.css");
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// `/`, its assets and `/api/v1/*`, behind basic auth when a credential is set.
+pub fn router<S>(dashboard: Arc<Dashboard>) -> Router<S> {
+    Router::new()
+        .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
+        .route("/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
+        .route("/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }))
+        .route("/api/v1/overview", get(overview))
+        .route("/api/v1/history", get(history))
+        .layer(middleware::from_fn_with_state(Arc::clone(&dashboard), require_credential))
+        .with_state(dashboard)
+}
+
+async fn require_credential(
+    State(dashboard): State<Arc<Dashboard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(expected) = &dashboard.credential else {
+        return next.run(request).await;
+    };
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Basic "))
+        .and_then(|encoded| base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok());
+    if presented.is_some_and(|presented| constant_time_eq(&presented, expected.as_bytes())) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Basic realm=\"yadcc scheduler\", charset=\"UTF-8\"")],
+        "credentials required\n",
+    )
+        .into_response()
+}
+
+/// Compares without an early exit, so timing does not tell how much matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut difference = a.len() ^ b.len();
+    for (index, byte) in b.iter().enumerate() {
+        difference |= usize::from(a.get(index).copied().unwrap_or(0) ^ byte);
+    }
+    difference == 0
+}

@@ -1,0 +1,225 @@
+//! The `http+pb` wire rules the yadcc daemons depend on, written byte for
+//! byte as their framework's client writes them.
+
+use prost::Message;
+use yadcc_scheduler::pb;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn original_client_request_without_host_gets_length_seq_no_and_protobuf() {
+    let server = Server::start().await;
+    let mut connection = RawConnection::open(server.addr).await;
+    let body = heartbeat(&servant_location("127.0.0.1", 8335), 8).encode_to_vec();
+    connection
+        .send(&http_pb_request("Heartbeat", 17, &body, &[("Rpc-Timeout", "10000")]))
+        .await;
+    let response = connection.read_response().await;
+
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("rpc-seqno"), Some("17"));
+    assert_eq!(response.header("content-type"), Some("application/x-protobuf"));
+    assert_eq!(
+        response.header("content-length"),
+        Some(response.body.len().to_string().as_str())
+    );
+    let reply: pb::HeartbeatResponse = response.decode();
+    assert_eq!(reply.acceptable_tokens.len(), 3, "expiring, active and next token");
+    assert!(reply.expired_tasks.is_empty());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn pipelined_requests_on_one_connection_are_answered_in_order() {
+    let server = Server::start().await;
+    let mut connection = RawConnection::open(server.addr).await;
+    let config = pb::GetConfigRequest {
+        token: USER_TOKEN.into(),
+    };
+    let denied = pb::GetConfigRequest {
+        token: "wrong".into(),
+    };
+    let heartbeat = heartbeat(&servant_location("127.0.0.1", 8335), 8);
+    let mut burst = http_pb_request("GetConfig", 1, &config.encode_to_vec(), &[]);
+    burst.extend(http_pb_request("Heartbeat", 2, &heartbeat.encode_to_vec(), &[]));
+    burst.extend(http_pb_request("GetConfig", 3, &denied.encode_to_vec(), &[]));
+    burst.extend(http_pb_request("GetConfig", 4, &config.encode_to_vec(), &[]));
+    connection.send(&burst).await;
+
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let response = connection.read_response().await;
+        seen.push((
+            response.header("rpc-seqno").unwrap_or_default().to_owned(),
+            response.status,
+        ));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            ("1".to_owned(), 200),
+            ("2".to_owned(), 200),
+            ("3".to_owned(), 403),
+            ("4".to_owned(), 200)
+        ]
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn failures_are_non_200_with_rpc_error_code_and_a_one_line_reason() {
+    let server = Server::start().await;
+    let denied = call_raw(
+        server.addr,
+        "GetConfig",
+        &pb::GetConfigRequest {
+            token: "wrong".into(),
+        },
+    )
+    .await;
+    assert_eq!(denied.status, 403);
+    assert_eq!(denied.header("rpc-error-code"), Some("1003"));
+    let reason = denied.header("rpc-error-reason").expect("a reason");
+    assert!(!reason.is_empty() && !reason.contains('\r') && !reason.contains('\n'));
+    assert!(!reason.contains("wrong"), "tokens never echo back: {reason}");
+
+    let unknown_method = call_raw(server.addr, "NotifyTaskStart", &pb::GetConfigRequest::default()).await;
+    assert_eq!(unknown_method.status, 404);
+    assert_eq!(unknown_method.header("rpc-error-code"), Some("10"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_full_lifecycle_works_over_binary_http_pb() {
+    let server = Server::start().await;
+    register_servant(&server, 8335, 4).await;
+
+    let granted: pb::WaitForStartingTaskResponse =
+        call_raw(server.addr, "WaitForStartingTask", &wait_request(1000, 2, 1))
+            .await
+            .decode();
+    assert_eq!(granted.grants.len(), 3, "two immediate and one prefetch");
+    let ids: Vec<u64> = granted.grants.iter().map(|grant| grant.task_grant_id).collect();
+    assert!(ids.iter().all(|id| *id != 0), "grant ids are never 0");
+    assert!(
+        granted
+            .grants
+            .iter()
+            .all(|grant| grant.servant_location == "127.0.0.1:8335")
+    );
+
+    let mut servant = heartbeat(&servant_location("127.0.0.1", 8335), 4);
+    servant.running_tasks = vec![pb::RunningTask {
+        servant_task_id: 1,
+        task_grant_id: ids[0],
+        servant_location: "127.0.0.1:8335".into(),
+        task_digest: "task-a".into(),
+    }];
+    let reply: pb::HeartbeatResponse = call_raw(server.addr, "Heartbeat", &servant).await.decode();
+    assert!(reply.expired_tasks.is_empty(), "a granted task is not expired");
+
+    let running: pb::GetRunningTasksResponse =
+        call_raw(server.addr, "GetRunningTasks", &pb::GetRunningTasksRequest {})
+            .await
+            .decode();
+    assert_eq!(running.running_tasks.len(), 1);
+    assert_eq!(running.running_tasks[0].task_grant_id, ids[0]);
+    assert_eq!(running.running_tasks[0].servant_location, "127.0.0.1:8335");
+
+    let renewed: pb::KeepTaskAliveResponse = call_raw(
+        server.addr,
+        "KeepTaskAlive",
+        &pb::KeepTaskAliveRequest {
+            token: USER_TOKEN.into(),
+            task_grant_ids: vec![ids[0], 12345, ids[1]],
+            next_keep_alive_in_ms: 10_000,
+        },
+    )
+    .await
+    .decode();
+    assert_eq!(renewed.statuses, vec![true, false, true]);
+
+    let freed = call_raw(
+        server.addr,
+        "FreeTask",
+        &pb::FreeTaskRequest {
+            token: USER_TOKEN.into(),
+            task_grant_ids: ids.clone(),
+        },
+    )
+    .await;
+    assert_eq!(freed.status, 200);
+    assert!(freed.body.is_empty(), "FreeTaskResponse has no fields");
+
+    let after_free: pb::KeepTaskAliveResponse = call_raw(
+        server.addr,
+        "KeepTaskAlive",
+        &pb::KeepTaskAliveRequest {
+            token: USER_TOKEN.into(),
+            task_grant_ids: ids,
+            next_keep_alive_in_ms: 10_000,
+        },
+    )
+    .await
+    .decode();
+    assert_eq!(after_free.statuses, vec![false, false, false]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn self_avoidance_and_nat_use_the_observed_socket_address() {
+    let server = Server::start().await;
+    // Two machines: 127.0.0.2 and 127.0.0.3, each reporting its own address.
+    for ip in ["127.0.0.2", "127.0.0.3"] {
+        let mut connection = RawConnection::open_from(server.addr, Some(ip.parse().unwrap())).await;
+        let body = heartbeat(&servant_location(ip, 8335), 4).encode_to_vec();
+        connection.send(&http_pb_request("Heartbeat", 1, &body, &[])).await;
+        assert_eq!(connection.read_response().await.status, 200);
+    }
+    // A machine behind NAT: it reports an address the scheduler does not see.
+    let mut natted = RawConnection::open_from(server.addr, Some("127.0.0.4".parse().unwrap())).await;
+    let body = heartbeat("10.20.30.40:8335", 4).encode_to_vec();
+    natted.send(&http_pb_request("Heartbeat", 1, &body, &[])).await;
+    assert_eq!(natted.read_response().await.status, 200);
+
+    // The delegate on 127.0.0.2 is sent to the other machine.
+    let mut delegate = RawConnection::open_from(server.addr, Some("127.0.0.2".parse().unwrap())).await;
+    let body = wait_request(1000, 1, 0).encode_to_vec();
+    delegate
+        .send(&http_pb_request("WaitForStartingTask", 1, &body, &[]))
+        .await;
+    let granted: pb::WaitForStartingTaskResponse = delegate.read_response().await.decode();
+    assert_eq!(granted.grants.len(), 1);
+    assert_eq!(granted.grants[0].servant_location, "127.0.0.3:8335");
+
+    let snapshot = server.engine.snapshot();
+    let natted = snapshot
+        .servants
+        .iter()
+        .find(|servant| servant.observed_location.ip().to_string() == "127.0.0.4")
+        .expect("the NAT servant is listed");
+    assert_eq!(natted.max_tasks, 0);
+    assert_eq!(
+        natted.not_accepting_reason,
+        Some(yadcc_scheduler::engine::NotAcceptingReason::BehindNat)
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn ipv6_servants_and_delegates_work() {
+    let Ok(probe) = std::net::TcpListener::bind("[::1]:0") else {
+        panic!("this machine has no IPv6 loopback; the gateway must work on IPv6");
+    };
+    drop(probe);
+    let server = Server::start_with(engine_config(), Default::default(), "[::1]:0").await;
+    let reply = call_raw(server.addr, "Heartbeat", &heartbeat("[::1]:8335", 2)).await;
+    assert_eq!(reply.status, 200);
+    let granted: pb::WaitForStartingTaskResponse =
+        call_raw(server.addr, "WaitForStartingTask", &wait_request(1000, 1, 0))
+            .await
+            .decode();
+    assert_eq!(granted.grants[0].servant_location, "[::1]:8335");
+    assert_eq!(server.engine.snapshot().servants[0].max_tasks, 2, "not NAT");
+    server.stop().await;
+}
