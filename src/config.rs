@@ -123,6 +123,21 @@ pub struct Cli {
         default_value_t = 15
     )]
     pub adoption_window: u64,
+
+    /// Demo: listen on 127.0.0.1 (unless --listen is given), use demo tokens
+    /// (unless tokens are given) and run a simulated cluster of 30 servants and
+    /// 12 delegates against this scheduler, so the dashboard shows a live cluster.
+    #[arg(long)]
+    pub demo: bool,
+
+    /// Benchmarks only: also serve `POST /bench/bare` (fixed bytes, no RPC
+    /// work) on the same server stack, as the baseline of `yadcc-loadgen hammer`.
+    #[arg(
+        long = "bench_bare_route",
+        visible_alias = "bench-bare-route",
+        hide = true
+    )]
+    pub bench_bare_route: bool,
 }
 
 /// Parses `4096`, `512K`, `512M`, `10G`, `1T` (binary multiples; a trailing `B`
@@ -150,7 +165,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 fn split_tokens(list: &str) -> Vec<String> {
-    list.split(',').map(|token| token.trim().to_owned()).collect()
+    list.split(',')
+        .map(|token| token.trim().to_owned())
+        .collect()
 }
 
 /// Settings derived from the command line.
@@ -159,20 +176,32 @@ pub struct Settings {
     pub listen: SocketAddr,
     pub engine: engine::Config,
     pub http: HttpSettings,
+    /// Run the simulated demo cluster against this scheduler.
+    pub demo: bool,
+    /// Mount the benchmark's bare route.
+    pub bench_bare_route: bool,
 }
 
 impl Cli {
     /// Checks the flags and turns them into settings. Errors say what to pass.
     pub fn settings(&self) -> Result<Settings, String> {
+        let demo_tokens = |given: &Option<String>, demo: &str| {
+            given.clone().or_else(|| self.demo.then(|| demo.to_owned()))
+        };
         let (Some(user_tokens), Some(servant_tokens)) = (
-            &self.acceptable_user_tokens,
-            &self.acceptable_servant_tokens,
+            &demo_tokens(&self.acceptable_user_tokens, crate::sim::DEMO_USER_TOKEN),
+            &demo_tokens(
+                &self.acceptable_servant_tokens,
+                crate::sim::DEMO_SERVANT_TOKEN,
+            ),
         ) else {
-            return Err("no tokens configured: pass --acceptable_user_tokens=TOKEN[,TOKEN...] \
+            return Err(
+                "no tokens configured: pass --acceptable_user_tokens=TOKEN[,TOKEN...] \
                  (what delegates present) and --acceptable_servant_tokens=TOKEN[,TOKEN...] \
                  (what compile servants present), or set YADCC_ACCEPTABLE_USER_TOKENS and \
                  YADCC_ACCEPTABLE_SERVANT_TOKENS; an empty value lets anyone in"
-                .to_owned());
+                    .to_owned(),
+            );
         };
         if let Some(credential) = &self.inspect_credential
             && !credential.contains(':')
@@ -198,15 +227,23 @@ impl Cli {
             ..engine::Config::default()
         };
         Ok(Settings {
-            listen: self
-                .listen
-                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], self.port))),
+            listen: self.listen.unwrap_or_else(|| {
+                // The demo's tokens are public: keep it off the network.
+                let ip = if self.demo {
+                    [127, 0, 0, 1]
+                } else {
+                    [0, 0, 0, 0]
+                };
+                SocketAddr::from((ip, self.port))
+            }),
             engine,
             http: HttpSettings {
                 max_body_bytes,
                 trusted_proxies: self.trusted_proxies.clone(),
                 inspect_credential: self.inspect_credential.clone(),
             },
+            demo: self.demo,
+            bench_bare_route: self.bench_bare_route,
         })
     }
 }
@@ -216,8 +253,7 @@ mod tests {
     use super::*;
 
     fn cli(args: &[&str]) -> Cli {
-        Cli::try_parse_from(std::iter::once("yadcc-scheduler").chain(args.iter().copied()))
-            .unwrap()
+        Cli::try_parse_from(std::iter::once("yadcc-scheduler").chain(args.iter().copied())).unwrap()
     }
 
     #[test]
@@ -259,6 +295,27 @@ mod tests {
         let error = cli(&["--acceptable_user_tokens=u"]).settings().unwrap_err();
         assert!(error.contains("--acceptable_servant_tokens"), "{error}");
         assert!(error.contains("--acceptable_user_tokens"), "{error}");
+    }
+
+    #[test]
+    fn the_demo_needs_no_other_flag_and_stays_on_loopback() {
+        let settings = cli(&["--demo"]).settings().unwrap();
+        assert!(settings.demo);
+        assert_eq!(settings.listen.to_string(), "127.0.0.1:8336");
+        assert_eq!(
+            settings.engine.user_tokens,
+            vec![crate::sim::DEMO_USER_TOKEN]
+        );
+        assert_eq!(
+            settings.engine.servant_tokens,
+            vec![crate::sim::DEMO_SERVANT_TOKEN]
+        );
+        let given = cli(&["--demo", "--port=9", "--acceptable_user_tokens=u"])
+            .settings()
+            .unwrap();
+        assert_eq!(given.engine.user_tokens, vec!["u"]);
+        assert_eq!(given.listen.port(), 9);
+        assert!(!cli(&["--demo"]).settings().unwrap().bench_bare_route);
     }
 
     #[test]

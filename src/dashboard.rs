@@ -313,7 +313,10 @@ impl ServantRow {
             ever_assigned: servant.ever_assigned,
             reported_running_tasks: servant.reported_running_tasks as u64,
             waiters: servant.waiters as u64,
-            discovered_at_ms: unix_millis(now.checked_sub(servant.discovered_ago).unwrap_or(UNIX_EPOCH)),
+            discovered_at_ms: unix_millis(
+                now.checked_sub(servant.discovered_ago)
+                    .unwrap_or(UNIX_EPOCH),
+            ),
             expires_at_ms: unix_millis(now + servant.expires_in),
             leaving: servant.leaving,
         }
@@ -419,10 +422,20 @@ async fn history(State(dashboard): State<Arc<Dashboard>>) -> Json<HistoryView> {
 
 /// The dashboard's part of the OpenAPI document.
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(overview, history), components(schemas(
-    Overview, TotalsView, ReasonView, ServantRow, GrantRow, RunningTaskRow, EnvironmentRow,
-    HistoryView, HistorySample
-)))]
+#[openapi(
+    paths(overview, history),
+    components(schemas(
+        Overview,
+        TotalsView,
+        ReasonView,
+        ServantRow,
+        GrantRow,
+        RunningTaskRow,
+        EnvironmentRow,
+        HistoryView,
+        HistorySample
+    ))
+)]
 pub struct DashboardApi;
 
 const INDEX_HTML: &str = include_str!("../web/index.html");
@@ -443,12 +456,24 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 /// `/`, its assets and `/api/v1/*`, behind basic auth when a credential is set.
 pub fn router<S>(dashboard: Arc<Dashboard>) -> Router<S> {
     Router::new()
-        .route("/", get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }))
-        .route("/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
-        .route("/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }))
+        .route(
+            "/",
+            get(|| async { asset("text/html; charset=utf-8", INDEX_HTML) }),
+        )
+        .route(
+            "/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
+        )
+        .route(
+            "/style.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLE_CSS) }),
+        )
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/history", get(history))
-        .layer(middleware::from_fn_with_state(Arc::clone(&dashboard), require_credential))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&dashboard),
+            require_credential,
+        ))
         .with_state(dashboard)
 }
 
@@ -465,13 +490,20 @@ async fn require_credential(
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Basic "))
-        .and_then(|encoded| base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok());
+        .and_then(|encoded| {
+            base64::engine::general_purpose::STANDARD
+                .decode(encoded.trim())
+                .ok()
+        });
     if presented.is_some_and(|presented| constant_time_eq(&presented, expected.as_bytes())) {
         return next.run(request).await;
     }
     (
         StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Basic realm=\"yadcc scheduler\", charset=\"UTF-8\"")],
+        [(
+            header::WWW_AUTHENTICATE,
+            "Basic realm=\"yadcc scheduler\", charset=\"UTF-8\"",
+        )],
         "credentials required\n",
     )
         .into_response()

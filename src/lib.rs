@@ -30,9 +30,10 @@ pub mod dashboard;
 pub mod engine;
 pub mod http;
 pub mod metrics;
+pub mod openapi;
 
 pub mod pb;
 pub mod service;
-
+pub mod sim;
 
 pub use http::routes::{AppState, app};

@@ -10,16 +10,24 @@ use yadcc_scheduler::{
     AppState, app,
     config::{Cli, Settings},
     engine::Scheduler,
+    sim,
 };
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The demo's simulated cluster makes ~50 calls a second: keep its access
+    // log out of the way unless RUST_LOG asks for it.
+    let default_filter = if cli.demo {
+        "info,yadcc_scheduler::access=warn"
+    } else {
+        "info"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
         )
         .init();
-    let cli = Cli::parse();
     let settings = match cli.settings() {
         Ok(settings) => settings,
         Err(message) => {
@@ -48,12 +56,40 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     })?;
     let local = listener.local_addr()?;
     tracing::info!("listening on http://{local} (http+pb://{local} for daemons)");
+    let mut router = app(state);
+    if settings.bench_bare_route {
+        tracing::warn!("benchmark route POST {} is mounted", sim::hammer::BARE_PATH);
+        router = router.merge(sim::hammer::bare_router());
+    }
+    let demo = settings.demo.then(|| start_demo(&settings, local));
     axum::serve(
         listener,
-        app(state).into_make_service_with_connect_info::<SocketAddr>(),
+        router.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown_signal(engine))
+    .with_graceful_shutdown(shutdown_signal(engine, demo))
     .await
+}
+
+/// `--demo`: a simulated cluster against this scheduler, and where to look.
+fn start_demo(settings: &Settings, local: SocketAddr) -> sim::Cluster {
+    let target = sim::connect_address(local);
+    let first = |tokens: &[String]| tokens.first().cloned().unwrap_or_default();
+    let (user_token, servant_token) = (
+        first(&settings.engine.user_tokens),
+        first(&settings.engine.servant_tokens),
+    );
+    let config = sim::ClusterConfig::demo(target, &user_token, &servant_token);
+    tracing::info!(
+        "demo: {} simulated servants and {} delegates are joining (user token {user_token:?}, servant token {servant_token:?})",
+        config.servants,
+        config.delegates
+    );
+    tracing::info!("demo: dashboard at http://{target}/");
+    tracing::info!("demo: API docs at http://{target}/docs");
+    tracing::info!(
+        "demo: try curl -s http://{target}/rpc/yadcc.scheduler.SchedulerService.GetRunningTasks -H 'Content-Type: application/json' -d '{{}}'"
+    );
+    sim::Cluster::start(config)
 }
 
 fn warn_about_open_doors(settings: &Settings) {
@@ -72,7 +108,7 @@ fn warn_about_open_doors(settings: &Settings) {
 
 /// Resolves on SIGINT or SIGTERM, after telling the engine to answer every
 /// queued wait, so in-flight long polls finish and the server can drain.
-async fn shutdown_signal(engine: Scheduler) {
+async fn shutdown_signal(engine: Scheduler, demo: Option<sim::Cluster>) {
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -90,6 +126,10 @@ async fn shutdown_signal(engine: Scheduler) {
     tokio::select! {
         () = interrupt => {},
         () = terminate => {},
+    }
+    if let Some(demo) = demo {
+        tracing::info!("demo: stopping the simulated cluster");
+        demo.stop().await;
     }
     tracing::info!("shutting down: answering waiting calls, draining connections");
     engine.shutdown();

@@ -154,14 +154,46 @@ impl Collector for EngineCollector {
         let snapshot = self.engine.snapshot();
         let totals = &snapshot.totals;
         let gauges = [
-            ("servants_up", "Live servants", gauge_value(totals.servants_up)),
-            ("servants_accepting", "Servants that accept tasks", gauge_value(totals.servants_accepting)),
-            ("capacity", "Task slots the servants offer", gauge_value(totals.capacity)),
-            ("capacity_available", "Task slots free right now", gauge_value(totals.capacity_available)),
-            ("capacity_unavailable", "Task slots offered but not usable (load, memory, NAT, unverified)", gauge_value(totals.capacity_unavailable)),
-            ("running", "Grants counted against servants, zombies included", gauge_value(totals.running)),
-            ("zombies", "Grants whose lease expired while the servant still runs them", gauge_value(totals.zombies)),
-            ("waiters", "WaitForStartingTask calls queued for quota", gauge_value(totals.waiters)),
+            (
+                "servants_up",
+                "Live servants",
+                gauge_value(totals.servants_up),
+            ),
+            (
+                "servants_accepting",
+                "Servants that accept tasks",
+                gauge_value(totals.servants_accepting),
+            ),
+            (
+                "capacity",
+                "Task slots the servants offer",
+                gauge_value(totals.capacity),
+            ),
+            (
+                "capacity_available",
+                "Task slots free right now",
+                gauge_value(totals.capacity_available),
+            ),
+            (
+                "capacity_unavailable",
+                "Task slots offered but not usable (load, memory, NAT, unverified)",
+                gauge_value(totals.capacity_unavailable),
+            ),
+            (
+                "running",
+                "Grants counted against servants, zombies included",
+                gauge_value(totals.running),
+            ),
+            (
+                "zombies",
+                "Grants whose lease expired while the servant still runs them",
+                gauge_value(totals.zombies),
+            ),
+            (
+                "waiters",
+                "WaitForStartingTask calls queued for quota",
+                gauge_value(totals.waiters),
+            ),
             ("grants", "Live grants", gauge_value(totals.grants)),
         ];
         for (name, help, value) in gauges {
@@ -170,13 +202,37 @@ impl Collector for EngineCollector {
         let counters = &snapshot.counters;
         let totals = [
             ("grants_issued", "Grants handed out", counters.grants_issued),
-            ("renewals", "Grants renewed by KeepTaskAlive", counters.renewals),
+            (
+                "renewals",
+                "Grants renewed by KeepTaskAlive",
+                counters.renewals,
+            ),
             ("frees", "Grants given back by FreeTask", counters.frees),
-            ("leases_expired", "Grants whose lease ran out (became zombies)", counters.leases_expired),
-            ("zombies_reaped", "Zombies forgotten after their servant stopped listing them", counters.zombies_reaped),
-            ("adoptions", "Running tasks adopted after a restart", counters.adoptions),
-            ("servants_expired", "Servants removed after missing heartbeats", counters.servants_expired),
-            ("no_quota", "WaitForStartingTask calls answered with no quota", counters.no_quota),
+            (
+                "leases_expired",
+                "Grants whose lease ran out (became zombies)",
+                counters.leases_expired,
+            ),
+            (
+                "zombies_reaped",
+                "Zombies forgotten after their servant stopped listing them",
+                counters.zombies_reaped,
+            ),
+            (
+                "adoptions",
+                "Running tasks adopted after a restart",
+                counters.adoptions,
+            ),
+            (
+                "servants_expired",
+                "Servants removed after missing heartbeats",
+                counters.servants_expired,
+            ),
+            (
+                "no_quota",
+                "WaitForStartingTask calls answered with no quota",
+                counters.no_quota,
+            ),
         ];
         for (name, help, value) in totals {
             write_counter(&mut encoder, name, help, value)?;

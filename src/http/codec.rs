@@ -86,11 +86,13 @@ where
     T: prost::Message + Default + DeserializeOwned,
 {
     match encoding {
-        Encoding::Binary => T::decode(body)
-            .map_err(|error| ApiError::malformed(format!("body is not a valid protobuf message: {error}"))),
+        Encoding::Binary => T::decode(body).map_err(|error| {
+            ApiError::malformed(format!("body is not a valid protobuf message: {error}"))
+        }),
         Encoding::Json if body.iter().all(u8::is_ascii_whitespace) => Ok(T::default()),
-        Encoding::Json => serde_json::from_slice(body)
-            .map_err(|error| ApiError::malformed(format!("body is not valid proto3 JSON: {error}"))),
+        Encoding::Json => serde_json::from_slice(body).map_err(|error| {
+            ApiError::malformed(format!("body is not valid proto3 JSON: {error}"))
+        }),
     }
 }
 
@@ -122,17 +124,37 @@ mod tests {
 
     fn format_of(content_type: &str) -> Result<BodyFormat, ApiError> {
         let mut headers = HeaderMap::new();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(content_type).unwrap());
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_str(content_type).unwrap(),
+        );
         BodyFormat::from_headers(&headers, BINARY)
     }
 
     #[test]
     fn media_types_select_encodings_and_ignore_parameters() {
-        assert_eq!(format_of("application/json; charset=utf-8").unwrap().encoding, Encoding::Json);
-        assert_eq!(format_of("Application/X-Protobuf").unwrap().media_type, "application/x-protobuf");
-        assert_eq!(format_of("application/proto").unwrap().encoding, Encoding::Binary);
-        assert_eq!(format_of("text/x-protobuf").unwrap_err().kind, ErrorKind::UnsupportedMediaType);
-        assert_eq!(BodyFormat::from_headers(&HeaderMap::new(), BINARY).unwrap(), BINARY);
+        assert_eq!(
+            format_of("application/json; charset=utf-8")
+                .unwrap()
+                .encoding,
+            Encoding::Json
+        );
+        assert_eq!(
+            format_of("Application/X-Protobuf").unwrap().media_type,
+            "application/x-protobuf"
+        );
+        assert_eq!(
+            format_of("application/proto").unwrap().encoding,
+            Encoding::Binary
+        );
+        assert_eq!(
+            format_of("text/x-protobuf").unwrap_err().kind,
+            ErrorKind::UnsupportedMediaType
+        );
+        assert_eq!(
+            BodyFormat::from_headers(&HeaderMap::new(), BINARY).unwrap(),
+            BINARY
+        );
     }
 
     #[test]
@@ -142,20 +164,32 @@ mod tests {
             expired_tasks: vec![u64::MAX],
         };
         let json = String::from_utf8(encode(Encoding::Json, &response).unwrap()).unwrap();
-        assert_eq!(json, r#"{"acceptableTokens":["t"],"expiredTasks":["18446744073709551615"]}"#);
+        assert_eq!(
+            json,
+            r#"{"acceptableTokens":["t"],"expiredTasks":["18446744073709551615"]}"#
+        );
 
-        let snake: pb::KeepTaskAliveRequest =
-            decode(Encoding::Json, br#"{"task_grant_ids":[1,"2"],"next_keep_alive_in_ms":5}"#).unwrap();
-        let camel: pb::KeepTaskAliveRequest =
-            decode(Encoding::Json, br#"{"taskGrantIds":["1",2],"nextKeepAliveInMs":5,"future":true}"#).unwrap();
+        let snake: pb::KeepTaskAliveRequest = decode(
+            Encoding::Json,
+            br#"{"task_grant_ids":[1,"2"],"next_keep_alive_in_ms":5}"#,
+        )
+        .unwrap();
+        let camel: pb::KeepTaskAliveRequest = decode(
+            Encoding::Json,
+            br#"{"taskGrantIds":["1",2],"nextKeepAliveInMs":5,"future":true}"#,
+        )
+        .unwrap();
         assert_eq!(snake, camel);
         assert_eq!(snake.task_grant_ids, vec![1, 2]);
     }
 
     #[test]
     fn enums_decode_by_name_or_number() {
-        let by_name: pb::HeartbeatRequest =
-            decode(Encoding::Json, br#"{"servantPriority":"SERVANT_PRIORITY_DEDICATED"}"#).unwrap();
+        let by_name: pb::HeartbeatRequest = decode(
+            Encoding::Json,
+            br#"{"servantPriority":"SERVANT_PRIORITY_DEDICATED"}"#,
+        )
+        .unwrap();
         let by_number: pb::HeartbeatRequest =
             decode(Encoding::Json, br#"{"servantPriority":1}"#).unwrap();
         assert_eq!(by_name.servant_priority, 1);
@@ -164,7 +198,10 @@ mod tests {
 
     #[test]
     fn bad_bodies_are_malformed_requests() {
-        let truncated = &pb::GetConfigRequest { token: "abc".into() }.encode_to_vec()[..3];
+        let truncated = &pb::GetConfigRequest {
+            token: "abc".into(),
+        }
+        .encode_to_vec()[..3];
         for (encoding, body) in [
             (Encoding::Binary, truncated),
             (Encoding::Json, &b"{not json"[..]),

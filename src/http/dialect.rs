@@ -127,7 +127,9 @@ async fn serve(
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let format = BodyFormat::from_headers(&parts.headers, dialect.default_format());
-    let encoding = format.as_ref().map_or(Encoding::Binary, |format| format.encoding);
+    let encoding = format
+        .as_ref()
+        .map_or(Encoding::Binary, |format| format.encoding);
     let method_label = method.as_ref().map_or("unknown", |method| method.name());
     let outcome = async {
         if parts.method != HttpMethod::POST {
@@ -151,12 +153,14 @@ async fn serve(
         // The deadline covers reading the body too: a client that stalls
         // mid-body gets its timeout answer instead of holding the call open.
         let payload = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, call).await.map_err(|_| {
-                ApiError::new(
-                    ErrorKind::DeadlineExceeded,
-                    format!("{method} did not finish before the caller's deadline"),
-                )
-            })??,
+            Some(deadline) => tokio::time::timeout_at(deadline, call)
+                .await
+                .map_err(|_| {
+                    ApiError::new(
+                        ErrorKind::DeadlineExceeded,
+                        format!("{method} did not finish before the caller's deadline"),
+                    )
+                })??,
             None => call.await?,
         };
         Ok((method, format, payload))
@@ -165,18 +169,18 @@ async fn serve(
     let response = match outcome {
         Ok((_, format, payload)) => (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, HeaderValue::from_static(format.media_type))],
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(format.media_type),
+            )],
             payload,
         )
             .into_response(),
         Err(error) => error.into_response(),
     };
-    state.metrics.observe_rpc(
-        method_label,
-        encoding,
-        response.status(),
-        started.elapsed(),
-    );
+    state
+        .metrics
+        .observe_rpc(method_label, encoding, response.status(), started.elapsed());
     response
 }
 
@@ -212,7 +216,10 @@ pub async fn dispatch(
 
 /// Compressed request bodies are not supported; saying so beats a decode error.
 fn reject_content_encoding(headers: &HeaderMap) -> Result<(), ApiError> {
-    for name in [header::CONTENT_ENCODING, HeaderName::from_static("connect-content-encoding")] {
+    for name in [
+        header::CONTENT_ENCODING,
+        HeaderName::from_static("connect-content-encoding"),
+    ] {
         if let Some(value) = headers.get(&name)
             && !value.as_bytes().eq_ignore_ascii_case(b"identity")
         {
@@ -245,7 +252,11 @@ fn deadline(
     ))
 }
 
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<bytes::Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             ErrorKind::PayloadTooLarge,

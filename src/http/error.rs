@@ -88,9 +88,7 @@ impl ErrorKind {
             ErrorKind::Scheduler(Status::Unknown) | ErrorKind::Internal => {
                 row(StatusCode::INTERNAL_SERVER_ERROR, 99, "internal")
             }
-            ErrorKind::DeadlineExceeded => {
-                row(StatusCode::GATEWAY_TIMEOUT, 3, "deadline_exceeded")
-            }
+            ErrorKind::DeadlineExceeded => row(StatusCode::GATEWAY_TIMEOUT, 3, "deadline_exceeded"),
             ErrorKind::MalformedRequest => row(StatusCode::BAD_REQUEST, 5, "invalid_argument"),
             ErrorKind::UnsupportedMediaType => {
                 row(StatusCode::UNSUPPORTED_MEDIA_TYPE, 5, "invalid_argument")
@@ -98,9 +96,7 @@ impl ErrorKind {
             ErrorKind::PayloadTooLarge => {
                 row(StatusCode::PAYLOAD_TOO_LARGE, 5, "resource_exhausted")
             }
-            ErrorKind::MethodNotAllowed => {
-                row(StatusCode::METHOD_NOT_ALLOWED, 5, "unimplemented")
-            }
+            ErrorKind::MethodNotAllowed => row(StatusCode::METHOD_NOT_ALLOWED, 5, "unimplemented"),
             ErrorKind::ServiceNotFound => row(StatusCode::NOT_FOUND, 9, "unimplemented"),
             ErrorKind::MethodNotFound => row(StatusCode::NOT_FOUND, 10, "unimplemented"),
         }
@@ -230,6 +226,29 @@ mod tests {
             } else {
                 assert!(kind.wire().rpc_code < 1000, "{kind:?}");
             }
+        }
+    }
+
+    #[test]
+    fn the_readme_error_table_is_this_table() {
+        let readme = include_str!("../../README.md");
+        for kind in ErrorKind::ALL {
+            let wire = kind.wire();
+            let row = format!(
+                "| {} | {} | {} |",
+                wire.http_status.as_u16(),
+                wire.rpc_code,
+                wire.connect_code
+            );
+            let named = kind.status_name().is_none_or(|name| {
+                readme
+                    .lines()
+                    .any(|line| line.contains(name) && line.ends_with(&row))
+            });
+            assert!(
+                readme.contains(&row) && named,
+                "README lacks {kind:?}: {row}"
+            );
         }
     }
 

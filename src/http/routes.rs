@@ -129,6 +129,7 @@ pub fn app(state: AppState) -> Router {
         .merge(rpc)
         .merge(operations)
         .merge(people)
+        .merge(crate::openapi::router())
         .fallback(fallback)
         .layer(middleware::from_fn(log_request))
         .with_state(state)

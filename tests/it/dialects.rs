@@ -20,7 +20,13 @@ fn path(route: Route, method: &str) -> String {
 }
 
 /// Posts a JSON body with the given content type; returns status and JSON.
-async fn post_json(server: &Server, route: Route, method: &str, content_type: &str, body: Value) -> (u16, Value, String) {
+async fn post_json(
+    server: &Server,
+    route: Route,
+    method: &str,
+    content_type: &str,
+    body: Value,
+) -> (u16, Value, String) {
     let response = http_client()
         .post(server.url(&path(route, method)))
         .header("content-type", content_type)
@@ -29,13 +35,26 @@ async fn post_json(server: &Server, route: Route, method: &str, content_type: &s
         .await
         .expect("send");
     let status = response.status().as_u16();
-    let echoed = response.headers()["content-type"].to_str().unwrap().to_owned();
+    let echoed = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     let text = response.text().await.expect("body");
-    let value = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).expect("JSON answer") };
+    let value = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).expect("JSON answer")
+    };
     (status, value, echoed)
 }
 
-async fn post_binary<T: Message + Default>(server: &Server, route: Route, method: &str, content_type: &str, message: &impl Message) -> (u16, T, String) {
+async fn post_binary<T: Message + Default>(
+    server: &Server,
+    route: Route,
+    method: &str,
+    content_type: &str,
+    message: &impl Message,
+) -> (u16, T, String) {
     let response = http_client()
         .post(server.url(&path(route, method)))
         .header("content-type", content_type)
@@ -44,7 +63,10 @@ async fn post_binary<T: Message + Default>(server: &Server, route: Route, method
         .await
         .expect("send");
     let status = response.status().as_u16();
-    let echoed = response.headers()["content-type"].to_str().unwrap().to_owned();
+    let echoed = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     let bytes = response.bytes().await.expect("body");
     (status, T::decode(bytes).unwrap_or_default(), echoed)
 }
@@ -52,22 +74,44 @@ async fn post_binary<T: Message + Default>(server: &Server, route: Route, method
 #[tokio::test]
 async fn every_rpc_works_in_json_on_both_route_styles() {
     for route in [Route::HttpPb, Route::Connect] {
-        for content_type in ["application/json", "application/json; charset=utf-8", "application/x-proto3-json"] {
+        for content_type in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "application/x-proto3-json",
+        ] {
             let server = Server::start().await;
             let context = format!("{route:?} {content_type}");
             // snake_case in (as the original framework's JSON), camelCase out.
-            let (status, reply, echoed) = post_json(&server, route, "Heartbeat", content_type, json!({
-                "token": SERVANT_TOKEN, "next_heartbeat_in_ms": 10000, "version": 1,
-                "location": "127.0.0.1:8335", "num_processors": 8, "capacity": 4,
-                "servant_priority": "SERVANT_PRIORITY_DEDICATED",
-                "env_descs": [{"compiler_digest": DIGEST}],
-                "totalMemoryInBytes": "0", "memory_available_in_bytes": 0
-            })).await;
+            let (status, reply, echoed) = post_json(
+                &server,
+                route,
+                "Heartbeat",
+                content_type,
+                json!({
+                    "token": SERVANT_TOKEN, "next_heartbeat_in_ms": 10000, "version": 1,
+                    "location": "127.0.0.1:8335", "num_processors": 8, "capacity": 4,
+                    "servant_priority": "SERVANT_PRIORITY_DEDICATED",
+                    "env_descs": [{"compiler_digest": DIGEST}],
+                    "totalMemoryInBytes": "0", "memory_available_in_bytes": 0
+                }),
+            )
+            .await;
             assert_eq!(status, 200, "{context}: {reply}");
             assert_eq!(echoed, content_type.split(';').next().unwrap(), "{context}");
-            assert_eq!(reply["acceptableTokens"].as_array().map(Vec::len), Some(3), "{context}");
+            assert_eq!(
+                reply["acceptableTokens"].as_array().map(Vec::len),
+                Some(3),
+                "{context}"
+            );
 
-            let (status, reply, _) = post_json(&server, route, "GetConfig", content_type, json!({"token": USER_TOKEN})).await;
+            let (status, reply, _) = post_json(
+                &server,
+                route,
+                "GetConfig",
+                content_type,
+                json!({"token": USER_TOKEN}),
+            )
+            .await;
             assert_eq!(status, 200, "{context}");
             let token = reply["servingDaemonToken"].as_str().expect("token");
             assert!(reply["acceptableTokens"].is_null());
@@ -80,7 +124,15 @@ async fn every_rpc_works_in_json_on_both_route_styles() {
             assert_eq!(status, 200, "{context}: {reply}");
             let grants = reply["grants"].as_array().expect("grants");
             assert_eq!(grants.len(), 2, "{context}");
-            let ids: Vec<String> = grants.iter().map(|grant| grant["taskGrantId"].as_str().expect("64-bit ids are strings").to_owned()).collect();
+            let ids: Vec<String> = grants
+                .iter()
+                .map(|grant| {
+                    grant["taskGrantId"]
+                        .as_str()
+                        .expect("64-bit ids are strings")
+                        .to_owned()
+                })
+                .collect();
             assert_eq!(grants[0]["servantLocation"], "127.0.0.1:8335");
 
             // 64-bit ids are accepted as strings and as numbers.
@@ -91,11 +143,19 @@ async fn every_rpc_works_in_json_on_both_route_styles() {
             assert_eq!(status, 200, "{context}: {reply}");
             assert_eq!(reply["statuses"], json!([true, true, false]), "{context}");
 
-            let (status, reply, _) = post_json(&server, route, "GetRunningTasks", content_type, json!({})).await;
+            let (status, reply, _) =
+                post_json(&server, route, "GetRunningTasks", content_type, json!({})).await;
             assert_eq!(status, 200, "{context}");
             assert_eq!(reply, json!({}), "no servant reported a task yet");
 
-            let (status, reply, _) = post_json(&server, route, "FreeTask", content_type, json!({"token": USER_TOKEN, "taskGrantIds": ids})).await;
+            let (status, reply, _) = post_json(
+                &server,
+                route,
+                "FreeTask",
+                content_type,
+                json!({"token": USER_TOKEN, "taskGrantIds": ids}),
+            )
+            .await;
             assert_eq!((status, reply), (200, json!({})), "{context}");
             assert_eq!(server.engine.snapshot().totals.grants, 0, "{context}");
             server.stop().await;
@@ -106,34 +166,89 @@ async fn every_rpc_works_in_json_on_both_route_styles() {
 #[tokio::test]
 async fn every_rpc_works_in_binary_on_both_route_styles() {
     for route in [Route::HttpPb, Route::Connect] {
-        for content_type in ["application/x-protobuf", "application/protobuf", "application/proto", "application/octet-stream"] {
+        for content_type in [
+            "application/x-protobuf",
+            "application/protobuf",
+            "application/proto",
+            "application/octet-stream",
+        ] {
             let server = Server::start().await;
             let context = format!("{route:?} {content_type}");
-            let (status, reply, echoed): (_, pb::HeartbeatResponse, _) =
-                post_binary(&server, route, "Heartbeat", content_type, &heartbeat("127.0.0.1:8335", 4)).await;
+            let (status, reply, echoed): (_, pb::HeartbeatResponse, _) = post_binary(
+                &server,
+                route,
+                "Heartbeat",
+                content_type,
+                &heartbeat("127.0.0.1:8335", 4),
+            )
+            .await;
             assert_eq!((status, echoed.as_str()), (200, content_type), "{context}");
             assert_eq!(reply.acceptable_tokens.len(), 3);
 
-            let (status, config, _): (_, pb::GetConfigResponse, _) =
-                post_binary(&server, route, "GetConfig", content_type, &pb::GetConfigRequest { token: USER_TOKEN.into() }).await;
+            let (status, config, _): (_, pb::GetConfigResponse, _) = post_binary(
+                &server,
+                route,
+                "GetConfig",
+                content_type,
+                &pb::GetConfigRequest {
+                    token: USER_TOKEN.into(),
+                },
+            )
+            .await;
             assert_eq!(status, 200);
-            assert!(reply.acceptable_tokens.contains(&config.serving_daemon_token), "the active token is acceptable");
+            assert!(
+                reply
+                    .acceptable_tokens
+                    .contains(&config.serving_daemon_token),
+                "the active token is acceptable"
+            );
 
-            let (status, granted, _): (_, pb::WaitForStartingTaskResponse, _) =
-                post_binary(&server, route, "WaitForStartingTask", content_type, &wait_request(1000, 1, 0)).await;
+            let (status, granted, _): (_, pb::WaitForStartingTaskResponse, _) = post_binary(
+                &server,
+                route,
+                "WaitForStartingTask",
+                content_type,
+                &wait_request(1000, 1, 0),
+            )
+            .await;
             assert_eq!((status, granted.grants.len()), (200, 1), "{context}");
             let id = granted.grants[0].task_grant_id;
 
-            let (status, renewed, _): (_, pb::KeepTaskAliveResponse, _) = post_binary(&server, route, "KeepTaskAlive", content_type,
-                &pb::KeepTaskAliveRequest { token: USER_TOKEN.into(), task_grant_ids: vec![id], next_keep_alive_in_ms: 10_000 }).await;
+            let (status, renewed, _): (_, pb::KeepTaskAliveResponse, _) = post_binary(
+                &server,
+                route,
+                "KeepTaskAlive",
+                content_type,
+                &pb::KeepTaskAliveRequest {
+                    token: USER_TOKEN.into(),
+                    task_grant_ids: vec![id],
+                    next_keep_alive_in_ms: 10_000,
+                },
+            )
+            .await;
             assert_eq!((status, renewed.statuses), (200, vec![true]));
 
-            let (status, _, _): (_, pb::GetRunningTasksResponse, _) =
-                post_binary(&server, route, "GetRunningTasks", content_type, &pb::GetRunningTasksRequest {}).await;
+            let (status, _, _): (_, pb::GetRunningTasksResponse, _) = post_binary(
+                &server,
+                route,
+                "GetRunningTasks",
+                content_type,
+                &pb::GetRunningTasksRequest {},
+            )
+            .await;
             assert_eq!(status, 200);
 
-            let (status, _, _): (_, pb::FreeTaskResponse, _) = post_binary(&server, route, "FreeTask", content_type,
-                &pb::FreeTaskRequest { token: USER_TOKEN.into(), task_grant_ids: vec![id] }).await;
+            let (status, _, _): (_, pb::FreeTaskResponse, _) = post_binary(
+                &server,
+                route,
+                "FreeTask",
+                content_type,
+                &pb::FreeTaskRequest {
+                    token: USER_TOKEN.into(),
+                    task_grant_ids: vec![id],
+                },
+            )
+            .await;
             assert_eq!(status, 200);
             assert_eq!(server.engine.snapshot().totals.grants, 0, "{context}");
             server.stop().await;
@@ -144,12 +259,22 @@ async fn every_rpc_works_in_binary_on_both_route_styles() {
 #[tokio::test]
 async fn connect_errors_carry_code_and_message_in_the_body() {
     let server = Server::start().await;
-    let (status, body, content_type) =
-        post_json(&server, Route::Connect, "GetConfig", "application/json", json!({"token": "nope"})).await;
+    let (status, body, content_type) = post_json(
+        &server,
+        Route::Connect,
+        "GetConfig",
+        "application/json",
+        json!({"token": "nope"}),
+    )
+    .await;
     assert_eq!(status, 403);
     assert_eq!(content_type, "application/json");
     assert_eq!(body["code"], "permission_denied");
-    assert!(body["message"].as_str().is_some_and(|message| !message.is_empty()));
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|message| !message.is_empty())
+    );
     assert_eq!(body["rpcErrorCode"], 1003);
     assert_eq!(body["status"], "STATUS_ACCESS_DENIED");
     server.stop().await;
@@ -158,8 +283,14 @@ async fn connect_errors_carry_code_and_message_in_the_body() {
 #[tokio::test]
 async fn unknown_json_fields_are_ignored_and_nulls_of_messages_accepted() {
     let server = Server::start().await;
-    let (status, body, _) = post_json(&server, Route::HttpPb, "GetConfig", "application/json",
-        json!({"token": USER_TOKEN, "someFutureField": {"x": 1}})).await;
+    let (status, body, _) = post_json(
+        &server,
+        Route::HttpPb,
+        "GetConfig",
+        "application/json",
+        json!({"token": USER_TOKEN, "someFutureField": {"x": 1}}),
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     server.stop().await;
 }

@@ -45,24 +45,55 @@ fn trigger(kind: ErrorKind, path: &str) -> Option<Vec<u8>> {
         bytes.extend_from_slice(body);
         bytes
     };
-    let binary = |method: &str, message: &dyn Fn() -> Vec<u8>| post(method, "application/x-protobuf", &message());
+    let binary = |method: &str, message: &dyn Fn() -> Vec<u8>| {
+        post(method, "application/x-protobuf", &message())
+    };
     use pb::Status;
     Some(match kind {
-        ErrorKind::Scheduler(Status::NoQuotaAvailable) => binary("WaitForStartingTask", &|| wait_request(0, 1, 0).encode_to_vec()),
-        ErrorKind::Scheduler(Status::AccessDenied) => binary("FreeTask", &|| pb::FreeTaskRequest { token: "bad".into(), task_grant_ids: vec![] }.encode_to_vec()),
-        ErrorKind::Scheduler(Status::InvalidArgument) => binary("Heartbeat", &|| pb::HeartbeatRequest { location: "nowhere".into(), ..servant(5) }.encode_to_vec()),
-        ErrorKind::Scheduler(Status::VersionTooOld) => binary("Heartbeat", &|| servant(4).encode_to_vec()),
-        ErrorKind::Scheduler(Status::EnvironmentNotAvailable) => binary("WaitForStartingTask", &|| pb::WaitForStartingTaskRequest {
-            env_desc: Some(pb::EnvironmentDesc { compiler_digest: "nobody-has-this".into() }),
-            ..wait_request(1000, 1, 0)
-        }.encode_to_vec()),
+        ErrorKind::Scheduler(Status::NoQuotaAvailable) => binary("WaitForStartingTask", &|| {
+            wait_request(0, 1, 0).encode_to_vec()
+        }),
+        ErrorKind::Scheduler(Status::AccessDenied) => binary("FreeTask", &|| {
+            pb::FreeTaskRequest {
+                token: "bad".into(),
+                task_grant_ids: vec![],
+            }
+            .encode_to_vec()
+        }),
+        ErrorKind::Scheduler(Status::InvalidArgument) => binary("Heartbeat", &|| {
+            pb::HeartbeatRequest {
+                location: "nowhere".into(),
+                ..servant(5)
+            }
+            .encode_to_vec()
+        }),
+        ErrorKind::Scheduler(Status::VersionTooOld) => {
+            binary("Heartbeat", &|| servant(4).encode_to_vec())
+        }
+        ErrorKind::Scheduler(Status::EnvironmentNotAvailable) => {
+            binary("WaitForStartingTask", &|| {
+                pb::WaitForStartingTaskRequest {
+                    env_desc: Some(pb::EnvironmentDesc {
+                        compiler_digest: "nobody-has-this".into(),
+                    }),
+                    ..wait_request(1000, 1, 0)
+                }
+                .encode_to_vec()
+            })
+        }
         ErrorKind::DeadlineExceeded => {
             // Headers promise a body that never comes.
             format!("POST {path}GetConfig HTTP/1.1\r\nRpc-Timeout: 200\r\nConnect-Timeout-Ms: 200\r\nContent-Type: application/x-protobuf\r\nContent-Length: 50\r\n\r\n").into_bytes()
         }
-        ErrorKind::MalformedRequest => post("GetConfig", "application/x-protobuf", &[0x0a, 0x05, b'a']),
+        ErrorKind::MalformedRequest => {
+            post("GetConfig", "application/x-protobuf", &[0x0a, 0x05, b'a'])
+        }
         ErrorKind::UnsupportedMediaType => post("GetConfig", "text/x-protobuf", b"token: \"x\""),
-        ErrorKind::PayloadTooLarge => post("Heartbeat", "application/x-protobuf", &vec![0u8; BODY_LIMIT + 1]),
+        ErrorKind::PayloadTooLarge => post(
+            "Heartbeat",
+            "application/x-protobuf",
+            &vec![0u8; BODY_LIMIT + 1],
+        ),
         ErrorKind::MethodNotAllowed => format!("GET {path}GetConfig HTTP/1.1\r\n\r\n").into_bytes(),
         ErrorKind::MethodNotFound => binary("NoSuchMethod", &Vec::new),
         ErrorKind::ServiceNotFound => {
@@ -71,7 +102,9 @@ fn trigger(kind: ErrorKind, path: &str) -> Option<Vec<u8>> {
         }
         // Not reachable by a client: no RPC of this server is unimplemented,
         // and Internal/Unknown are bugs. Their rows are checked in unit tests.
-        ErrorKind::Scheduler(Status::NotImplemented | Status::Unknown) | ErrorKind::Internal => return None,
+        ErrorKind::Scheduler(Status::NotImplemented | Status::Unknown) | ErrorKind::Internal => {
+            return None;
+        }
     })
 }
 
@@ -87,20 +120,41 @@ async fn every_reachable_error_row_is_what_the_table_says() {
     let mut checked = 0;
     for path in [format!("/rpc/{SERVICE}."), format!("/{SERVICE}/")] {
         for kind in ErrorKind::ALL {
-            let Some(request) = trigger(kind, &path) else { continue };
+            let Some(request) = trigger(kind, &path) else {
+                continue;
+            };
             let mut connection = RawConnection::open(server.addr).await;
             connection.send(&request).await;
             let response = connection.read_response().await;
             let wire = kind.wire();
             let context = format!("{kind:?} on {path}");
             assert_eq!(response.status, wire.http_status.as_u16(), "{context}");
-            assert_eq!(response.header("rpc-error-code"), Some(wire.rpc_code.to_string().as_str()), "{context}");
-            assert!(response.header("rpc-error-reason").is_some_and(|reason| !reason.is_empty()), "{context}");
-            assert_eq!(response.header("content-type"), Some("application/json"), "{context}");
-            let body: serde_json::Value = serde_json::from_slice(&response.body).expect("JSON error body");
+            assert_eq!(
+                response.header("rpc-error-code"),
+                Some(wire.rpc_code.to_string().as_str()),
+                "{context}"
+            );
+            assert!(
+                response
+                    .header("rpc-error-reason")
+                    .is_some_and(|reason| !reason.is_empty()),
+                "{context}"
+            );
+            assert_eq!(
+                response.header("content-type"),
+                Some("application/json"),
+                "{context}"
+            );
+            let body: serde_json::Value =
+                serde_json::from_slice(&response.body).expect("JSON error body");
             assert_eq!(body["code"], wire.connect_code, "{context}");
             assert_eq!(body["rpcErrorCode"], wire.rpc_code, "{context}");
-            assert!(body["message"].as_str().is_some_and(|message| !message.is_empty()), "{context}");
+            assert!(
+                body["message"]
+                    .as_str()
+                    .is_some_and(|message| !message.is_empty()),
+                "{context}"
+            );
             if kind == ErrorKind::MethodNotAllowed {
                 assert_eq!(response.header("allow"), Some("POST"));
             }
@@ -120,19 +174,41 @@ async fn bad_bodies_get_documented_errors_and_the_server_keeps_serving() {
     let client = http_client();
     let url = server.url(&format!("/rpc/{SERVICE}.Heartbeat"));
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![
-        ("application/x-protobuf", servant(5).encode_to_vec()[..7].to_vec(), 400),
+        (
+            "application/x-protobuf",
+            servant(5).encode_to_vec()[..7].to_vec(),
+            400,
+        ),
         ("application/x-protobuf", vec![0xff; 16], 400),
         ("application/json", b"{\"token\": ".to_vec(), 400),
         ("application/json", b"[1, 2, 3]".to_vec(), 400),
         ("application/json", br#"{"capacity": "lots"}"#.to_vec(), 400),
         ("application/json", br#"{"capacity": -1}"#.to_vec(), 400),
-        ("application/json", br#"{"envDescs": {"compilerDigest": "x"}}"#.to_vec(), 400),
+        (
+            "application/json",
+            br#"{"envDescs": {"compilerDigest": "x"}}"#.to_vec(),
+            400,
+        ),
         ("application/json", vec![b' '; 64 * 1024], 413),
     ];
     for (content_type, body, expected) in cases {
-        let response = client.post(&url).header("content-type", content_type).body(body.clone()).send().await.expect("send");
-        assert_eq!(response.status().as_u16(), expected, "{content_type} {:?}", String::from_utf8_lossy(&body[..body.len().min(40)]));
-        let code = response.headers()["rpc-error-code"].to_str().unwrap().to_owned();
+        let response = client
+            .post(&url)
+            .header("content-type", content_type)
+            .body(body.clone())
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(
+            response.status().as_u16(),
+            expected,
+            "{content_type} {:?}",
+            String::from_utf8_lossy(&body[..body.len().min(40)])
+        );
+        let code = response.headers()["rpc-error-code"]
+            .to_str()
+            .unwrap()
+            .to_owned();
         assert_eq!(code, "5");
         // Still serving, on a new request.
         let config = client

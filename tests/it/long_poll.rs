@@ -35,14 +35,29 @@ async fn a_long_poll_does_not_block_other_connections() {
     let server = saturated_server().await;
     let mut waiting = RawConnection::open(server.addr).await;
     waiting
-        .send(&http_pb_request("WaitForStartingTask", 1, &wait_request(8000, 1, 0).encode_to_vec(), &[]))
+        .send(&http_pb_request(
+            "WaitForStartingTask",
+            1,
+            &wait_request(8000, 1, 0).encode_to_vec(),
+            &[],
+        ))
         .await;
     assert!(eventually(|| server.engine.snapshot().totals.waiters == 1).await);
 
     let started = Instant::now();
-    let config = call_raw(server.addr, "GetConfig", &pb::GetConfigRequest { token: USER_TOKEN.into() }).await;
+    let config = call_raw(
+        server.addr,
+        "GetConfig",
+        &pb::GetConfigRequest {
+            token: USER_TOKEN.into(),
+        },
+    )
+    .await;
     assert_eq!(config.status, 200);
-    assert!(started.elapsed() < Duration::from_secs(2), "served while another call waits");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "served while another call waits"
+    );
     server.stop().await;
 }
 
@@ -50,23 +65,38 @@ async fn a_long_poll_does_not_block_other_connections() {
 async fn a_freed_slot_goes_to_the_waiting_call() {
     let server = Server::start().await;
     register_servant(&server, 8335, 1).await;
-    let first: pb::WaitForStartingTaskResponse = call_raw(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await.decode();
+    let first: pb::WaitForStartingTaskResponse =
+        call_raw(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0))
+            .await
+            .decode();
     let mut waiting = RawConnection::open(server.addr).await;
     waiting
-        .send(&http_pb_request("WaitForStartingTask", 2, &wait_request(8000, 1, 0).encode_to_vec(), &[]))
+        .send(&http_pb_request(
+            "WaitForStartingTask",
+            2,
+            &wait_request(8000, 1, 0).encode_to_vec(),
+            &[],
+        ))
         .await;
     assert!(eventually(|| server.engine.snapshot().totals.waiters == 1).await);
-    let freed = call_raw(server.addr, "FreeTask", &pb::FreeTaskRequest {
-        token: USER_TOKEN.into(),
-        task_grant_ids: vec![first.grants[0].task_grant_id],
-    })
+    let freed = call_raw(
+        server.addr,
+        "FreeTask",
+        &pb::FreeTaskRequest {
+            token: USER_TOKEN.into(),
+            task_grant_ids: vec![first.grants[0].task_grant_id],
+        },
+    )
     .await;
     assert_eq!(freed.status, 200);
     let response = waiting.read_response().await;
     assert_eq!(response.status, 200);
     let second: pb::WaitForStartingTaskResponse = response.decode();
     assert_eq!(second.grants.len(), 1);
-    assert_ne!(second.grants[0].task_grant_id, first.grants[0].task_grant_id);
+    assert_ne!(
+        second.grants[0].task_grant_id,
+        first.grants[0].task_grant_id
+    );
     server.stop().await;
 }
 
@@ -75,7 +105,12 @@ async fn a_client_that_disconnects_leaves_the_queue_without_leaking_a_grant() {
     let server = saturated_server().await;
     let mut waiting = RawConnection::open(server.addr).await;
     waiting
-        .send(&http_pb_request("WaitForStartingTask", 1, &wait_request(8000, 1, 0).encode_to_vec(), &[]))
+        .send(&http_pb_request(
+            "WaitForStartingTask",
+            1,
+            &wait_request(8000, 1, 0).encode_to_vec(),
+            &[],
+        ))
         .await;
     assert!(eventually(|| server.engine.snapshot().totals.waiters == 1).await);
     drop(waiting);
@@ -83,7 +118,11 @@ async fn a_client_that_disconnects_leaves_the_queue_without_leaking_a_grant() {
         eventually(|| server.engine.snapshot().totals.waiters == 0).await,
         "the abandoned wait left the queue"
     );
-    assert_eq!(server.engine.snapshot().totals.grants, 1, "no grant was made for the gone client");
+    assert_eq!(
+        server.engine.snapshot().totals.grants,
+        1,
+        "no grant was made for the gone client"
+    );
     server.stop().await;
 }
 
@@ -93,12 +132,20 @@ async fn rpc_timeout_shortens_a_long_poll_to_a_no_quota_answer_in_time() {
     let started = Instant::now();
     let mut connection = RawConnection::open(server.addr).await;
     connection
-        .send(&http_pb_request("WaitForStartingTask", 5, &wait_request(8000, 1, 0).encode_to_vec(), &[("Rpc-Timeout", "300")]))
+        .send(&http_pb_request(
+            "WaitForStartingTask",
+            5,
+            &wait_request(8000, 1, 0).encode_to_vec(),
+            &[("Rpc-Timeout", "300")],
+        ))
         .await;
     let response = connection.read_response().await;
     assert_eq!(response.status, 429);
     assert_eq!(response.header("rpc-error-code"), Some("1001"));
-    assert!(started.elapsed() < Duration::from_millis(2000), "answered near the caller's 300 ms deadline");
+    assert!(
+        started.elapsed() < Duration::from_millis(2000),
+        "answered near the caller's 300 ms deadline"
+    );
     server.stop().await;
 }
 
@@ -107,13 +154,21 @@ async fn shutdown_answers_waiting_calls() {
     let server = saturated_server().await;
     let mut waiting = RawConnection::open(server.addr).await;
     waiting
-        .send(&http_pb_request("WaitForStartingTask", 1, &wait_request(8000, 1, 0).encode_to_vec(), &[]))
+        .send(&http_pb_request(
+            "WaitForStartingTask",
+            1,
+            &wait_request(8000, 1, 0).encode_to_vec(),
+            &[],
+        ))
         .await;
     assert!(eventually(|| server.engine.snapshot().totals.waiters == 1).await);
     let started = Instant::now();
     let stopping = tokio::spawn(server.stop());
     let response = waiting.read_response().await;
-    assert_eq!(response.status, 429, "answered with no quota rather than cut off");
+    assert_eq!(
+        response.status, 429,
+        "answered with no quota rather than cut off"
+    );
     assert!(started.elapsed() < Duration::from_secs(5));
     drop(waiting);
     stopping.await.expect("server drained");

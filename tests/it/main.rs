@@ -1,8 +1,12 @@
 //! Integration tests: the real server on real sockets, one test binary.
 
+mod browser;
+mod dashboard;
 mod dialects;
 mod errors;
 mod long_poll;
+mod openapi;
 mod operations;
+mod sim;
 mod support;
 mod wire;

@@ -19,12 +19,26 @@ async fn health_and_readiness_answer() {
 async fn metrics_count_requests_and_show_the_cluster() {
     let server = Server::start().await;
     register_servant(&server, 8335, 4).await;
-    let denied = call_raw(server.addr, "GetConfig", &pb::GetConfigRequest { token: "x".into() }).await;
+    let denied = call_raw(
+        server.addr,
+        "GetConfig",
+        &pb::GetConfigRequest { token: "x".into() },
+    )
+    .await;
     assert_eq!(denied.status, 403);
 
-    let response = http_client().get(server.url("/metrics")).send().await.expect("scrape");
+    let response = http_client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("scrape");
     assert_eq!(response.status().as_u16(), 200);
-    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
     let text = response.text().await.unwrap();
     assert!(
         text.contains(r#"yadcc_scheduler_rpc_requests_total{method="Heartbeat",encoding="binary",code="200"} 1"#),
@@ -32,8 +46,14 @@ async fn metrics_count_requests_and_show_the_cluster() {
     );
     assert!(text.contains(r#"yadcc_scheduler_rpc_requests_total{method="GetConfig",encoding="binary",code="403"} 1"#), "{text}");
     assert!(text.contains("yadcc_scheduler_servants_up 1"), "{text}");
-    assert!(text.contains("yadcc_scheduler_capacity_available 4"), "{text}");
-    assert!(text.contains("yadcc_scheduler_rpc_duration_seconds_bucket"), "{text}");
+    assert!(
+        text.contains("yadcc_scheduler_capacity_available 4"),
+        "{text}"
+    );
+    assert!(
+        text.contains("yadcc_scheduler_rpc_duration_seconds_bucket"),
+        "{text}"
+    );
     assert!(text.trim_end().ends_with("# EOF"));
     server.stop().await;
 }

@@ -249,7 +249,12 @@ impl RawConnection {
 
 /// A request exactly as the original `http+pb` client writes it: no Host
 /// header, sequence number, binary body.
-pub fn http_pb_request(method: &str, seq_no: u64, body: &[u8], extra_headers: &[(&str, &str)]) -> Vec<u8> {
+pub fn http_pb_request(
+    method: &str,
+    seq_no: u64,
+    body: &[u8],
+    extra_headers: &[(&str, &str)],
+) -> Vec<u8> {
     let mut head = format!(
         "POST /rpc/{SERVICE}.{method} HTTP/1.1\r\nRpc-SeqNo: {seq_no}\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\n",
         body.len()
@@ -280,7 +285,12 @@ pub async fn register_servant(server: &Server, port: u16, capacity: u32) {
         &heartbeat(&servant_location("127.0.0.1", port), capacity),
     )
     .await;
-    assert_eq!(response.status, 200, "{:?}", String::from_utf8_lossy(&response.body));
+    assert_eq!(
+        response.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&response.body)
+    );
 }
 
 pub fn http_client() -> reqwest::Client {

@@ -12,19 +12,31 @@ async fn original_client_request_without_host_gets_length_seq_no_and_protobuf() 
     let mut connection = RawConnection::open(server.addr).await;
     let body = heartbeat(&servant_location("127.0.0.1", 8335), 8).encode_to_vec();
     connection
-        .send(&http_pb_request("Heartbeat", 17, &body, &[("Rpc-Timeout", "10000")]))
+        .send(&http_pb_request(
+            "Heartbeat",
+            17,
+            &body,
+            &[("Rpc-Timeout", "10000")],
+        ))
         .await;
     let response = connection.read_response().await;
 
     assert_eq!(response.status, 200);
     assert_eq!(response.header("rpc-seqno"), Some("17"));
-    assert_eq!(response.header("content-type"), Some("application/x-protobuf"));
+    assert_eq!(
+        response.header("content-type"),
+        Some("application/x-protobuf")
+    );
     assert_eq!(
         response.header("content-length"),
         Some(response.body.len().to_string().as_str())
     );
     let reply: pb::HeartbeatResponse = response.decode();
-    assert_eq!(reply.acceptable_tokens.len(), 3, "expiring, active and next token");
+    assert_eq!(
+        reply.acceptable_tokens.len(),
+        3,
+        "expiring, active and next token"
+    );
     assert!(reply.expired_tasks.is_empty());
     server.stop().await;
 }
@@ -41,9 +53,24 @@ async fn pipelined_requests_on_one_connection_are_answered_in_order() {
     };
     let heartbeat = heartbeat(&servant_location("127.0.0.1", 8335), 8);
     let mut burst = http_pb_request("GetConfig", 1, &config.encode_to_vec(), &[]);
-    burst.extend(http_pb_request("Heartbeat", 2, &heartbeat.encode_to_vec(), &[]));
-    burst.extend(http_pb_request("GetConfig", 3, &denied.encode_to_vec(), &[]));
-    burst.extend(http_pb_request("GetConfig", 4, &config.encode_to_vec(), &[]));
+    burst.extend(http_pb_request(
+        "Heartbeat",
+        2,
+        &heartbeat.encode_to_vec(),
+        &[],
+    ));
+    burst.extend(http_pb_request(
+        "GetConfig",
+        3,
+        &denied.encode_to_vec(),
+        &[],
+    ));
+    burst.extend(http_pb_request(
+        "GetConfig",
+        4,
+        &config.encode_to_vec(),
+        &[],
+    ));
     connection.send(&burst).await;
 
     let mut seen = Vec::new();
@@ -81,9 +108,17 @@ async fn failures_are_non_200_with_rpc_error_code_and_a_one_line_reason() {
     assert_eq!(denied.header("rpc-error-code"), Some("1003"));
     let reason = denied.header("rpc-error-reason").expect("a reason");
     assert!(!reason.is_empty() && !reason.contains('\r') && !reason.contains('\n'));
-    assert!(!reason.contains("wrong"), "tokens never echo back: {reason}");
+    assert!(
+        !reason.contains("wrong"),
+        "tokens never echo back: {reason}"
+    );
 
-    let unknown_method = call_raw(server.addr, "NotifyTaskStart", &pb::GetConfigRequest::default()).await;
+    let unknown_method = call_raw(
+        server.addr,
+        "NotifyTaskStart",
+        &pb::GetConfigRequest::default(),
+    )
+    .await;
     assert_eq!(unknown_method.status, 404);
     assert_eq!(unknown_method.header("rpc-error-code"), Some("10"));
     server.stop().await;
@@ -94,12 +129,19 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
     let server = Server::start().await;
     register_servant(&server, 8335, 4).await;
 
-    let granted: pb::WaitForStartingTaskResponse =
-        call_raw(server.addr, "WaitForStartingTask", &wait_request(1000, 2, 1))
-            .await
-            .decode();
+    let granted: pb::WaitForStartingTaskResponse = call_raw(
+        server.addr,
+        "WaitForStartingTask",
+        &wait_request(1000, 2, 1),
+    )
+    .await
+    .decode();
     assert_eq!(granted.grants.len(), 3, "two immediate and one prefetch");
-    let ids: Vec<u64> = granted.grants.iter().map(|grant| grant.task_grant_id).collect();
+    let ids: Vec<u64> = granted
+        .grants
+        .iter()
+        .map(|grant| grant.task_grant_id)
+        .collect();
     assert!(ids.iter().all(|id| *id != 0), "grant ids are never 0");
     assert!(
         granted
@@ -116,12 +158,18 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
         task_digest: "task-a".into(),
     }];
     let reply: pb::HeartbeatResponse = call_raw(server.addr, "Heartbeat", &servant).await.decode();
-    assert!(reply.expired_tasks.is_empty(), "a granted task is not expired");
+    assert!(
+        reply.expired_tasks.is_empty(),
+        "a granted task is not expired"
+    );
 
-    let running: pb::GetRunningTasksResponse =
-        call_raw(server.addr, "GetRunningTasks", &pb::GetRunningTasksRequest {})
-            .await
-            .decode();
+    let running: pb::GetRunningTasksResponse = call_raw(
+        server.addr,
+        "GetRunningTasks",
+        &pb::GetRunningTasksRequest {},
+    )
+    .await
+    .decode();
     assert_eq!(running.running_tasks.len(), 1);
     assert_eq!(running.running_tasks[0].task_grant_id, ids[0]);
     assert_eq!(running.running_tasks[0].servant_location, "127.0.0.1:8335");
@@ -173,17 +221,23 @@ async fn self_avoidance_and_nat_use_the_observed_socket_address() {
     for ip in ["127.0.0.2", "127.0.0.3"] {
         let mut connection = RawConnection::open_from(server.addr, Some(ip.parse().unwrap())).await;
         let body = heartbeat(&servant_location(ip, 8335), 4).encode_to_vec();
-        connection.send(&http_pb_request("Heartbeat", 1, &body, &[])).await;
+        connection
+            .send(&http_pb_request("Heartbeat", 1, &body, &[]))
+            .await;
         assert_eq!(connection.read_response().await.status, 200);
     }
     // A machine behind NAT: it reports an address the scheduler does not see.
-    let mut natted = RawConnection::open_from(server.addr, Some("127.0.0.4".parse().unwrap())).await;
+    let mut natted =
+        RawConnection::open_from(server.addr, Some("127.0.0.4".parse().unwrap())).await;
     let body = heartbeat("10.20.30.40:8335", 4).encode_to_vec();
-    natted.send(&http_pb_request("Heartbeat", 1, &body, &[])).await;
+    natted
+        .send(&http_pb_request("Heartbeat", 1, &body, &[]))
+        .await;
     assert_eq!(natted.read_response().await.status, 200);
 
     // The delegate on 127.0.0.2 is sent to the other machine.
-    let mut delegate = RawConnection::open_from(server.addr, Some("127.0.0.2".parse().unwrap())).await;
+    let mut delegate =
+        RawConnection::open_from(server.addr, Some("127.0.0.2".parse().unwrap())).await;
     let body = wait_request(1000, 1, 0).encode_to_vec();
     delegate
         .send(&http_pb_request("WaitForStartingTask", 1, &body, &[]))
@@ -215,10 +269,13 @@ async fn ipv6_servants_and_delegates_work() {
     let server = Server::start_with(engine_config(), Default::default(), "[::1]:0").await;
     let reply = call_raw(server.addr, "Heartbeat", &heartbeat("[::1]:8335", 2)).await;
     assert_eq!(reply.status, 200);
-    let granted: pb::WaitForStartingTaskResponse =
-        call_raw(server.addr, "WaitForStartingTask", &wait_request(1000, 1, 0))
-            .await
-            .decode();
+    let granted: pb::WaitForStartingTaskResponse = call_raw(
+        server.addr,
+        "WaitForStartingTask",
+        &wait_request(1000, 1, 0),
+    )
+    .await
+    .decode();
     assert_eq!(granted.grants[0].servant_location, "[::1]:8335");
     assert_eq!(server.engine.snapshot().servants[0].max_tasks, 2, "not NAT");
     server.stop().await;

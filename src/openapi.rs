@@ -1,0 +1,1242 @@
+//! The OpenAPI 3.1 document and its two endpoints: `GET /openapi.json` and
+//! Swagger UI at `/docs/`, served from the vendored bundle, so both work on a
+//! network without internet access.
+//!
+//! The document is built from the descriptor pool the server decodes with
+//! ([`pb::DESCRIPTOR_POOL`]). No message is described by hand. Every RPC of the
+//! service gets one operation per route style ([`Dialect`]). Every message and
+//! enum gets a schema. The proto's leading comments become the descriptions.
+//! The schemas describe the proto3 JSON mapping that the server reads and
+//! writes (pbjson): lowerCamelCase names, 64-bit integers as decimal strings,
+//! enums by name. The error responses come from the one error table,
+//! [`ErrorKind::ALL`].
+//!
+//! Endpoints that are not RPCs are documented with utoipa's derive:
+//! [`non_rpc_apis`] is where their `OpenApi` structs are merged in.
+//!
+//! The committed copy, `openapi/scheduler.openapi.json`, is what [`render`]
+//! returns. `tests/it/openapi.rs` fails when that copy is stale and prints
+//! the command that regenerates it.
+
+use std::{borrow::Cow, collections::BTreeMap, sync::LazyLock};
+
+use axum::{
+    Router,
+    http::{StatusCode, header},
+    response::IntoResponse,
+    routing::get,
+};
+use prost_reflect::{
+    EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor, MethodDescriptor, ServiceDescriptor,
+};
+use prost_types::FileDescriptorProto;
+use serde_json::Value;
+use utoipa::{
+    OpenApi as _,
+    openapi::{
+        ComponentsBuilder, ContentBuilder, HeaderBuilder, HttpMethod, InfoBuilder, KnownFormat,
+        LicenseBuilder, ObjectBuilder, OpenApi, OpenApiBuilder, PathItem, PathsBuilder, Ref, RefOr,
+        ResponseBuilder, Schema, SchemaFormat, ServerBuilder, Type,
+        extensions::ExtensionsBuilder,
+        path::{OperationBuilder, ParameterBuilder, ParameterIn},
+        request_body::RequestBodyBuilder,
+        schema::{AdditionalProperties, ArrayBuilder, RefBuilder},
+        tag::TagBuilder,
+    },
+};
+use utoipa_swagger_ui::{Config, SwaggerUi};
+
+use crate::{
+    http::{
+        codec::{Encoding, MEDIA_TYPES},
+        dialect::Dialect,
+        error::{ErrorBody, ErrorKind},
+        routes::DEFAULT_MAX_BODY_BYTES,
+    },
+    pb,
+    service::Method,
+};
+
+/// Where the document is served.
+pub const SPEC_PATH: &str = "/openapi.json";
+/// Where Swagger UI is served (`/docs` redirects to `/docs/`).
+pub const DOCS_PATH: &str = "/docs";
+/// The committed copy of [`render`]'s output, relative to the crate root.
+pub const COMMITTED_SPEC: &str = "openapi/scheduler.openapi.json";
+
+/// `pattern` of an unsigned 64-bit integer written as a JSON string.
+pub const UNSIGNED_DIGITS: &str = "^[0-9]+$";
+/// `pattern` of a signed 64-bit integer written as a JSON string.
+pub const SIGNED_DIGITS: &str = "^-?[0-9]+$";
+
+/// The media type under which binary protobuf is documented. The other
+/// binary media types of [`MEDIA_TYPES`] are named in its description.
+pub const PROTOBUF_MEDIA_TYPE: &str = "application/x-protobuf";
+/// The media type under which proto3 JSON is documented.
+pub const JSON_MEDIA_TYPE: &str = "application/json";
+
+/// Header names as the yadcc daemons write them. The server matches header
+/// names case-insensitively; a test checks that these are the dialect's headers.
+pub const RPC_SEQ_NO: &str = "Rpc-SeqNo";
+pub const RPC_TIMEOUT: &str = "Rpc-Timeout";
+pub const CONNECT_TIMEOUT_MS: &str = "Connect-Timeout-Ms";
+pub const RPC_ERROR_CODE: &str = "Rpc-Error-Code";
+pub const RPC_ERROR_REASON: &str = "Rpc-Error-Reason";
+
+/// Tags of the two route styles, in the order they are listed.
+const TAG_HTTP_PB: &str = "http+pb";
+const TAG_CONNECT: &str = "Connect";
+
+/// The document, rendered once: what `GET /openapi.json` answers.
+static SPEC: LazyLock<String> = LazyLock::new(render);
+
+/// The whole OpenAPI document: the RPCs from the descriptor pool, then every
+/// other endpoint from [`non_rpc_apis`].
+pub fn document() -> OpenApi {
+    let pool = &*pb::DESCRIPTOR_POOL;
+    let service = pool
+        .get_service_by_name(pb::SCHEDULER_SERVICE)
+        .expect("the descriptor pool holds the scheduler service");
+
+    let mut paths = PathsBuilder::new();
+    for dialect in [Dialect::HttpPb, Dialect::Connect] {
+        for method in service.methods() {
+            paths = paths.path(
+                rpc_path(dialect, &method),
+                PathItem::new(HttpMethod::Post, rpc_operation(dialect, &method)),
+            );
+        }
+    }
+
+    let mut components = ComponentsBuilder::new();
+    for message in pool.all_messages() {
+        if message.is_map_entry() || is_well_known(message.full_name()) {
+            continue;
+        }
+        components = components.schema(message.full_name(), message_schema(&message));
+    }
+    for enumeration in pool.all_enums() {
+        if is_well_known(enumeration.full_name()) {
+            continue;
+        }
+        components = components.schema(enumeration.full_name(), enum_schema(&enumeration));
+    }
+    components = components.schema_from::<ErrorBody>();
+    for (name, parameter) in header_parameters() {
+        components = components.parameter(name, parameter);
+    }
+    for (name, header) in response_headers() {
+        components = components.header(name, header);
+    }
+
+    let mut document = OpenApiBuilder::new()
+        .info(
+            InfoBuilder::new()
+                .title("yadcc scheduler")
+                .version(env!("CARGO_PKG_VERSION"))
+                .description(Some(overview(&service)))
+                .license(Some(
+                    LicenseBuilder::new()
+                        .name("BSD-3-Clause")
+                        .identifier(Some("BSD-3-Clause"))
+                        .build(),
+                ))
+                .build(),
+        )
+        .servers(Some([ServerBuilder::new()
+            .url("/")
+            .description(Some("This server (the one serving this document)"))
+            .build()]))
+        .tags(Some([
+            TagBuilder::new()
+                .name(TAG_HTTP_PB)
+                .description(Some(dialect_description(Dialect::HttpPb)))
+                .build(),
+            TagBuilder::new()
+                .name(TAG_CONNECT)
+                .description(Some(dialect_description(Dialect::Connect)))
+                .build(),
+        ]))
+        .paths(paths.build())
+        .components(Some(components.build()))
+        .build();
+    for api in non_rpc_apis() {
+        document.merge(api);
+    }
+    document
+}
+
+/// The endpoints that are not RPCs, each group as a utoipa-derived `OpenApi`
+/// (`#[utoipa::path]` on the handlers, `ToSchema` on their types). A new
+/// group, such as the dashboard's `/api/v1/` API, is one more entry here.
+fn non_rpc_apis() -> Vec<OpenApi> {
+    vec![
+        OperationsApi::openapi(),
+        crate::dashboard::DashboardApi::openapi(),
+    ]
+}
+
+/// [`document`] as committed and served: pretty JSON and a final newline.
+pub fn render() -> String {
+    let mut json = document()
+        .to_pretty_json()
+        .expect("the OpenAPI document serializes to JSON");
+    json.push('\n');
+    json
+}
+
+/// `GET /openapi.json` and Swagger UI under `/docs/`. Merge it into the app
+/// router; it needs no state.
+pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    let config = Config::new([SPEC_PATH])
+        .try_it_out_enabled(true)
+        .display_request_duration(true)
+        .display_operation_id(true)
+        .filter(true)
+        // The default sends the document to an online validator: not offline.
+        .validator_url("none");
+    Router::new()
+        .route(SPEC_PATH, get(openapi_json))
+        .merge(SwaggerUi::new(DOCS_PATH).config(config))
+}
+
+/// The path of one RPC in one route style.
+pub fn rpc_path(dialect: Dialect, method: &MethodDescriptor) -> String {
+    let service = method.parent_service().full_name();
+    match dialect {
+        Dialect::HttpPb => format!("/rpc/{service}.{}", method.name()),
+        Dialect::Connect => format!("/{service}/{}", method.name()),
+    }
+}
+
+/// The `operationId` of one RPC in one route style.
+pub fn operation_id(dialect: Dialect, method: &MethodDescriptor) -> String {
+    let style = match dialect {
+        Dialect::HttpPb => "httpPb",
+        Dialect::Connect => "connect",
+    };
+    format!("{}_{style}", method.name())
+}
+
+/// The scheduler outcomes each RPC can answer with, besides success
+/// (the engine's checks, as in the reference scheduler). An RPC without a route
+/// (`None`) is documented with all of them; a test fails on it anyway.
+pub fn scheduler_outcomes(method: Option<Method>) -> &'static [pb::Status] {
+    use pb::Status::*;
+    match method {
+        Some(Method::Heartbeat) => &[AccessDenied, InvalidArgument, VersionTooOld],
+        Some(Method::GetConfig) => &[AccessDenied],
+        Some(Method::WaitForStartingTask) => &[
+            AccessDenied,
+            InvalidArgument,
+            EnvironmentNotAvailable,
+            NoQuotaAvailable,
+        ],
+        Some(Method::KeepTaskAlive | Method::FreeTask) => &[AccessDenied, InvalidArgument],
+        Some(Method::GetRunningTasks) => &[],
+        None => &[
+            NoQuotaAvailable,
+            NotImplemented,
+            AccessDenied,
+            InvalidArgument,
+            VersionTooOld,
+            EnvironmentNotAvailable,
+        ],
+    }
+}
+
+/// The rows of the error table a call of `method` on its documented route
+/// (right path, POST) can meet.
+pub fn operation_errors(method: Option<Method>) -> Vec<ErrorKind> {
+    ErrorKind::ALL
+        .into_iter()
+        .filter(|kind| match kind {
+            ErrorKind::Scheduler(status) => scheduler_outcomes(method).contains(status),
+            // The documented path and verb are right by construction.
+            ErrorKind::MethodNotAllowed
+            | ErrorKind::ServiceNotFound
+            | ErrorKind::MethodNotFound => false,
+            ErrorKind::DeadlineExceeded
+            | ErrorKind::MalformedRequest
+            | ErrorKind::UnsupportedMediaType
+            | ErrorKind::PayloadTooLarge
+            | ErrorKind::Internal => true,
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Operations
+
+fn rpc_operation(dialect: Dialect, method: &MethodDescriptor) -> utoipa::openapi::path::Operation {
+    let input = method.input();
+    let output = method.output();
+    let comment = comment(method.parent_file().file_descriptor_proto(), method.path());
+    let summary = comment
+        .as_deref()
+        .map(first_sentence)
+        .unwrap_or_else(|| method.name().to_owned());
+    let mut description = comment.unwrap_or_default();
+    push_paragraph(
+        &mut description,
+        format!(
+            "Request `{}`, response `{}`, in proto3 JSON or binary protobuf; \
+             the response has the request's content type. {}",
+            input.full_name(),
+            output.full_name(),
+            match dialect {
+                Dialect::HttpPb => "The `http+pb` framing of the yadcc daemons.",
+                Dialect::Connect => "A Connect unary call.",
+            }
+        ),
+    );
+
+    let mut operation = OperationBuilder::new()
+        .tag(match dialect {
+            Dialect::HttpPb => TAG_HTTP_PB,
+            Dialect::Connect => TAG_CONNECT,
+        })
+        .summary(Some(summary))
+        .description(Some(description))
+        .operation_id(Some(operation_id(dialect, method)));
+    for name in dialect_parameters(dialect) {
+        operation = operation.parameter_ref(Ref::new(format!("#/components/parameters/{name}")));
+    }
+    operation = operation.request_body(Some(
+        RequestBodyBuilder::new()
+            .description(Some(format!(
+                "`{}`. An empty body is the message with every field at its default.",
+                input.full_name()
+            )))
+            .content(JSON_MEDIA_TYPE, json_content(&input))
+            .content(PROTOBUF_MEDIA_TYPE, protobuf_content(&input))
+            .build(),
+    ));
+
+    let mut ok = ResponseBuilder::new()
+        .description(format!(
+            "`{}`, in the request's encoding.",
+            output.full_name()
+        ))
+        .content(JSON_MEDIA_TYPE, json_content(&output))
+        .content(PROTOBUF_MEDIA_TYPE, protobuf_content(&output));
+    if dialect == Dialect::HttpPb {
+        ok = ok.header_ref(RPC_SEQ_NO, header_ref(RPC_SEQ_NO));
+    }
+    operation = operation.response("200", ok.build());
+
+    let mut by_status: BTreeMap<StatusCode, Vec<ErrorKind>> = BTreeMap::new();
+    for kind in operation_errors(Method::from_name(method.name())) {
+        by_status
+            .entry(kind.wire().http_status)
+            .or_default()
+            .push(kind);
+    }
+    for (status, kinds) in by_status {
+        let mut response = ResponseBuilder::new()
+            .description(format!(
+                "{}. The body is JSON whatever the request's content type.\n\n{}",
+                status.canonical_reason().unwrap_or("Error"),
+                error_table(&kinds, false)
+            ))
+            .content(
+                JSON_MEDIA_TYPE,
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .header_ref(RPC_ERROR_CODE, header_ref(RPC_ERROR_CODE))
+            .header_ref(RPC_ERROR_REASON, header_ref(RPC_ERROR_REASON));
+        if dialect == Dialect::HttpPb {
+            response = response.header_ref(RPC_SEQ_NO, header_ref(RPC_SEQ_NO));
+        }
+        operation = operation.response(status.as_str(), response.build());
+    }
+    operation.build()
+}
+
+fn json_content(message: &MessageDescriptor) -> utoipa::openapi::Content {
+    ContentBuilder::new()
+        .schema(Some(Ref::from_schema_name(message.full_name())))
+        .build()
+}
+
+/// Binary bodies have no JSON schema: a note naming the message stands in.
+fn protobuf_content(message: &MessageDescriptor) -> utoipa::openapi::Content {
+    let aliases: Vec<String> = MEDIA_TYPES
+        .iter()
+        .filter(|(name, encoding)| *encoding == Encoding::Binary && *name != PROTOBUF_MEDIA_TYPE)
+        .map(|(name, _)| format!("`{name}`"))
+        .collect();
+    let schema = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+        .content_media_type(PROTOBUF_MEDIA_TYPE)
+        .description(Some(format!(
+            "Binary protobuf of message `{}`: one message in the proto3 wire format, \
+             no length prefix. Also accepted as {}.",
+            message.full_name(),
+            aliases.join(", ")
+        )))
+        .extensions(Some(
+            ExtensionsBuilder::new()
+                .add("x-protobuf-message", message.full_name())
+                .build(),
+        ));
+    ContentBuilder::new().schema(Some(schema)).build()
+}
+
+fn dialect_parameters(dialect: Dialect) -> &'static [&'static str] {
+    match dialect {
+        Dialect::HttpPb => &[RPC_SEQ_NO, RPC_TIMEOUT],
+        Dialect::Connect => &[CONNECT_TIMEOUT_MS],
+    }
+}
+
+fn header_parameters() -> Vec<(&'static str, utoipa::openapi::path::Parameter)> {
+    let header = |name: &'static str, description: &str, schema: ObjectBuilder| {
+        (
+            name,
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(ParameterIn::Header)
+                .required(utoipa::openapi::Required::False)
+                .description(Some(description))
+                .schema(Some(schema))
+                .build(),
+        )
+    };
+    let millis = || {
+        ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(0))
+            .examples([10000])
+    };
+    vec![
+        header(
+            RPC_SEQ_NO,
+            "Sequence number of the call; echoed in the answer so that pipelined \
+             answers can be matched to their calls.",
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .examples(["17"]),
+        ),
+        header(
+            RPC_TIMEOUT,
+            "The caller's deadline in milliseconds. When it passes, the answer is \
+             `504` with `Rpc-Error-Code: 3`.",
+            millis(),
+        ),
+        header(
+            CONNECT_TIMEOUT_MS,
+            "The caller's deadline in milliseconds. When it passes, the answer is \
+             `504` with Connect code `deadline_exceeded`.",
+            millis(),
+        ),
+    ]
+}
+
+fn response_headers() -> Vec<(&'static str, utoipa::openapi::Header)> {
+    vec![
+        (
+            RPC_SEQ_NO,
+            HeaderBuilder::new()
+                .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                .description(Some("The request's `Rpc-SeqNo`, when it had one."))
+                .build(),
+        ),
+        (
+            RPC_ERROR_CODE,
+            HeaderBuilder::new()
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(0)),
+                ))
+                .description(Some(
+                    "The numeric error code (`rpcErrorCode` of the body): 1000 and above \
+                     are scheduler `Status` values, below 1000 the RPC framework's codes.",
+                ))
+                .build(),
+        ),
+        (
+            RPC_ERROR_REASON,
+            HeaderBuilder::new()
+                .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                .description(Some(
+                    "What went wrong, on one line of printable ASCII (the body's `message`).",
+                ))
+                .build(),
+        ),
+    ]
+}
+
+fn header_ref(name: &str) -> Ref {
+    Ref::new(format!("#/components/headers/{name}"))
+}
+
+// ---------------------------------------------------------------------------
+// Schemas
+
+fn message_schema(message: &MessageDescriptor) -> Schema {
+    let mut description =
+        comment(message.parent_file_descriptor_proto(), message.path()).unwrap_or_default();
+    push_paragraph(
+        &mut description,
+        if message.fields().len() == 0 {
+            format!(
+                "Proto message `{}`, which has no fields: `{{}}` in JSON, an empty body in binary.",
+                message.full_name()
+            )
+        } else {
+            format!("Proto message `{}`.", message.full_name())
+        },
+    );
+    let mut object = ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some(description));
+    for field in message.fields() {
+        object = object.property(field.json_name(), field_schema(&field));
+    }
+    object.build().into()
+}
+
+fn enum_schema(enumeration: &EnumDescriptor) -> Schema {
+    let file = enumeration.parent_file_descriptor_proto();
+    let mut description = comment(file, enumeration.path()).unwrap_or_default();
+    push_paragraph(
+        &mut description,
+        format!(
+            "Proto enum `{}`, written by value name; the number is accepted on input too.",
+            enumeration.full_name()
+        ),
+    );
+    let mut table = String::from("| Name | Number | Meaning |\n| --- | --- | --- |");
+    for value in enumeration.values() {
+        let meaning = member_comment(file, value.path()).unwrap_or_default();
+        table.push_str(&format!(
+            "\n| `{}` | {} | {} |",
+            value.name(),
+            value.number(),
+            table_cell(&meaning)
+        ));
+    }
+    push_paragraph(&mut description, table);
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(
+            enumeration.values().map(|value| value.name().to_owned()),
+        ))
+        .description(Some(description))
+        .build()
+        .into()
+}
+
+fn field_schema(field: &FieldDescriptor) -> RefOr<Schema> {
+    let description = field_description(field);
+    let example = field_example(field.full_name());
+    if field.is_map() {
+        let Kind::Message(entry) = field.kind() else {
+            unreachable!("a map field's kind is its entry message")
+        };
+        let key = entry.map_entry_key_field().kind();
+        let value = entry.map_entry_value_field().kind();
+        let mut object = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .additional_properties(Some(AdditionalProperties::RefOr(value_schema(&value))))
+            .description(Some(description));
+        if let Some(pattern) = map_key_pattern(&key) {
+            object = object.property_names(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some(pattern)),
+            ));
+        }
+        return object.into();
+    }
+    if field.is_list() {
+        let mut array = ArrayBuilder::new()
+            .items(value_schema(&field.kind()))
+            .description(Some(description));
+        if let Some(example) = example {
+            array = array.examples([example]);
+        }
+        return array.into();
+    }
+    match value_schema(&field.kind()) {
+        RefOr::Ref(reference) => RefBuilder::new()
+            .ref_location(reference.ref_location)
+            .description(Some(description))
+            .into(),
+        RefOr::T(Schema::Object(mut object)) => {
+            object.description = Some(description);
+            if let Some(example) = example {
+                object.examples = vec![example];
+            }
+            RefOr::T(Schema::Object(object))
+        }
+        RefOr::T(other) => RefOr::T(other),
+    }
+}
+
+/// The schema of one value of a field's type (one element, for a list).
+fn value_schema(kind: &Kind) -> RefOr<Schema> {
+    let typed = |schema_type: Type| ObjectBuilder::new().schema_type(schema_type);
+    let schema = match kind {
+        Kind::Double => {
+            typed(Type::Number).format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
+        }
+        Kind::Float => {
+            typed(Type::Number).format(Some(SchemaFormat::KnownFormat(KnownFormat::Float)))
+        }
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => typed(Type::Integer)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int32)))
+            .minimum(Some(i32::MIN))
+            .maximum(Some(i32::MAX)),
+        Kind::Uint32 | Kind::Fixed32 => typed(Type::Integer)
+            .format(Some(SchemaFormat::Custom("uint32".into())))
+            .minimum(Some(0))
+            .maximum(Some(u32::MAX)),
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => typed(Type::String)
+            .format(Some(SchemaFormat::Custom("int64".into())))
+            .pattern(Some(SIGNED_DIGITS)),
+        Kind::Uint64 | Kind::Fixed64 => typed(Type::String)
+            .format(Some(SchemaFormat::Custom("uint64".into())))
+            .pattern(Some(UNSIGNED_DIGITS)),
+        Kind::Bool => typed(Type::Boolean),
+        Kind::String => typed(Type::String),
+        Kind::Bytes => typed(Type::String).content_encoding("base64"),
+        Kind::Message(message) => match message.full_name() {
+            "google.protobuf.Timestamp" => {
+                typed(Type::String).format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+            }
+            "google.protobuf.Duration" => {
+                typed(Type::String).pattern(Some(r"^-?[0-9]+(\.[0-9]{1,9})?s$"))
+            }
+            "google.protobuf.Empty" => typed(Type::Object),
+            name if is_well_known(name) => {
+                panic!("no JSON mapping for {name} yet: add it to openapi::value_schema")
+            }
+            name => return Ref::from_schema_name(name).into(),
+        },
+        Kind::Enum(enumeration) => return Ref::from_schema_name(enumeration.full_name()).into(),
+    };
+    schema.into()
+}
+
+fn map_key_pattern(kind: &Kind) -> Option<&'static str> {
+    match kind {
+        Kind::Int32
+        | Kind::Sint32
+        | Kind::Sfixed32
+        | Kind::Int64
+        | Kind::Sint64
+        | Kind::Sfixed64 => Some(SIGNED_DIGITS),
+        Kind::Uint32 | Kind::Fixed32 | Kind::Uint64 | Kind::Fixed64 => Some(UNSIGNED_DIGITS),
+        Kind::Bool => Some("^(true|false)$"),
+        _ => None,
+    }
+}
+
+fn is_well_known(full_name: &str) -> bool {
+    full_name.starts_with("google.protobuf.")
+}
+
+fn field_description(field: &FieldDescriptor) -> String {
+    let message = field.parent_message();
+    let mut description =
+        member_comment(message.parent_file_descriptor_proto(), field.path()).unwrap_or_default();
+    let proto = field.field_descriptor_proto();
+    let label = if field.is_map() {
+        let Kind::Message(entry) = field.kind() else {
+            unreachable!("a map field's kind is its entry message")
+        };
+        format!(
+            "map<{}, {}>",
+            type_name(&entry.map_entry_key_field().kind()),
+            type_name(&entry.map_entry_value_field().kind())
+        )
+    } else if field.is_list() {
+        format!("repeated {}", type_name(&field.kind()))
+    } else if proto.proto3_optional() {
+        format!("optional {}", type_name(&field.kind()))
+    } else {
+        type_name(&field.kind()).into_owned()
+    };
+    let mut notes = format!(
+        "Proto field `{label} {} = {}`",
+        field.name(),
+        field.number()
+    );
+    if field.json_name() != field.name() {
+        notes.push_str(&format!(
+            "; the name `{}` is accepted on input too",
+            field.name()
+        ));
+    }
+    notes.push('.');
+    let element = if field.is_map() {
+        let Kind::Message(entry) = field.kind() else {
+            unreachable!("a map field's kind is its entry message")
+        };
+        entry.map_entry_value_field().kind()
+    } else {
+        field.kind()
+    };
+    match element {
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 | Kind::Uint64 | Kind::Fixed64 => notes.push_str(
+            " A 64-bit integer, written as a decimal string; a JSON number is accepted on input too.",
+        ),
+        Kind::Enum(_) => {
+            notes.push_str(" Written as the value's name; the number is accepted on input too.")
+        }
+        Kind::Bytes => notes.push_str(" Base64, standard or URL-safe alphabet."),
+        _ => {}
+    }
+    if proto.proto3_optional() {
+        notes.push_str(
+            " `optional`: explicit presence. The field is written whenever it is set, \
+             even to its default; leave it out for \"not set\".",
+        );
+    } else if let Some(oneof) = field.containing_oneof() {
+        let members: Vec<String> = oneof
+            .fields()
+            .map(|member| format!("`{}`", member.json_name()))
+            .collect();
+        notes.push_str(&format!(
+            " Member of oneof `{}`: set at most one of {}.",
+            oneof.name(),
+            members.join(", ")
+        ));
+    }
+    push_paragraph(&mut description, notes);
+    description
+}
+
+fn type_name(kind: &Kind) -> Cow<'static, str> {
+    Cow::Borrowed(match kind {
+        Kind::Double => "double",
+        Kind::Float => "float",
+        Kind::Int32 => "int32",
+        Kind::Int64 => "int64",
+        Kind::Uint32 => "uint32",
+        Kind::Uint64 => "uint64",
+        Kind::Sint32 => "sint32",
+        Kind::Sint64 => "sint64",
+        Kind::Fixed32 => "fixed32",
+        Kind::Fixed64 => "fixed64",
+        Kind::Sfixed32 => "sfixed32",
+        Kind::Sfixed64 => "sfixed64",
+        Kind::Bool => "bool",
+        Kind::String => "string",
+        Kind::Bytes => "bytes",
+        Kind::Message(message) => return Cow::Owned(message.full_name().to_owned()),
+        Kind::Enum(enumeration) => return Cow::Owned(enumeration.full_name().to_owned()),
+    })
+}
+
+/// Example values shown by Swagger UI and used by the tests' example requests,
+/// by full proto field name. A test checks that every name is a real field.
+pub const FIELD_EXAMPLES: &[(&str, &str)] = &[
+    (
+        "yadcc.EnvironmentDesc.compiler_digest",
+        r#""6b86b273ff34fce19d6b804eff5a3f5747ada4eaa22f1d49c01e52ddb7875b4b""#,
+    ),
+    ("yadcc.scheduler.RunningTask.servant_task_id", r#""42""#),
+    ("yadcc.scheduler.RunningTask.task_grant_id", r#""7""#),
+    (
+        "yadcc.scheduler.RunningTask.servant_location",
+        r#""192.0.2.10:8335""#,
+    ),
+    (
+        "yadcc.scheduler.RunningTask.task_digest",
+        r#""d4735e3a265e16eee03f59718b9b5d03019c07d8b6c51f90da3a666eec13ab35""#,
+    ),
+    (
+        "yadcc.scheduler.HeartbeatRequest.token",
+        r#""servant-token""#,
+    ),
+    (
+        "yadcc.scheduler.HeartbeatRequest.next_heartbeat_in_ms",
+        "10000",
+    ),
+    ("yadcc.scheduler.HeartbeatRequest.version", "1"),
+    (
+        "yadcc.scheduler.HeartbeatRequest.location",
+        r#""192.0.2.10:8335""#,
+    ),
+    ("yadcc.scheduler.HeartbeatRequest.num_processors", "16"),
+    ("yadcc.scheduler.HeartbeatRequest.current_load", "2"),
+    (
+        "yadcc.scheduler.HeartbeatRequest.not_accepting_task_reason",
+        "0",
+    ),
+    ("yadcc.scheduler.HeartbeatRequest.capacity", "12"),
+    (
+        "yadcc.scheduler.HeartbeatRequest.total_memory_in_bytes",
+        r#""68719476736""#,
+    ),
+    (
+        "yadcc.scheduler.HeartbeatRequest.memory_available_in_bytes",
+        r#""34359738368""#,
+    ),
+    (
+        "yadcc.scheduler.HeartbeatResponse.acceptable_tokens",
+        r#"["3f1c9a4be07d4c55a1e2b6f08d9c7e21"]"#,
+    ),
+    (
+        "yadcc.scheduler.HeartbeatResponse.expired_tasks",
+        r#"["7"]"#,
+    ),
+    ("yadcc.scheduler.GetConfigRequest.token", r#""user-token""#),
+    (
+        "yadcc.scheduler.GetConfigResponse.serving_daemon_token",
+        r#""3f1c9a4be07d4c55a1e2b6f08d9c7e21""#,
+    ),
+    ("yadcc.scheduler.StartingTaskGrant.task_grant_id", r#""7""#),
+    (
+        "yadcc.scheduler.StartingTaskGrant.servant_location",
+        r#""192.0.2.10:8335""#,
+    ),
+    (
+        "yadcc.scheduler.WaitForStartingTaskRequest.token",
+        r#""user-token""#,
+    ),
+    (
+        "yadcc.scheduler.WaitForStartingTaskRequest.milliseconds_to_wait",
+        "1000",
+    ),
+    (
+        "yadcc.scheduler.WaitForStartingTaskRequest.immediate_reqs",
+        "1",
+    ),
+    (
+        "yadcc.scheduler.WaitForStartingTaskRequest.prefetch_reqs",
+        "0",
+    ),
+    (
+        "yadcc.scheduler.WaitForStartingTaskRequest.next_keep_alive_in_ms",
+        "15000",
+    ),
+    (
+        "yadcc.scheduler.WaitForStartingTaskRequest.min_version",
+        "1",
+    ),
+    (
+        "yadcc.scheduler.KeepTaskAliveRequest.token",
+        r#""user-token""#,
+    ),
+    (
+        "yadcc.scheduler.KeepTaskAliveRequest.task_grant_ids",
+        r#"["7"]"#,
+    ),
+    (
+        "yadcc.scheduler.KeepTaskAliveRequest.next_keep_alive_in_ms",
+        "10000",
+    ),
+    ("yadcc.scheduler.KeepTaskAliveResponse.statuses", "[true]"),
+    ("yadcc.scheduler.FreeTaskRequest.token", r#""user-token""#),
+    ("yadcc.scheduler.FreeTaskRequest.task_grant_ids", r#"["7"]"#),
+];
+
+fn field_example(full_name: &str) -> Option<Value> {
+    FIELD_EXAMPLES
+        .iter()
+        .find(|(name, _)| *name == full_name)
+        .map(|(name, example)| {
+            serde_json::from_str(example)
+                .unwrap_or_else(|error| panic!("example of {name} is not JSON: {error}"))
+        })
+}
+
+// ---------------------------------------------------------------------------
+// Prose
+
+fn overview(service: &ServiceDescriptor) -> String {
+    let mut text =
+        comment(service.parent_file_descriptor_proto(), service.path()).unwrap_or_default();
+    push_paragraph(
+        &mut text,
+        format!(
+            "The yadcc compile scheduler: it decides which compile servant runs which \
+             compilation, for a whole cluster. Every RPC of `{}` is served on two routes, \
+             `POST /rpc/{0}.<Method>` (`http+pb`, what the yadcc daemons speak) and \
+             `POST /{0}/<Method>` (Connect unary). Both take and return the same bodies.\n\n\
+             This document is generated from the proto files by `src/openapi.rs`.",
+            service.full_name()
+        ),
+    );
+    let mut media = String::from("## Bodies\n\n| Content-Type | Encoding |\n| --- | --- |");
+    for (name, encoding) in MEDIA_TYPES {
+        media.push_str(&format!(
+            "\n| `{name}` | {} |",
+            match encoding {
+                Encoding::Json => "proto3 JSON",
+                Encoding::Binary => "binary protobuf",
+            }
+        ));
+    }
+    media.push_str(&format!(
+        "\n\nThe response has the request's content type. A request without `Content-Type` is \
+         read as binary protobuf. Bodies are limited to {} MiB by default.",
+        DEFAULT_MAX_BODY_BYTES / (1024 * 1024)
+    ));
+    push_paragraph(&mut text, media);
+    push_paragraph(
+        &mut text,
+        "## JSON mapping\n\n\
+         The canonical proto3 JSON mapping:\n\n\
+         - Property names are lowerCamelCase (`nextHeartbeatInMs`); the proto names \
+         (`next_heartbeat_in_ms`) are accepted on input too.\n\
+         - 64-bit integers are decimal strings (`\"18446744073709551615\"`); JSON numbers are \
+         accepted on input too.\n\
+         - Enums are written by value name; numbers are accepted on input too.\n\
+         - A field at its default value (0, `\"\"`, `false`, empty list, the zero enum value) \
+         is left out of responses, unless it is declared `optional`.\n\
+         - Unknown fields in a request are ignored. An empty body is the message with every \
+         field at its default.",
+    );
+    push_paragraph(
+        &mut text,
+        format!(
+            "## Errors\n\n\
+             A failed call has the same HTTP status, headers and JSON body (`ErrorBody`) on \
+             both route styles, whatever the request's content type: `{RPC_ERROR_CODE}` \
+             carries the numeric code that `http+pb` clients read, `code` in the body the \
+             Connect code. Each operation lists the rows it can meet.\n\n{}",
+            error_table(&ErrorKind::ALL, true)
+        ),
+    );
+    text
+}
+
+fn dialect_description(dialect: Dialect) -> String {
+    let service = pb::SCHEDULER_SERVICE;
+    match dialect {
+        Dialect::HttpPb => format!(
+            "`POST /rpc/{service}.<Method>`: the framing of the yadcc daemons' RPC framework \
+             (`--scheduler_uri=http+pb://HOST:PORT`). `{RPC_SEQ_NO}` is echoed; \
+             `{RPC_TIMEOUT}` is the caller's deadline in milliseconds. A failure is a non-200 \
+             status with `{RPC_ERROR_CODE}` and `{RPC_ERROR_REASON}`."
+        ),
+        Dialect::Connect => format!(
+            "`POST /{service}/<Method>`: Connect unary calls. `{CONNECT_TIMEOUT_MS}` is the \
+             caller's deadline. A failure is a non-200 status with a JSON body whose `code` \
+             and `message` Connect clients read."
+        ),
+    }
+}
+
+/// Markdown table of error-table rows. With `with_status`, the HTTP status is a column.
+fn error_table(kinds: &[ErrorKind], with_status: bool) -> String {
+    let pool = &*pb::DESCRIPTOR_POOL;
+    let status_enum = pool.get_enum_by_name("yadcc.scheduler.Status");
+    let mut table = String::new();
+    if with_status {
+        table.push_str("| HTTP status | ");
+    } else {
+        table.push_str("| ");
+    }
+    table.push_str(&format!(
+        "{RPC_ERROR_CODE} | Connect code | Status | When |\n"
+    ));
+    table.push_str(if with_status {
+        "| --- | --- | --- | --- | --- |"
+    } else {
+        "| --- | --- | --- | --- |"
+    });
+    for kind in kinds {
+        let wire = kind.wire();
+        let meaning = match kind {
+            ErrorKind::Scheduler(pb::Status::Unknown) => {
+                "Never sent on purpose: it means success in the seed, so as an error it is a bug."
+                    .to_owned()
+            }
+            ErrorKind::Scheduler(status) => status_enum
+                .as_ref()
+                .and_then(|enumeration| enumeration.get_value(*status as i32))
+                .and_then(|value| {
+                    member_comment(value.parent_file().file_descriptor_proto(), value.path())
+                })
+                .unwrap_or_default(),
+            other => transport_meaning(*other),
+        };
+        table.push('\n');
+        if with_status {
+            table.push_str(&format!("| {} ", wire.http_status.as_u16()));
+        }
+        table.push_str(&format!(
+            "| {} | `{}` | {} | {} |",
+            wire.rpc_code,
+            wire.connect_code,
+            kind.status_name()
+                .map(|name| format!("`{name}`"))
+                .unwrap_or_default(),
+            table_cell(&meaning)
+        ));
+    }
+    table
+}
+
+fn transport_meaning(kind: ErrorKind) -> String {
+    match kind {
+        ErrorKind::Scheduler(status) => format!("Scheduler status {}.", status.as_str_name()),
+        ErrorKind::DeadlineExceeded => format!(
+            "The caller's deadline (`{RPC_TIMEOUT}` or `{CONNECT_TIMEOUT_MS}`) passed first."
+        ),
+        ErrorKind::MalformedRequest => "The body does not decode as the request message, or a \
+            header (such as a timeout) is malformed."
+            .to_owned(),
+        ErrorKind::UnsupportedMediaType => {
+            "The `Content-Type` is not one of the bodies above, or the body is compressed."
+                .to_owned()
+        }
+        ErrorKind::PayloadTooLarge => "The body is larger than the configured limit.".to_owned(),
+        ErrorKind::MethodNotAllowed => "Not a POST (the answer has `Allow: POST`).".to_owned(),
+        ErrorKind::ServiceNotFound => "No such service, or no such path.".to_owned(),
+        ErrorKind::MethodNotFound => "The service has no such method.".to_owned(),
+        ErrorKind::Internal => "A bug in the server.".to_owned(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Comments
+
+/// The leading comment of the element at `path` (detached comments, such as
+/// banners between RPCs, are not documentation).
+fn comment(file: &FileDescriptorProto, path: &[i32]) -> Option<String> {
+    comment_at(file, path, false)
+}
+
+/// The leading comment of a field or enum value, else its trailing one
+/// (`uint32 capacity = 3;  // ...`). Only for these: the trailing comment of
+/// a message or service is whatever follows its opening brace.
+fn member_comment(file: &FileDescriptorProto, path: &[i32]) -> Option<String> {
+    comment_at(file, path, true)
+}
+
+fn comment_at(file: &FileDescriptorProto, path: &[i32], trailing: bool) -> Option<String> {
+    let location = file
+        .source_code_info
+        .as_ref()?
+        .location
+        .iter()
+        .find(|location| location.path == path)?;
+    let raw = location.leading_comments.as_deref().or(if trailing {
+        location.trailing_comments.as_deref()
+    } else {
+        None
+    })?;
+    let text = raw
+        .lines()
+        .map(|line| line.strip_prefix(' ').unwrap_or(line).trim_end())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// The first sentence of a comment, on one line.
+fn first_sentence(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.find(". ") {
+        Some(end) => flat[..=end].to_owned(),
+        None => flat,
+    }
+}
+
+fn push_paragraph(text: &mut String, paragraph: impl AsRef<str>) {
+    if !text.is_empty() {
+        text.push_str("\n\n");
+    }
+    text.push_str(paragraph.as_ref());
+}
+
+fn table_cell(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
+}
+
+// ---------------------------------------------------------------------------
+// Endpoints that are not RPCs
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "documentation",
+    responses((status = 200, description = "This OpenAPI document", content_type = "application/json", body = Object)))]
+async fn openapi_json() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, JSON_MEDIA_TYPE)], SPEC.as_str())
+}
+
+// The handlers below live in `http::routes`; these items carry their
+// documentation only. A test calls each documented path on a real server.
+
+/// Swagger UI for this document, from the bundle built into the binary.
+#[utoipa::path(get, path = "/docs/", tag = "documentation",
+    responses((status = 200, description = "Swagger UI", content_type = "text/html", body = String)))]
+#[allow(dead_code)]
+fn docs() {}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "Up", content_type = "text/plain", body = String, example = "ok\n")))]
+#[allow(dead_code)]
+fn healthz() {}
+
+/// Ready to take calls: not shutting down.
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses(
+        (status = 200, description = "Ready", content_type = "text/plain", body = String, example = "ready\n"),
+        (status = 503, description = "Shutting down", content_type = "text/plain", body = String, example = "shutting down\n"),
+    ))]
+#[allow(dead_code)]
+fn readyz() {}
+
+/// Prometheus metrics (OpenMetrics text format).
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Metrics of the gateway and the engine",
+        content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String)))]
+#[allow(dead_code)]
+fn metrics() {}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    paths(healthz, readyz, metrics, openapi_json, docs),
+    tags(
+        (name = "operations", description = "Health, readiness and metrics, for load balancers and monitoring."),
+        (name = "documentation", description = "This document and Swagger UI."),
+    )
+)]
+struct OperationsApi;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_names_are_the_dialects_headers() {
+        use crate::http::{dialect, error};
+        for (ours, theirs) in [
+            (RPC_SEQ_NO, dialect::RPC_SEQ_NO),
+            (RPC_TIMEOUT, dialect::RPC_TIMEOUT),
+            (CONNECT_TIMEOUT_MS, dialect::CONNECT_TIMEOUT_MS),
+            (RPC_ERROR_CODE, error::RPC_ERROR_CODE),
+            (RPC_ERROR_REASON, error::RPC_ERROR_REASON),
+        ] {
+            assert!(
+                ours.eq_ignore_ascii_case(theirs.as_str()),
+                "{ours} vs {theirs}"
+            );
+        }
+    }
+
+    #[test]
+    fn documented_media_types_are_served() {
+        let served = |name: &str| MEDIA_TYPES.iter().any(|(served, _)| *served == name);
+        assert!(served(JSON_MEDIA_TYPE));
+        assert!(served(PROTOBUF_MEDIA_TYPE));
+    }
+
+    #[test]
+    fn every_example_names_a_real_field() {
+        for (name, example) in FIELD_EXAMPLES {
+            let (message, field) = name.rsplit_once('.').unwrap();
+            let message = pb::DESCRIPTOR_POOL
+                .get_message_by_name(message)
+                .unwrap_or_else(|| panic!("{name}: no message"));
+            let field = message
+                .get_field_by_name(field)
+                .unwrap_or_else(|| panic!("{name}: no field"));
+            let value: Value = serde_json::from_str(example).unwrap();
+            assert_eq!(value.is_array(), field.is_list(), "{name}");
+        }
+    }
+
+    #[test]
+    fn comments_become_descriptions() {
+        let json = serde_json::to_value(document()).unwrap();
+        let heartbeat = &json["paths"]["/rpc/yadcc.scheduler.SchedulerService.Heartbeat"]["post"];
+        assert_eq!(
+            heartbeat["summary"],
+            "Called periodically by daemons to report their states."
+        );
+        let field = &json["components"]["schemas"]["yadcc.scheduler.HeartbeatRequest"]["properties"]
+            ["nextHeartbeatInMs"];
+        let description = field["description"].as_str().unwrap();
+        assert!(
+            description.starts_with("Expected time of next heartbeat."),
+            "{description}"
+        );
+        assert!(
+            description.contains("`uint32 next_heartbeat_in_ms = 7`"),
+            "{description}"
+        );
+        let priority =
+            json["components"]["schemas"]["yadcc.scheduler.ServantPriority"]["description"]
+                .as_str()
+                .unwrap();
+        assert!(
+            priority.contains("| `SERVANT_PRIORITY_DEDICATED` | 1 | Dedicated servant."),
+            "{priority}"
+        );
+    }
+
+    #[test]
+    fn wire_mapping_of_field_types() {
+        let json = serde_json::to_value(document()).unwrap();
+        let schemas = &json["components"]["schemas"];
+        let heartbeat = &schemas["yadcc.scheduler.HeartbeatRequest"]["properties"];
+        assert_eq!(heartbeat["totalMemoryInBytes"]["type"], "string");
+        assert_eq!(heartbeat["totalMemoryInBytes"]["pattern"], UNSIGNED_DIGITS);
+        assert_eq!(heartbeat["numProcessors"]["type"], "integer");
+        assert_eq!(
+            heartbeat["servantPriority"]["$ref"],
+            "#/components/schemas/yadcc.scheduler.ServantPriority"
+        );
+        assert_eq!(heartbeat["envDescs"]["type"], "array");
+        assert_eq!(
+            heartbeat["envDescs"]["items"]["$ref"],
+            "#/components/schemas/yadcc.EnvironmentDesc"
+        );
+        let wait = &schemas["yadcc.scheduler.WaitForStartingTaskRequest"]["properties"];
+        assert!(
+            wait["envDesc"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("`optional`")
+        );
+        assert_eq!(
+            schemas["yadcc.scheduler.Status"]["enum"][0],
+            "STATUS_UNKNOWN"
+        );
+    }
+
+    #[test]
+    fn error_responses_follow_the_error_table() {
+        let json = serde_json::to_value(document()).unwrap();
+        let service = pb::DESCRIPTOR_POOL
+            .get_service_by_name(pb::SCHEDULER_SERVICE)
+            .unwrap();
+        for method in service.methods() {
+            for dialect in [Dialect::HttpPb, Dialect::Connect] {
+                let responses = &json["paths"][rpc_path(dialect, &method)]["post"]["responses"];
+                for kind in operation_errors(Method::from_name(method.name())) {
+                    let wire = kind.wire();
+                    let response = &responses[wire.http_status.as_str()];
+                    let description = response["description"].as_str().unwrap();
+                    assert!(
+                        description
+                            .contains(&format!("| {} | `{}` |", wire.rpc_code, wire.connect_code)),
+                        "{} {kind:?}: {description}",
+                        method.name()
+                    );
+                    assert_eq!(
+                        response["content"][JSON_MEDIA_TYPE]["schema"]["$ref"],
+                        "#/components/schemas/ErrorBody"
+                    );
+                }
+            }
+        }
+    }
+}

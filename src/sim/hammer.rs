@@ -1,0 +1,545 @@
+//! Benchmark P1: one call as fast as possible over N keep-alive connections,
+//! and the bare route it is compared against.
+//!
+//! The compared calls share everything on the client side: the same
+//! connections (one per simulated servant, each from its own loopback
+//! address), the same request body bytes written the same way, the answer's
+//! status checked and its body skipped. Request bodies are encoded once, before
+//! the clock starts, so the client spends the same CPU on every kind of call
+//! and the difference is the server's.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::{IpAddr, SocketAddr},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+    },
+    time::Duration,
+};
+
+use axum::{Router, body::Bytes, http::header, response::IntoResponse, routing::post};
+use tokio::{sync::Barrier, task::JoinSet, time::Instant};
+
+use super::{
+    Addressing,
+    client::{self, CallError, Conn, Endpoint},
+    environment_digest, octet,
+    process::{self, ProcessSample},
+    servant::{self, ServantBehaviour, ServantSpec},
+    stats::{Histogram, Row, Stats},
+};
+use crate::{http::codec::Encoding, pb, service::Method};
+
+/// Path of the bare route.
+pub const BARE_PATH: &str = "/bench/bare";
+
+/// What the bare route answers: as many bytes as a binary `HeartbeatResponse`
+/// carrying three serving-daemon tokens (3 x (2 + 32) bytes).
+pub static BARE_RESPONSE: [u8; 102] = [b'x'; 102];
+
+/// `POST /bench/bare`: reads the body and answers fixed bytes. Mounted only by
+/// `yadcc-scheduler --bench_bare_route`, on the same server (listener, hyper,
+/// axum router), to measure what the HTTP stack alone can do.
+pub fn bare_router() -> Router {
+    Router::new().route(BARE_PATH, post(bare))
+}
+
+async fn bare(body: Bytes) -> impl IntoResponse {
+    drop(body);
+    (
+        [(header::CONTENT_TYPE, "application/x-protobuf")],
+        Bytes::from_static(&BARE_RESPONSE),
+    )
+}
+
+/// One kind of call to hammer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    /// `POST /bench/bare` with the binary Heartbeat body.
+    Bare,
+    /// `Heartbeat` in binary protobuf.
+    HeartbeatBinary,
+    /// `Heartbeat` in JSON.
+    HeartbeatJson,
+}
+
+impl Target {
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Bare => "bare",
+            Target::HeartbeatBinary => "heartbeat-binary",
+            Target::HeartbeatJson => "heartbeat-json",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Target> {
+        match name.trim() {
+            "bare" => Some(Target::Bare),
+            "binary" | "heartbeat-binary" => Some(Target::HeartbeatBinary),
+            "json" | "heartbeat-json" => Some(Target::HeartbeatJson),
+            _ => None,
+        }
+    }
+}
+
+/// What to hammer, and how hard.
+#[derive(Debug, Clone)]
+pub struct HammerConfig {
+    pub target: SocketAddr,
+    pub user_token: String,
+    pub servant_token: String,
+    /// Connections (one simulated servant each), each with one request in flight.
+    pub connections: usize,
+    /// Measured time per target per round.
+    pub duration: Duration,
+    /// Unmeasured time before each measured phase.
+    pub warmup: Duration,
+    /// Targets run one after the other, `rounds` times, so a slow moment on a
+    /// shared machine does not favour one of them.
+    pub rounds: usize,
+    pub targets: Vec<Target>,
+    /// Environments each servant reports (5).
+    pub environments: usize,
+    /// Running tasks each servant reports (16), each under a real grant.
+    pub tasks_per_servant: usize,
+    /// The scheduler's PID, if on this host: its CPU time per request is measured.
+    pub scheduler_pid: Option<u32>,
+}
+
+/// The measurements of one target over every round.
+#[derive(Debug)]
+pub struct TargetResult {
+    pub target: Target,
+    pub request_bytes: usize,
+    pub ok: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub elapsed: Duration,
+    pub latency: Histogram,
+    /// Scheduler CPU time over the measured windows (if its PID was given).
+    pub scheduler_cpu: Option<Duration>,
+    /// This process's CPU time over the measured windows.
+    pub client_cpu: Option<Duration>,
+}
+
+impl TargetResult {
+    pub fn per_second(&self) -> f64 {
+        self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Scheduler CPU time per successful request.
+    pub fn scheduler_cpu_per_request(&self) -> Option<Duration> {
+        self.scheduler_cpu
+            .map(|cpu| cpu.div_f64(self.ok.max(1) as f64))
+    }
+
+    /// Load generator CPU time per successful request.
+    pub fn client_cpu_per_request(&self) -> Option<Duration> {
+        self.client_cpu
+            .map(|cpu| cpu.div_f64(self.ok.max(1) as f64))
+    }
+
+    pub fn row(&self) -> Row {
+        Row::from_histogram(
+            self.target.name(),
+            self.ok,
+            0,
+            self.errors.clone(),
+            &self.latency,
+            self.elapsed,
+        )
+    }
+}
+
+/// One simulated servant of the benchmark and its request bodies.
+struct Machine {
+    local: Option<IpAddr>,
+    spec: ServantSpec,
+    grants: Vec<u64>,
+    binary: Vec<u8>,
+    json: Vec<u8>,
+}
+
+/// Runs the benchmark; `progress` hears what is going on.
+pub async fn run(
+    config: &HammerConfig,
+    progress: impl Fn(String),
+) -> Result<Vec<TargetResult>, String> {
+    if config.duration > Duration::from_secs(25) {
+        // Grants are renewed (30 s leases) before each phase, not during it.
+        return Err("--duration is at most 25 s per phase".to_owned());
+    }
+    let addressing = Addressing::detect(config.target);
+    let stats = Arc::new(Stats::default());
+    let behaviour = ServantBehaviour {
+        token: config.servant_token.clone(),
+        heartbeat_interval: Duration::from_secs(1),
+        next_heartbeat_in_ms: 10_000,
+        leave_on_stop: true,
+    };
+    let capacity = config.tasks_per_servant.max(1) as u32;
+    let mut machines: Vec<Machine> = (0..config.connections.max(1))
+        .map(|index| {
+            let (local, location) =
+                addressing.machine(octet::HAMMER_SERVANTS, index, config.target);
+            Machine {
+                local,
+                spec: ServantSpec {
+                    ip: location.ip(),
+                    port: location.port(),
+                    num_processors: capacity * 2,
+                    capacity,
+                    dedicated: true,
+                    environments: (0..config.environments).map(environment_digest).collect(),
+                    total_memory: 256 << 30,
+                    base_load: 0,
+                },
+                grants: Vec::new(),
+                binary: Vec::new(),
+                json: Vec::new(),
+            }
+        })
+        .collect();
+
+    // Register every servant, then fill each with real grants, so the
+    // heartbeats report tasks the scheduler knows (the common case).
+    for machine in &machines {
+        let endpoint = Endpoint::new(
+            config.target,
+            machine.local,
+            Encoding::Binary,
+            stats.clone(),
+            1,
+        );
+        let request = servant::heartbeat_request(
+            &machine.spec,
+            &behaviour,
+            &machine.spec.location().to_string(),
+            0,
+            Vec::new(),
+            10_000,
+        );
+        endpoint
+            .call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request)
+            .await
+            .map_err(|error| format!("registering a servant: {error}"))?;
+    }
+    let (delegate_ip, _) = addressing.machine(octet::HAMMER_DELEGATE, 0, config.target);
+    let delegate = Endpoint::new(
+        config.target,
+        delegate_ip,
+        Encoding::Binary,
+        stats.clone(),
+        1,
+    );
+    let by_location: HashMap<String, usize> = machines
+        .iter()
+        .enumerate()
+        .map(|(index, machine)| (machine.spec.location().to_string(), index))
+        .collect();
+    let wanted = machines.len() * config.tasks_per_servant;
+    let mut granted = 0;
+    while granted < wanted {
+        let request = pb::WaitForStartingTaskRequest {
+            token: config.user_token.clone(),
+            milliseconds_to_wait: 0,
+            env_desc: Some(pb::EnvironmentDesc {
+                compiler_digest: environment_digest(0),
+            }),
+            immediate_reqs: (wanted - granted).min(1000) as u32,
+            prefetch_reqs: 0,
+            next_keep_alive_in_ms: 30_000,
+            min_version: 0,
+        };
+        let reply = match delegate
+            .call::<_, pb::WaitForStartingTaskResponse>(Method::WaitForStartingTask, &request)
+            .await
+        {
+            Ok(reply) => reply,
+            Err(error) if error.is_no_quota() => break,
+            Err(error) => return Err(format!("acquiring grants: {error}")),
+        };
+        if reply.grants.is_empty() {
+            break;
+        }
+        for grant in reply.grants {
+            granted += 1;
+            if let Some(&index) = by_location.get(&grant.servant_location) {
+                machines[index].grants.push(grant.task_grant_id);
+            }
+        }
+    }
+    let all_grants: Vec<u64> = machines
+        .iter()
+        .flat_map(|m| m.grants.iter().copied())
+        .collect();
+    for machine in &mut machines {
+        let tasks = machine
+            .grants
+            .iter()
+            .enumerate()
+            .map(|(index, grant)| pb::RunningTask {
+                servant_task_id: index as u64 + 1,
+                task_grant_id: *grant,
+                servant_location: String::new(),
+                task_digest: format!("{:032x}", u128::from(*grant) * 0x9e37_79b9_7f4a_7c15),
+            })
+            .collect();
+        let request = servant::heartbeat_request(
+            &machine.spec,
+            &behaviour,
+            &machine.spec.location().to_string(),
+            0,
+            tasks,
+            10_000,
+        );
+        machine.binary = client::encode(Encoding::Binary, &request);
+        machine.json = client::encode(Encoding::Json, &request);
+    }
+    progress(format!(
+        "{} servants registered with {} grants ({} asked); heartbeat body {} bytes binary, {} bytes JSON",
+        machines.len(),
+        all_grants.len(),
+        wanted,
+        machines[0].binary.len(),
+        machines[0].json.len()
+    ));
+
+    let machines = Arc::new(machines);
+    let mut results: Vec<TargetResult> = config
+        .targets
+        .iter()
+        .map(|&target| TargetResult {
+            target,
+            request_bytes: match target {
+                Target::HeartbeatJson => machines[0].json.len(),
+                Target::Bare | Target::HeartbeatBinary => machines[0].binary.len(),
+            },
+            ok: 0,
+            errors: BTreeMap::new(),
+            elapsed: Duration::ZERO,
+            latency: Histogram::default(),
+            scheduler_cpu: config.scheduler_pid.map(|_| Duration::ZERO),
+            client_cpu: Some(Duration::ZERO),
+        })
+        .collect();
+    for round in 0..config.rounds.max(1) {
+        for result in &mut results {
+            renew(&delegate, &config.user_token, &all_grants).await?;
+            let phase = phase(config, &machines, result.target).await?;
+            progress(format!(
+                "round {}: {:<16} {:>9.0} req/s  p99 {} ms  errors {}",
+                round + 1,
+                result.target.name(),
+                phase.ok as f64 / phase.elapsed.as_secs_f64(),
+                super::stats::millis(phase.latency.quantile(0.99).unwrap_or_default()),
+                phase.errors.values().sum::<u64>()
+            ));
+            result.ok += phase.ok;
+            result.elapsed += phase.elapsed;
+            result.scheduler_cpu = add_cpu(result.scheduler_cpu, phase.scheduler_cpu);
+            result.client_cpu = add_cpu(result.client_cpu, phase.client_cpu);
+            result.latency.merge(&phase.latency);
+            for (kind, count) in phase.errors {
+                *result.errors.entry(kind).or_default() += count;
+            }
+        }
+    }
+
+    // Clean up: free the grants, servants leave.
+    for chunk in all_grants.chunks(10_000) {
+        let request = pb::FreeTaskRequest {
+            token: config.user_token.clone(),
+            task_grant_ids: chunk.to_vec(),
+        };
+        let _ = delegate
+            .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &request)
+            .await;
+    }
+    for machine in machines.iter() {
+        let endpoint = Endpoint::new(
+            config.target,
+            machine.local,
+            Encoding::Binary,
+            stats.clone(),
+            1,
+        );
+        let request = servant::heartbeat_request(
+            &machine.spec,
+            &behaviour,
+            &machine.spec.location().to_string(),
+            0,
+            Vec::new(),
+            0,
+        );
+        let _ = endpoint
+            .call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request)
+            .await;
+    }
+    Ok(results)
+}
+
+async fn renew(delegate: &Endpoint, token: &str, grants: &[u64]) -> Result<(), String> {
+    for chunk in grants.chunks(10_000) {
+        let request = pb::KeepTaskAliveRequest {
+            token: token.to_owned(),
+            task_grant_ids: chunk.to_vec(),
+            next_keep_alive_in_ms: 30_000,
+        };
+        delegate
+            .call::<_, pb::KeepTaskAliveResponse>(Method::KeepTaskAlive, &request)
+            .await
+            .map_err(|error| format!("renewing grants: {error}"))?;
+    }
+    Ok(())
+}
+
+struct Phase {
+    ok: u64,
+    errors: BTreeMap<String, u64>,
+    elapsed: Duration,
+    latency: Histogram,
+    scheduler_cpu: Option<Duration>,
+    client_cpu: Option<Duration>,
+}
+
+fn add_cpu(total: Option<Duration>, phase: Option<Duration>) -> Option<Duration> {
+    Some(total? + phase?)
+}
+
+/// CPU time a process spent between two samples.
+fn cpu_between(before: Option<ProcessSample>, after: Option<ProcessSample>) -> Option<Duration> {
+    Some(after?.cpu.saturating_sub(before?.cpu))
+}
+
+/// One measured phase: every connection sends its request in a loop.
+async fn phase(
+    config: &HammerConfig,
+    machines: &Arc<Vec<Machine>>,
+    target: Target,
+) -> Result<Phase, String> {
+    let (path, content_type) = match target {
+        Target::Bare => (BARE_PATH.to_owned(), client::media_type(Encoding::Binary)),
+        Target::HeartbeatBinary => (
+            client::rpc_path(Method::Heartbeat),
+            client::media_type(Encoding::Binary),
+        ),
+        Target::HeartbeatJson => (
+            client::rpc_path(Method::Heartbeat),
+            client::media_type(Encoding::Json),
+        ),
+    };
+    let path: Arc<str> = path.into();
+    let latency = Arc::new(Histogram::default());
+    let measuring = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let ready = Arc::new(Barrier::new(machines.len() + 1));
+    let mut workers = JoinSet::new();
+    for index in 0..machines.len() {
+        let machines = machines.clone();
+        let path = path.clone();
+        let (latency, measuring, done, ok, ready) = (
+            latency.clone(),
+            measuring.clone(),
+            done.clone(),
+            ok.clone(),
+            ready.clone(),
+        );
+        let target_addr = config.target;
+        workers.spawn(async move {
+            let machine = &machines[index];
+            let body = match target {
+                Target::HeartbeatJson => &machine.json,
+                Target::Bare | Target::HeartbeatBinary => &machine.binary,
+            };
+            let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+            let mut conn: Option<Conn> = client::connect(machine.local, target_addr).await.ok();
+            ready.wait().await;
+            while !done.load(Relaxed) {
+                if conn.is_none() {
+                    match client::connect(machine.local, target_addr).await {
+                        Ok(connection) => conn = Some(connection),
+                        Err(error) => {
+                            *errors.entry(CallError::Connect(error).kind()).or_default() += 1;
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    }
+                }
+                let Some(connection) = conn.as_mut() else {
+                    continue;
+                };
+                let started = Instant::now();
+                let result = connection.exchange(&path, content_type, body).await;
+                let elapsed = started.elapsed();
+                let measured = measuring.load(Relaxed) && !done.load(Relaxed);
+                match result {
+                    Ok(answer) if answer.status == 200 => {
+                        if measured {
+                            ok.fetch_add(1, Relaxed);
+                            latency.record(elapsed);
+                        }
+                    }
+                    Ok(answer) => {
+                        let error = match answer.rpc_error_code {
+                            Some(code) => CallError::Rpc {
+                                status: answer.status,
+                                code,
+                            },
+                            None => CallError::Http {
+                                status: answer.status,
+                            },
+                        };
+                        if measured {
+                            *errors.entry(error.kind()).or_default() += 1;
+                        }
+                    }
+                    Err(error) => {
+                        if measured {
+                            *errors.entry(error.kind()).or_default() += 1;
+                        }
+                        conn = None;
+                        continue;
+                    }
+                }
+                if !connection.is_reusable() {
+                    conn = None;
+                }
+            }
+            errors
+        });
+    }
+    ready.wait().await;
+    tokio::time::sleep(config.warmup).await;
+    latency.reset();
+    ok.store(0, Relaxed);
+    let scheduler_before = config.scheduler_pid.and_then(process::sample);
+    let client_before = process::sample(std::process::id());
+    measuring.store(true, Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(config.duration).await;
+    done.store(true, Relaxed);
+    let elapsed = started.elapsed();
+    let scheduler_cpu = cpu_between(
+        scheduler_before,
+        config.scheduler_pid.and_then(process::sample),
+    );
+    let client_cpu = cpu_between(client_before, process::sample(std::process::id()));
+    let mut errors = BTreeMap::new();
+    while let Some(worker) = workers.join_next().await {
+        let worker_errors = worker.map_err(|error| format!("worker failed: {error}"))?;
+        for (kind, count) in worker_errors {
+            *errors.entry(kind).or_default() += count;
+        }
+    }
+    let latency = Arc::try_unwrap(latency).unwrap_or_default();
+    Ok(Phase {
+        ok: ok.load(Relaxed),
+        errors,
+        elapsed,
+        latency,
+        scheduler_cpu,
+        client_cpu,
+    })
+}

@@ -1,0 +1,520 @@
+//! A simulated yadcc cluster that speaks the daemons' wire protocol to a
+//! scheduler over real sockets: the demo (`yadcc-scheduler --demo`), the load
+//! generator (`yadcc-loadgen`) and an integration test all run on it.
+//!
+//! - [`client`]: a small HTTP/1.1 `http+pb` (or JSON) client; every simulated
+//!   machine connects from its own loopback address (127.g.x.y), so the
+//!   scheduler's placement, self-avoidance and NAT detection see distinct
+//!   machines as on a real network.
+//! - [`servant`]: compile servants heartbeating every second, and the
+//!   in-process [`servant::Registry`] through which delegates start tasks on
+//!   them (what a servant reports running is what delegates started there).
+//! - [`delegate`]: delegates acquiring, renewing and freeing grants.
+//! - [`stats`]: per-RPC counts, latency percentiles and errors by kind.
+//! - [`hammer`]: one RPC as fast as possible (benchmark P1) and the bare route
+//!   it is compared against.
+//! - [`process`]: CPU time and peak memory of a process, from `/proc`.
+//!
+//! Stopping is explicit and bounded: [`Cluster::stop`] flips a watch channel
+//! every loop selects on, then waits (at most a few seconds) for servants to
+//! say goodbye and delegates to free their grants.
+
+pub mod client;
+pub mod delegate;
+pub mod hammer;
+pub mod process;
+pub mod servant;
+pub mod stats;
+
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering::Relaxed},
+    },
+    time::Duration,
+};
+
+use rand::{Rng, SeedableRng, rngs::SmallRng, seq::IndexedRandom};
+use sha2::{Digest, Sha256};
+use tokio::{sync::watch, task::JoinSet, time::Instant};
+
+pub use delegate::{DelegateBehaviour, Workload};
+pub use servant::{Registry, ServantBehaviour, ServantSpec};
+pub use stats::{Report, Stats};
+
+use crate::http::codec::Encoding;
+use client::Endpoint;
+
+/// User token of `yadcc-scheduler --demo` (public: the demo listens on loopback).
+pub const DEMO_USER_TOKEN: &str = "demo-user-token";
+/// Servant token of `yadcc-scheduler --demo`.
+pub const DEMO_SERVANT_TOKEN: &str = "demo-servant-token";
+
+/// Second octet of the loopback addresses of each kind of simulated machine.
+pub mod octet {
+    /// Servants of a cluster: 127.1.x.y.
+    pub const SERVANTS: u8 = 1;
+    /// Delegates of a cluster: 127.2.x.y.
+    pub const DELEGATES: u8 = 2;
+    /// Servants of the hammer benchmark: 127.3.x.y.
+    pub const HAMMER_SERVANTS: u8 = 3;
+    /// The hammer's delegate (setting up grants): 127.4.0.1.
+    pub const HAMMER_DELEGATE: u8 = 4;
+}
+
+/// Port servants report in `location` (the yadcc servant's default).
+pub const SERVANT_PORT: u16 = 8335;
+
+/// The `index`-th machine of a group: 127.`group`.(index / 250).(index % 250 + 1);
+/// room for 64,000 machines per group.
+pub fn machine_ip(group: u8, index: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(
+        127,
+        group,
+        (index / 250).min(255) as u8,
+        (index % 250 + 1) as u8,
+    ))
+}
+
+/// How simulated machines get distinct identities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addressing {
+    /// Each machine connects from its own 127.g.x.y (Linux: all of 127/8 is local).
+    PerMachineLoopback,
+    /// Every machine connects from the default address; servants differ by the
+    /// port they report (used where 127/8 aliases are missing, or over IPv6).
+    SharedAddress,
+}
+
+impl Addressing {
+    /// Per-machine loopback if the target is IPv4 loopback and 127.1.0.1 can
+    /// be bound here; else a shared address.
+    pub fn detect(target: SocketAddr) -> Addressing {
+        let probe = tokio::net::TcpSocket::new_v4()
+            .and_then(|socket| socket.bind(SocketAddr::new(machine_ip(octet::SERVANTS, 0), 0)));
+        if target.ip().is_loopback() && target.is_ipv4() && probe.is_ok() {
+            Addressing::PerMachineLoopback
+        } else {
+            Addressing::SharedAddress
+        }
+    }
+
+    /// Source address and reported location of the `index`-th machine of `group`.
+    pub fn machine(
+        self,
+        group: u8,
+        index: usize,
+        target: SocketAddr,
+    ) -> (Option<IpAddr>, SocketAddr) {
+        match self {
+            Addressing::PerMachineLoopback => {
+                let ip = machine_ip(group, index);
+                (Some(ip), SocketAddr::new(ip, SERVANT_PORT))
+            }
+            Addressing::SharedAddress => {
+                let ip = source_ip(target);
+                let port = 10_000u16
+                    .wrapping_add(u16::from(group).wrapping_mul(10_000))
+                    .wrapping_add(index as u16);
+                (None, SocketAddr::new(ip, port))
+            }
+        }
+    }
+}
+
+/// The address this host's packets to `target` leave from (no packet is sent).
+fn source_ip(target: SocketAddr) -> IpAddr {
+    let target = connect_address(target);
+    if target.ip().is_loopback() {
+        return target.ip();
+    }
+    let unspecified: SocketAddr = if target.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    std::net::UdpSocket::bind(unspecified)
+        .and_then(|socket| {
+            socket.connect(target)?;
+            socket.local_addr()
+        })
+        .map_or(target.ip(), |local| local.ip())
+}
+
+/// Where to reach a scheduler listening on `listen`: its own address, or
+/// loopback if it listens on every interface.
+pub fn connect_address(listen: SocketAddr) -> SocketAddr {
+    if listen.ip().is_unspecified() {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), listen.port())
+    } else {
+        listen
+    }
+}
+
+/// The `index`-th simulated compiler: a SHA-256 hex digest, like a real one.
+pub fn environment_digest(index: usize) -> String {
+    hex::encode(Sha256::digest(
+        format!("yadcc-sim-compiler-{index}").as_bytes(),
+    ))
+}
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// The scheduler.
+    pub target: SocketAddr,
+    pub encoding: Encoding,
+    pub servants: usize,
+    pub delegates: usize,
+    /// Distinct compilers in the cluster (at least 5). Every servant offers
+    /// the two most common and three others.
+    pub environments: usize,
+    pub servant: ServantBehaviour,
+    pub delegate: DelegateBehaviour,
+    /// Connections one delegate may use at once (long polls, renewals, frees).
+    pub max_connections_per_delegate: usize,
+    /// Seed for the machines' shapes; `None`: random.
+    pub seed: Option<u64>,
+}
+
+impl ClusterConfig {
+    /// Daemons as the reference behaves, with `servants` servants and
+    /// `delegates` delegates running `workload`.
+    pub fn new(
+        target: SocketAddr,
+        user_token: &str,
+        servant_token: &str,
+        servants: usize,
+        delegates: usize,
+        workload: Workload,
+    ) -> ClusterConfig {
+        ClusterConfig {
+            target,
+            encoding: Encoding::Binary,
+            servants,
+            delegates,
+            environments: 8,
+            servant: ServantBehaviour {
+                token: servant_token.to_owned(),
+                heartbeat_interval: Duration::from_secs(1),
+                next_heartbeat_in_ms: 10_000,
+                leave_on_stop: true,
+            },
+            delegate: DelegateBehaviour::new(user_token, workload),
+            max_connections_per_delegate: 16,
+            seed: None,
+        }
+    }
+
+    /// The demo: 30 servants and 12 developers building now and then, so the
+    /// dashboard shows load coming and going, and queues when builds overlap.
+    pub fn demo(target: SocketAddr, user_token: &str, servant_token: &str) -> ClusterConfig {
+        let mut config = ClusterConfig::new(
+            target,
+            user_token,
+            servant_token,
+            30,
+            12,
+            Workload::Builds {
+                idle: Duration::from_secs(2)..=Duration::from_secs(20),
+                files: 40..=400,
+                parallelism: 8..=64,
+            },
+        );
+        config.delegate.task_duration = Duration::from_millis(800)..=Duration::from_secs(8);
+        config
+    }
+}
+
+/// A running simulated cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+    stats: Arc<Stats>,
+    registry: Arc<Registry>,
+    delegates_started: Arc<AtomicBool>,
+    servants: Vec<ServantSpec>,
+    addressing: Addressing,
+}
+
+/// Shapes of servants: processors, and whether dedicated.
+fn servant_spec(
+    rng: &mut SmallRng,
+    ip: Option<IpAddr>,
+    location: SocketAddr,
+    environments: usize,
+) -> ServantSpec {
+    let num_processors = *[8u32, 12, 16, 24, 32, 48, 64].choose(rng).unwrap_or(&16);
+    let dedicated = rng.random_bool(1.0 / 3.0);
+    let capacity = if dedicated {
+        num_processors * 95 / 100
+    } else {
+        num_processors * 40 / 100
+    }
+    .max(1);
+    let mut envs = vec![environment_digest(0), environment_digest(1)];
+    let others: Vec<usize> = (2..environments.max(5)).collect();
+    envs.extend(
+        others
+            .choose_multiple(rng, 3)
+            .map(|&index| environment_digest(index)),
+    );
+    let base_load = if dedicated {
+        rng.random_range(0..=1)
+    } else {
+        rng.random_range(0..=num_processors / 4)
+    };
+    ServantSpec {
+        ip: ip.unwrap_or(location.ip()),
+        port: location.port(),
+        num_processors,
+        capacity,
+        dedicated,
+        environments: envs,
+        total_memory: u64::from(num_processors.max(8)) * (4 << 30),
+        base_load,
+    }
+}
+
+/// A delegate compiles with one or two compilers, mostly the common ones,
+/// always ones some servant offers.
+fn delegate_environments(rng: &mut SmallRng, offered: &[String]) -> Vec<String> {
+    let common = [environment_digest(0), environment_digest(1)];
+    let count = rng.random_range(1..=2);
+    let mut chosen: Vec<String> = Vec::new();
+    while chosen.len() < count {
+        let pick = if rng.random_bool(0.7) {
+            common.choose(rng).cloned()
+        } else {
+            offered.choose(rng).cloned()
+        };
+        if let Some(pick) = pick
+            && !chosen.contains(&pick)
+        {
+            chosen.push(pick);
+        }
+    }
+    chosen
+}
+
+impl Cluster {
+    /// Starts the servants now (first heartbeats spread over at most a second)
+    /// and the delegates once every servant has registered (or after a few
+    /// seconds). Must run inside a tokio runtime; returns at once.
+    pub fn start(config: ClusterConfig) -> Cluster {
+        let mut rng = match config.seed {
+            Some(seed) => SmallRng::seed_from_u64(seed),
+            None => SmallRng::from_rng(&mut rand::rng()),
+        };
+        let addressing = Addressing::detect(config.target);
+        let stats = Arc::new(Stats::default());
+        let (stop, stop_rx) = watch::channel(false);
+        let servants: Vec<(Option<IpAddr>, ServantSpec)> = (0..config.servants)
+            .map(|index| {
+                let (ip, location) = addressing.machine(octet::SERVANTS, index, config.target);
+                (
+                    ip,
+                    servant_spec(&mut rng, ip, location, config.environments),
+                )
+            })
+            .collect();
+        let registry = Arc::new(Registry::new(
+            servants.iter().map(|(_, spec)| spec.location()),
+        ));
+        let mut tasks = JoinSet::new();
+
+        // Real servants are not in step: spread heartbeats over the interval
+        // (10 ms apart for small clusters, so they register quickly).
+        let interval = config.servant.heartbeat_interval;
+        let ramp = (Duration::from_millis(10) * config.servants as u32).min(interval);
+        let start = Instant::now();
+        let behaviour = Arc::new(config.servant.clone());
+        for (index, (ip, spec)) in servants.iter().enumerate() {
+            let endpoint = Endpoint::new(config.target, *ip, config.encoding, stats.clone(), 1);
+            let first_at = start + ramp.mul_f64(index as f64 / config.servants.max(1) as f64);
+            tasks.spawn(servant::run(
+                spec.clone(),
+                behaviour.clone(),
+                endpoint,
+                registry.clone(),
+                first_at,
+                stop_rx.clone(),
+            ));
+        }
+
+        let mut offered: Vec<String> = servants
+            .iter()
+            .flat_map(|(_, spec)| spec.environments.iter().cloned())
+            .collect();
+        offered.sort_unstable();
+        offered.dedup();
+        let delegates: Vec<(Option<IpAddr>, Vec<String>)> = (0..config.delegates)
+            .map(|index| {
+                let (ip, _) = addressing.machine(octet::DELEGATES, index, config.target);
+                (ip, delegate_environments(&mut rng, &offered))
+            })
+            .collect();
+        let delegates_started = Arc::new(AtomicBool::new(false));
+        tasks.spawn(launch_delegates(
+            config,
+            delegates,
+            stats.clone(),
+            registry.clone(),
+            stop_rx,
+            ramp,
+            delegates_started.clone(),
+        ));
+        Cluster {
+            stop,
+            tasks,
+            stats,
+            registry,
+            delegates_started,
+            servants: servants.into_iter().map(|(_, spec)| spec).collect(),
+            addressing,
+        }
+    }
+
+    /// What was measured so far.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    /// The simulated servants.
+    pub fn servants(&self) -> &[ServantSpec] {
+        &self.servants
+    }
+
+    /// How machines got distinct identities.
+    pub fn addressing(&self) -> Addressing {
+        self.addressing
+    }
+
+    /// Tasks running on simulated servants now.
+    pub fn running_tasks(&self) -> usize {
+        self.registry.running()
+    }
+
+    /// True once the delegates were started.
+    pub fn delegates_started(&self) -> bool {
+        self.delegates_started.load(Relaxed)
+    }
+
+    /// Waits until the delegates have started, at most `timeout`.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.delegates_started() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
+    /// Stops every machine: delegates free their grants, servants send a last
+    /// heartbeat with `next_heartbeat_in_ms = 0`. Waits at most 5 s.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        let drained = tokio::time::timeout(Duration::from_secs(5), async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            self.tasks.abort_all();
+            while self.tasks.join_next().await.is_some() {}
+        }
+    }
+}
+
+async fn launch_delegates(
+    config: ClusterConfig,
+    delegates: Vec<(Option<IpAddr>, Vec<String>)>,
+    stats: Arc<Stats>,
+    registry: Arc<Registry>,
+    mut stop: watch::Receiver<bool>,
+    ramp: Duration,
+    started: Arc<AtomicBool>,
+) {
+    // Delegates start once every servant is known (or after a while anyway),
+    // so they do not ask for environments nobody offers yet.
+    let deadline = Instant::now() + ramp + Duration::from_secs(5);
+    while (stats.events.servants_registered.load(Relaxed) as usize) < config.servants
+        && Instant::now() < deadline
+    {
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|stopped| *stopped) => return,
+            () = tokio::time::sleep(Duration::from_millis(5)) => {}
+        }
+    }
+    let behaviour = Arc::new(config.delegate.clone());
+    let mut running = JoinSet::new();
+    for (ip, environments) in delegates {
+        let endpoint = Endpoint::new(
+            config.target,
+            ip,
+            config.encoding,
+            stats.clone(),
+            config.max_connections_per_delegate,
+        );
+        running.spawn(delegate::run(
+            behaviour.clone(),
+            endpoint,
+            registry.clone(),
+            environments,
+            stop.clone(),
+        ));
+    }
+    started.store(true, Relaxed);
+    while running.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machines_get_distinct_loopback_addresses() {
+        assert_eq!(machine_ip(1, 0).to_string(), "127.1.0.1");
+        assert_eq!(machine_ip(1, 249).to_string(), "127.1.0.250");
+        assert_eq!(machine_ip(1, 250).to_string(), "127.1.1.1");
+        assert_eq!(machine_ip(1, 9999).to_string(), "127.1.39.250");
+        let target: SocketAddr = "[::1]:8336".parse().unwrap();
+        let (ip, a) = Addressing::SharedAddress.machine(1, 0, target);
+        let (_, b) = Addressing::SharedAddress.machine(1, 1, target);
+        assert_eq!(ip, None);
+        assert_ne!(a, b);
+        assert_eq!(a.ip(), target.ip());
+    }
+
+    #[test]
+    fn servants_offer_five_environments_and_delegates_use_offered_ones() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let location: SocketAddr = "127.1.0.1:8335".parse().unwrap();
+        let spec = servant_spec(&mut rng, None, location, 8);
+        assert_eq!(spec.environments.len(), 5);
+        assert!(spec.capacity >= 1 && spec.capacity <= spec.num_processors);
+        let offered = spec.environments.clone();
+        for _ in 0..50 {
+            let chosen = delegate_environments(&mut rng, &offered);
+            assert!(!chosen.is_empty());
+            assert!(chosen.iter().all(|digest| offered.contains(digest)));
+        }
+        assert_eq!(environment_digest(0).len(), 64);
+    }
+
+    #[test]
+    fn unspecified_listen_addresses_are_reached_on_loopback() {
+        assert_eq!(
+            connect_address("0.0.0.0:8336".parse().unwrap()).to_string(),
+            "127.0.0.1:8336"
+        );
+        assert_eq!(
+            connect_address("127.0.0.1:9".parse().unwrap()).to_string(),
+            "127.0.0.1:9"
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! The dashboard in real headless Chromium: the DOM after its scripts ran
+//! shows the servants, grants and totals of a populated scheduler.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use prost::Message;
+use yadcc_scheduler::pb;
+
+use crate::support::*;
+
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .flat_map(|name| dirs.iter().map(move |dir| dir.join(name)))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Runs Chromium headless against `url` with the extra flags; returns stdout.
+fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> String {
+    let profile = std::env::temp_dir().join(format!(
+        "yadcc-chromium-{}-{}",
+        std::process::id(),
+        extra.len()
+    ));
+    let output = Command::new(binary)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--virtual-time-budget=8000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("chromium starts");
+    let _ = std::fs::remove_dir_all(&profile);
+    assert!(
+        output.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The value of `attribute` on the first element whose start tag contains `marker`.
+fn attribute_of(dom: &str, marker: &str, attribute: &str) -> Option<String> {
+    let at = dom.find(marker)?;
+    let tag_start = dom[..at].rfind('<')?;
+    let tag_end = at + dom[at..].find('>')?;
+    let tag = &dom[tag_start..tag_end];
+    let key = format!("{attribute}=\"");
+    let value_start = tag.find(&key)? + key.len();
+    let value_len = tag[value_start..].find('"')?;
+    Some(tag[value_start..value_start + value_len].to_owned())
+}
+
+async fn heartbeat_from(server: &Server, ip: &str, location: &str, capacity: u32) {
+    let mut connection = RawConnection::open_from(server.addr, Some(ip.parse().unwrap())).await;
+    let body = heartbeat(location, capacity).encode_to_vec();
+    connection
+        .send(&http_pb_request("Heartbeat", 1, &body, &[]))
+        .await;
+    assert_eq!(connection.read_response().await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
+    let Some(binary) = chromium() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install chromium (scripts/test.sh does)"
+        );
+        eprintln!("SKIPPED: no chromium on PATH; scripts/test.sh installs it");
+        return;
+    };
+    let server = Server::start().await;
+    heartbeat_from(&server, "127.0.0.2", "127.0.0.2:8335", 8).await;
+    heartbeat_from(&server, "127.0.0.3", "127.0.0.3:8335", 4).await;
+    heartbeat_from(&server, "127.0.0.4", "192.168.77.5:8335", 4).await;
+    let granted: pb::WaitForStartingTaskResponse = call_raw(
+        server.addr,
+        "WaitForStartingTask",
+        &wait_request(1000, 2, 1),
+    )
+    .await
+    .decode();
+    assert_eq!(granted.grants.len(), 3);
+
+    let url = server.url("/");
+    let dom = tokio::task::spawn_blocking({
+        let binary = binary.clone();
+        let url = url.clone();
+        move || run_chromium(&binary, &url, &["--dump-dom".to_owned()])
+    })
+    .await
+    .expect("chromium task");
+
+    assert_eq!(
+        attribute_of(&dom, r#"data-metric="servantsUp""#, "data-value").as_deref(),
+        Some("3"),
+        "summary card after scripts ran"
+    );
+    assert_eq!(
+        attribute_of(&dom, r#"data-metric="grants""#, "data-value").as_deref(),
+        Some("3")
+    );
+    for location in ["127.0.0.2:8335", "127.0.0.3:8335", "127.0.0.4:8335"] {
+        assert!(
+            dom.contains(&format!(r#"data-location="{location}""#)),
+            "servant row {location}"
+        );
+    }
+    assert!(
+        dom.contains("differs from the observed"),
+        "NAT reason shown in words"
+    );
+    for grant in &granted.grants {
+        // Ids are random 64-bit values: the page must keep every digit.
+        assert!(
+            dom.contains(&format!(r#"data-grant-id="{}""#, grant.task_grant_id)),
+            "grant row {}",
+            grant.task_grant_id
+        );
+    }
+    assert!(
+        dom.contains(&format!(r#"data-digest="{DIGEST}""#)),
+        "environment row"
+    );
+    let status = attribute_of(&dom, r#"id="status""#, "class").unwrap_or_default();
+    assert!(
+        status.contains("live") || dom.contains(">live<"),
+        "connection state is live: {status}"
+    );
+
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("test-artifacts");
+    std::fs::create_dir_all(&artifacts).expect("artifact dir");
+    let screenshot = artifacts.join("dashboard.png");
+    let _ = std::fs::remove_file(&screenshot);
+    tokio::task::spawn_blocking({
+        let screenshot = screenshot.clone();
+        move || {
+            run_chromium(
+                &binary,
+                &url,
+                &[
+                    format!("--screenshot={}", screenshot.display()),
+                    "--window-size=1400,1000".to_owned(),
+                ],
+            )
+        }
+    })
+    .await
+    .expect("chromium task");
+    let size = std::fs::metadata(&screenshot)
+        .map(|meta| meta.len())
+        .unwrap_or(0);
+    assert!(
+        size > 10_000,
+        "screenshot kept at {} ({size} bytes)",
+        screenshot.display()
+    );
+    server.stop().await;
+}
