@@ -22,7 +22,10 @@ use base64::Engine as _;
 use serde::{Serialize, Serializer};
 use utoipa::ToSchema;
 
-use crate::engine::{self, NotAcceptingReason, Scheduler, ServantPriority};
+use crate::engine::{
+    self, NotAcceptingReason, Scheduler, ServantPriority,
+    tokens::{self, TokenSet},
+};
 
 /// One history sample per this interval.
 pub const HISTORY_INTERVAL: Duration = Duration::from_secs(1);
@@ -35,7 +38,8 @@ pub const HISTORY_CAPACITY: usize = 3600;
 pub struct Dashboard {
     engine: Scheduler,
     history: Mutex<History>,
-    credential: Option<String>,
+    /// `user:password`, compared like tokens: in constant time.
+    credential: Option<TokenSet>,
 }
 
 #[derive(Debug, Default)]
@@ -51,7 +55,7 @@ impl Dashboard {
         let dashboard = Arc::new(Dashboard {
             engine,
             history: Mutex::default(),
-            credential,
+            credential: credential.map(|credential| TokenSet::new(&[credential])),
         });
         tokio::spawn(sample_forever(Arc::downgrade(&dashboard)));
         dashboard
@@ -494,8 +498,9 @@ async fn require_credential(
             base64::engine::general_purpose::STANDARD
                 .decode(encoded.trim())
                 .ok()
-        });
-    if presented.is_some_and(|presented| constant_time_eq(&presented, expected.as_bytes())) {
+        })
+        .and_then(|decoded| String::from_utf8(decoded).ok());
+    if presented.is_some_and(|presented| expected.accepts(&tokens::digest(&presented))) {
         return next.run(request).await;
     }
     (
@@ -507,13 +512,4 @@ async fn require_credential(
         "credentials required\n",
     )
         .into_response()
-}
-
-/// Compares without an early exit, so timing does not tell how much matched.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut difference = a.len() ^ b.len();
-    for (index, byte) in b.iter().enumerate() {
-        difference |= usize::from(a.get(index).copied().unwrap_or(0) ^ byte);
-    }
-    difference == 0
 }

@@ -22,7 +22,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{engine::Scheduler, http::codec::Encoding};
+use crate::{engine::Scheduler, http::codec::Encoding, service::Method};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -36,6 +36,11 @@ struct MethodLabels {
     method: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
 type HistogramFamily = Family<MethodLabels, Histogram, fn() -> Histogram>;
 
 /// The registry and the families the transport writes to.
@@ -43,6 +48,7 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: HistogramFamily,
+    grant_wait: Family<OutcomeLabels, Histogram, fn() -> Histogram>,
 }
 
 impl fmt::Debug for Metrics {
@@ -71,11 +77,19 @@ impl Metrics {
             "RPC latency by method (WaitForStartingTask includes its wait for quota)",
             latency.clone(),
         );
+        let grant_wait: Family<OutcomeLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "grant_wait_seconds",
+            "Time WaitForStartingTask callers waited, by outcome (granted, no_quota, error)",
+            grant_wait.clone(),
+        );
         registry.register_collector(Box::new(EngineCollector { engine }));
         Self {
             registry,
             requests,
             latency,
+            grant_wait,
         }
     }
 
@@ -97,6 +111,16 @@ impl Metrics {
         self.latency
             .get_or_create(&MethodLabels { method })
             .observe(elapsed.as_secs_f64());
+        if method == Method::WaitForStartingTask.name() {
+            let outcome = match status {
+                StatusCode::OK => "granted",
+                StatusCode::TOO_MANY_REQUESTS => "no_quota",
+                _ => "error",
+            };
+            self.grant_wait
+                .get_or_create(&OutcomeLabels { outcome })
+                .observe(elapsed.as_secs_f64());
+        }
     }
 
     /// The exposition text.

@@ -29,7 +29,7 @@ mod placement;
 mod servants;
 mod snapshot;
 mod state;
-mod tokens;
+pub(crate) mod tokens;
 mod types;
 mod waiters;
 

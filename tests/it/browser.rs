@@ -6,7 +6,6 @@ use std::{
     process::Command,
 };
 
-use prost::Message;
 use yadcc_scheduler::pb;
 
 use crate::support::*;
@@ -64,15 +63,6 @@ fn attribute_of(dom: &str, marker: &str, attribute: &str) -> Option<String> {
     let value_start = tag.find(&key)? + key.len();
     let value_len = tag[value_start..].find('"')?;
     Some(tag[value_start..value_start + value_len].to_owned())
-}
-
-async fn heartbeat_from(server: &Server, ip: &str, location: &str, capacity: u32) {
-    let mut connection = RawConnection::open_from(server.addr, Some(ip.parse().unwrap())).await;
-    let body = heartbeat(location, capacity).encode_to_vec();
-    connection
-        .send(&http_pb_request("Heartbeat", 1, &body, &[]))
-        .await;
-    assert_eq!(connection.read_response().await.status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

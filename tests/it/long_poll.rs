@@ -21,6 +21,22 @@ async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
     condition()
 }
 
+/// Starts a long `WaitForStartingTask` on its own connection and returns
+/// once the engine has queued it.
+async fn queue_a_wait(server: &Server) -> RawConnection {
+    let mut waiting = RawConnection::open(server.addr).await;
+    waiting
+        .send(&http_pb_request(
+            "WaitForStartingTask",
+            1,
+            &wait_request(8000, 1, 0).encode_to_vec(),
+            &[],
+        ))
+        .await;
+    assert!(eventually(|| server.engine.snapshot().totals.waiters == 1).await);
+    waiting
+}
+
 /// A server whose single slot is taken, so the next wait queues.
 async fn saturated_server() -> Server {
     let server = Server::start().await;
@@ -33,16 +49,7 @@ async fn saturated_server() -> Server {
 #[tokio::test]
 async fn a_long_poll_does_not_block_other_connections() {
     let server = saturated_server().await;
-    let mut waiting = RawConnection::open(server.addr).await;
-    waiting
-        .send(&http_pb_request(
-            "WaitForStartingTask",
-            1,
-            &wait_request(8000, 1, 0).encode_to_vec(),
-            &[],
-        ))
-        .await;
-    assert!(eventually(|| server.engine.snapshot().totals.waiters == 1).await);
+    let _waiting = queue_a_wait(&server).await;
 
     let started = Instant::now();
     let config = call_raw(
@@ -69,16 +76,7 @@ async fn a_freed_slot_goes_to_the_waiting_call() {
         call_raw(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0))
             .await
             .decode();
-    let mut waiting = RawConnection::open(server.addr).await;
-    waiting
-        .send(&http_pb_request(
-            "WaitForStartingTask",
-            2,
-            &wait_request(8000, 1, 0).encode_to_vec(),
-            &[],
-        ))
-        .await;
-    assert!(eventually(|| server.engine.snapshot().totals.waiters == 1).await);
+    let mut waiting = queue_a_wait(&server).await;
     let freed = call_raw(
         server.addr,
         "FreeTask",
@@ -103,16 +101,7 @@ async fn a_freed_slot_goes_to_the_waiting_call() {
 #[tokio::test]
 async fn a_client_that_disconnects_leaves_the_queue_without_leaking_a_grant() {
     let server = saturated_server().await;
-    let mut waiting = RawConnection::open(server.addr).await;
-    waiting
-        .send(&http_pb_request(
-            "WaitForStartingTask",
-            1,
-            &wait_request(8000, 1, 0).encode_to_vec(),
-            &[],
-        ))
-        .await;
-    assert!(eventually(|| server.engine.snapshot().totals.waiters == 1).await);
+    let waiting = queue_a_wait(&server).await;
     drop(waiting);
     assert!(
         eventually(|| server.engine.snapshot().totals.waiters == 0).await,
@@ -152,16 +141,7 @@ async fn rpc_timeout_shortens_a_long_poll_to_a_no_quota_answer_in_time() {
 #[tokio::test]
 async fn shutdown_answers_waiting_calls() {
     let server = saturated_server().await;
-    let mut waiting = RawConnection::open(server.addr).await;
-    waiting
-        .send(&http_pb_request(
-            "WaitForStartingTask",
-            1,
-            &wait_request(8000, 1, 0).encode_to_vec(),
-            &[],
-        ))
-        .await;
-    assert!(eventually(|| server.engine.snapshot().totals.waiters == 1).await);
+    let mut waiting = queue_a_wait(&server).await;
     let started = Instant::now();
     let stopping = tokio::spawn(server.stop());
     let response = waiting.read_response().await;

@@ -19,6 +19,8 @@ async fn health_and_readiness_answer() {
 async fn metrics_count_requests_and_show_the_cluster() {
     let server = Server::start().await;
     register_servant(&server, 8335, 4).await;
+    let granted = call_raw(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
+    assert_eq!(granted.status, 200);
     let denied = call_raw(
         server.addr,
         "GetConfig",
@@ -47,11 +49,19 @@ async fn metrics_count_requests_and_show_the_cluster() {
     assert!(text.contains(r#"yadcc_scheduler_rpc_requests_total{method="GetConfig",encoding="binary",code="403"} 1"#), "{text}");
     assert!(text.contains("yadcc_scheduler_servants_up 1"), "{text}");
     assert!(
-        text.contains("yadcc_scheduler_capacity_available 4"),
+        text.contains("yadcc_scheduler_capacity_available 3"),
         "{text}"
     );
     assert!(
         text.contains("yadcc_scheduler_rpc_duration_seconds_bucket"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"yadcc_scheduler_grant_wait_seconds_count{outcome="granted"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains("yadcc_scheduler_grants_issued_total 1"),
         "{text}"
     );
     assert!(text.trim_end().ends_with("# EOF"));

@@ -293,6 +293,16 @@ pub async fn register_servant(server: &Server, port: u16, capacity: u32) {
     );
 }
 
+/// A heartbeat sent from the local address `ip`, as the machine at `ip` would.
+pub async fn heartbeat_from(server: &Server, ip: &str, location: &str, capacity: u32) {
+    let mut connection = RawConnection::open_from(server.addr, Some(ip.parse().unwrap())).await;
+    let body = heartbeat(location, capacity).encode_to_vec();
+    connection
+        .send(&http_pb_request("Heartbeat", 1, &body, &[]))
+        .await;
+    assert_eq!(connection.read_response().await.status, 200);
+}
+
 pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(STEP)

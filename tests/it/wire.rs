@@ -218,22 +218,10 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
 async fn self_avoidance_and_nat_use_the_observed_socket_address() {
     let server = Server::start().await;
     // Two machines: 127.0.0.2 and 127.0.0.3, each reporting its own address.
-    for ip in ["127.0.0.2", "127.0.0.3"] {
-        let mut connection = RawConnection::open_from(server.addr, Some(ip.parse().unwrap())).await;
-        let body = heartbeat(&servant_location(ip, 8335), 4).encode_to_vec();
-        connection
-            .send(&http_pb_request("Heartbeat", 1, &body, &[]))
-            .await;
-        assert_eq!(connection.read_response().await.status, 200);
-    }
+    heartbeat_from(&server, "127.0.0.2", "127.0.0.2:8335", 4).await;
+    heartbeat_from(&server, "127.0.0.3", "127.0.0.3:8335", 4).await;
     // A machine behind NAT: it reports an address the scheduler does not see.
-    let mut natted =
-        RawConnection::open_from(server.addr, Some("127.0.0.4".parse().unwrap())).await;
-    let body = heartbeat("10.20.30.40:8335", 4).encode_to_vec();
-    natted
-        .send(&http_pb_request("Heartbeat", 1, &body, &[]))
-        .await;
-    assert_eq!(natted.read_response().await.status, 200);
+    heartbeat_from(&server, "127.0.0.4", "10.20.30.40:8335", 4).await;
 
     // The delegate on 127.0.0.2 is sent to the other machine.
     let mut delegate =
