@@ -27,6 +27,9 @@ async fn main() -> ExitCode {
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
         )
+        // Logs are diagnostics: stderr, and colour only for a person at a terminal.
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let settings = match cli.settings() {
         Ok(settings) => settings,

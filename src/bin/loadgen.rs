@@ -21,7 +21,7 @@ use yadcc_scheduler::{
         self, Cluster, ClusterConfig, Workload,
         hammer::{self, HammerConfig, Target},
         process::{self, ProcessSample},
-        stats::millis,
+        stats::{millis, quantile_of},
     },
 };
 
@@ -271,6 +271,7 @@ async fn run_cluster(cli: &Cli, args: &ClusterArgs, target: SocketAddr) -> Resul
     let started = Instant::now();
     let window = Duration::from_secs(args.duration);
     let every = Duration::from_secs(args.progress_every);
+    let mut last = (stats.reading(), Instant::now());
     while started.elapsed() < window {
         let left = window.saturating_sub(started.elapsed());
         let nap = if every.is_zero() {
@@ -280,15 +281,22 @@ async fn run_cluster(cli: &Cli, args: &ClusterArgs, target: SocketAddr) -> Resul
         };
         tokio::time::sleep(nap).await;
         if !every.is_zero() && started.elapsed() < window {
-            let report = stats.report();
+            // This slice only, not the whole window so far.
+            let now = (stats.reading(), Instant::now());
+            let slice: Vec<u64> = now.0.0.iter().zip(&last.0.0).map(|(a, b)| a - b).collect();
+            let calls = now.0.1 - last.0.1;
+            let seconds = (now.1 - last.1).as_secs_f64();
             println!(
-                "  {:>5.1} s: {:>8.0} calls/s, p99 {} ms, errors {}, tasks running {}",
+                "  {:>5.1} s: {:>8.0} calls/s, p50 {} ms, p99 {} ms, max <= {} ms; errors so far {}, tasks running {}",
                 started.elapsed().as_secs_f64(),
-                report.total.per_second,
-                millis(report.total.p99),
-                report.total_errors(),
+                calls as f64 / seconds.max(1e-9),
+                millis(quantile_of(&slice, 0.5).unwrap_or_default()),
+                millis(quantile_of(&slice, 0.99).unwrap_or_default()),
+                millis(quantile_of(&slice, 1.0).unwrap_or_default()),
+                stats.total_errors(),
                 cluster.running_tasks()
             );
+            last = now;
         }
     }
     let wall = started.elapsed();

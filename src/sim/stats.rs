@@ -146,26 +146,35 @@ impl Histogram {
     /// The value at quantile `q` (0..=1), nearest rank, rounded up to its
     /// bucket's upper edge; `None` when empty.
     pub fn quantile(&self, q: f64) -> Option<Duration> {
-        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
-        let total: u64 = counts.iter().sum();
-        if total == 0 {
-            return None;
-        }
-        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).clamp(1, total);
-        let mut seen = 0;
-        for (bucket, count) in counts.iter().enumerate() {
-            seen += count;
-            if seen >= rank {
-                let max = self.max.load(Relaxed);
-                return Some(Duration::from_micros(bucket_high(bucket).min(max)));
-            }
-        }
-        Some(Duration::from_micros(self.max.load(Relaxed)))
+        quantile_of(&self.counts(), q).map(|value| value.min(self.max()))
+    }
+
+    /// The bucket counts, for [`quantile_of`] over a difference of two readings.
+    pub fn counts(&self) -> Vec<u64> {
+        self.buckets.iter().map(|b| b.load(Relaxed)).collect()
     }
 
     pub fn max(&self) -> Duration {
         Duration::from_micros(self.max.load(Relaxed))
     }
+}
+
+/// The value at quantile `q` of bucket counts from [`Histogram::counts`]
+/// (possibly the difference of two readings: a time slice).
+pub fn quantile_of(counts: &[u64], q: f64) -> Option<Duration> {
+    let total: u64 = counts.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).clamp(1, total);
+    let mut seen = 0;
+    for (bucket, count) in counts.iter().enumerate() {
+        seen += count;
+        if seen >= rank {
+            return Some(Duration::from_micros(bucket_high(bucket)));
+        }
+    }
+    None
 }
 
 /// Counters of one call kind.
@@ -297,6 +306,20 @@ impl Stats {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         *errors.entry(kind.to_owned()).or_default() += 1;
+    }
+
+    /// Bucket counts of every call's latency added up, and the number of
+    /// successful calls: two readings give one time slice.
+    pub fn reading(&self) -> (Vec<u64>, u64) {
+        let mut counts = vec![0; BUCKETS];
+        let mut ok = 0;
+        for call in &self.calls {
+            ok += call.ok.load(Relaxed);
+            for (total, count) in counts.iter_mut().zip(call.latency.counts()) {
+                *total += count;
+            }
+        }
+        (counts, ok)
     }
 
     /// Errors over every call kind.
