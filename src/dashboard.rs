@@ -29,6 +29,8 @@ use crate::engine::{
 
 /// One history sample per this interval.
 pub const HISTORY_INTERVAL: Duration = Duration::from_secs(1);
+/// How long one overview serves every page that asks.
+pub const OVERVIEW_MAX_AGE: Duration = Duration::from_millis(1000);
 /// Samples kept: one hour at one per second.
 pub const HISTORY_CAPACITY: usize = 3600;
 
@@ -38,6 +40,8 @@ pub const HISTORY_CAPACITY: usize = 3600;
 pub struct Dashboard {
     engine: Scheduler,
     history: Mutex<History>,
+    /// The last overview served, as JSON, and when it was built.
+    overview_cache: Mutex<Option<(tokio::time::Instant, bytes::Bytes)>>,
     /// `user:password`, compared like tokens: in constant time.
     credential: Option<TokenSet>,
 }
@@ -55,6 +59,7 @@ impl Dashboard {
         let dashboard = Arc::new(Dashboard {
             engine,
             history: Mutex::default(),
+            overview_cache: Mutex::default(),
             credential: credential.map(|credential| TokenSet::new(&[credential])),
         });
         tokio::spawn(sample_forever(Arc::downgrade(&dashboard)));
@@ -63,10 +68,10 @@ impl Dashboard {
 
     /// Takes one history sample now.
     pub fn sample(&self) {
-        let snapshot = self.engine.snapshot();
+        let (totals, counters) = self.engine.totals();
         let now = tokio::time::Instant::now();
         let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
-        let issued = snapshot.counters.grants_issued;
+        let issued = counters.grants_issued;
         let grants_per_second = match history.last_grants_issued {
             Some((before, at)) if now > at => {
                 issued.saturating_sub(before) as f64 / (now - at).as_secs_f64()
@@ -77,7 +82,6 @@ impl Dashboard {
         if history.samples.len() == HISTORY_CAPACITY {
             history.samples.pop_front();
         }
-        let totals = &snapshot.totals;
         history.samples.push_back(HistorySample {
             at_ms: unix_millis(SystemTime::now()),
             capacity: totals.capacity,
@@ -102,6 +106,27 @@ impl Dashboard {
             .samples
             .back()
             .map_or(0.0, |sample| sample.grants_per_second)
+    }
+
+    /// [`Dashboard::overview`] as JSON, built at most once per
+    /// [`OVERVIEW_MAX_AGE`]: a snapshot of a large cluster holds the engine
+    /// lock for milliseconds, and every open page polls every two seconds.
+    pub fn overview_json(&self) -> bytes::Bytes {
+        let mut cache = self
+            .overview_cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let now = tokio::time::Instant::now();
+        if let Some((built_at, json)) = cache.as_ref()
+            && now.saturating_duration_since(*built_at) < OVERVIEW_MAX_AGE
+        {
+            return json.clone();
+        }
+        let json = bytes::Bytes::from(
+            serde_json::to_vec(&self.overview()).unwrap_or_else(|_| b"{}".to_vec()),
+        );
+        *cache = Some((now, json.clone()));
+        json
     }
 
     /// The whole picture in one document, so one poll refreshes the page.
@@ -412,8 +437,15 @@ pub struct HistorySample {
 #[utoipa::path(get, path = "/api/v1/overview", tag = "dashboard",
     responses((status = 200, description = "The cluster now", body = Overview),
               (status = 401, description = "Basic auth required (--inspect_credential)")))]
-async fn overview(State(dashboard): State<Arc<Dashboard>>) -> Json<Overview> {
-    Json(dashboard.overview())
+async fn overview(State(dashboard): State<Arc<Dashboard>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        dashboard.overview_json(),
+    )
+        .into_response()
 }
 
 /// One sample per second for the last hour.

@@ -175,8 +175,7 @@ fn gauge_value(value: impl TryInto<i64>) -> i64 {
 
 impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
-        let snapshot = self.engine.snapshot();
-        let totals = &snapshot.totals;
+        let (totals, counters) = self.engine.totals();
         let gauges = [
             (
                 "servants_up",
@@ -223,8 +222,7 @@ impl Collector for EngineCollector {
         for (name, help, value) in gauges {
             write_gauge(&mut encoder, name, help, value)?;
         }
-        let counters = &snapshot.counters;
-        let totals = [
+        let events = [
             ("grants_issued", "Grants handed out", counters.grants_issued),
             (
                 "renewals",
@@ -258,7 +256,7 @@ impl Collector for EngineCollector {
                 counters.no_quota,
             ),
         ];
-        for (name, help, value) in totals {
+        for (name, help, value) in events {
             write_counter(&mut encoder, name, help, value)?;
         }
         Ok(())

@@ -76,6 +76,11 @@ pub struct Config {
     pub adoption_window: Duration,
     /// Lease given to adopted tasks (default 15 s); their owner renews them as usual.
     pub adopted_lease: Duration,
+    /// How far `running_tasks()` may lag the heartbeats (default 1 s). Every
+    /// daemon polls it about once a second while some heartbeat changes it
+    /// almost every millisecond in a large cluster: rebuilding at most once
+    /// per interval bounds its cost whatever the number of callers.
+    pub running_tasks_refresh: Duration,
     /// Size limits on requests.
     pub limits: Limits,
 }
@@ -91,6 +96,7 @@ impl Default for Config {
             serving_daemon_token_secret: None,
             adoption_window: Duration::from_secs(15),
             adopted_lease: Duration::from_secs(15),
+            running_tasks_refresh: Duration::from_secs(1),
             limits: Limits::default(),
         }
     }
@@ -437,20 +443,31 @@ impl Scheduler {
     /// heartbeat or expiry changed it.
     pub fn running_tasks(&self) -> Arc<[RunningTask]> {
         let sh = self.shared();
-        let (version, parts) = match sh.with_state(|st, _| st.running_tasks_parts()) {
+        let (version, parts) = match sh.with_state(|st, now| st.running_tasks_parts(now)) {
             RunningParts::Cached(cached) => return cached,
             RunningParts::Stale { version, parts } => (version, parts),
         };
         let flat: Arc<[RunningTask]> = parts.iter().flat_map(|p| p.iter().cloned()).collect();
-        sh.with_state(|st, _| {
-            if st.running_version == version {
-                st.running_cache = Some((version, flat.clone()));
+        sh.with_state(|st, now| {
+            // A newer list may have been cached meanwhile; never replace it
+            // with an older one.
+            if st
+                .running_cache
+                .as_ref()
+                .is_none_or(|(cached, _, _)| *cached <= version)
+            {
+                st.running_cache = Some((version, now, flat.clone()));
             }
         });
         flat
     }
 
-    /// Inspection data for the dashboard and metrics (O(cluster); not for hot paths).
+    /// Cluster totals and event counters, cheap enough to read every second.
+    pub fn totals(&self) -> (ClusterTotals, Counters) {
+        self.shared().with_state(|st, _| (st.totals(), st.counters))
+    }
+
+    /// Inspection data for the dashboard (O(cluster); not for hot paths).
     pub fn snapshot(&self) -> Snapshot {
         self.shared().with_state(|st, now| st.snapshot(now))
     }

@@ -171,11 +171,34 @@ pub(crate) enum RunningParts {
 }
 
 impl State {
-    /// Builds the snapshot. O(cluster): for people and metrics, not hot paths.
+    /// Cluster totals: one pass over the servants, nothing allocated, so the
+    /// once-a-second history sampler and metrics scrapes hold the lock for
+    /// microseconds, not for a whole snapshot.
+    pub(crate) fn totals(&self) -> ClusterTotals {
+        let mut totals = ClusterTotals {
+            grants: self.grants.len(),
+            waiters: self.waiter_count,
+            ..ClusterTotals::default()
+        };
+        for s in self.servants.values() {
+            let available = s.capacity_available();
+            let running = s.granted();
+            totals.servants_up += 1;
+            totals.servants_accepting += usize::from(s.max_tasks > 0);
+            totals.capacity += u64::from(s.max_tasks);
+            totals.capacity_available += u64::from(available.saturating_sub(running));
+            totals.capacity_unavailable += u64::from(s.max_tasks.saturating_sub(available));
+            totals.running += u64::from(running);
+            totals.zombies += s.zombies.len() as u64;
+        }
+        totals
+    }
+
+    /// Builds the snapshot. O(cluster): for people, not hot paths.
     pub(crate) fn snapshot(&mut self, now: Instant) -> Snapshot {
         let mut keys: Vec<_> = self.servants.keys().copied().collect();
         keys.sort_unstable();
-        let mut totals = ClusterTotals::default();
+        let totals = self.totals();
         let mut servants = Vec::with_capacity(keys.len());
         for key in keys {
             let s = &self.servants[&key];
@@ -187,13 +210,6 @@ impl State {
                 .filter_map(|l| self.envs.get(l.id))
                 .map(|e| e.waiters.len())
                 .sum();
-            totals.servants_up += 1;
-            totals.servants_accepting += usize::from(s.max_tasks > 0);
-            totals.capacity += u64::from(s.max_tasks);
-            totals.capacity_available += u64::from(available.saturating_sub(running));
-            totals.capacity_unavailable += u64::from(s.max_tasks.saturating_sub(available));
-            totals.running += u64::from(running);
-            totals.zombies += s.zombies.len() as u64;
             servants.push(ServantView {
                 observed_location: s.observed,
                 reported_location: s.reported,
@@ -238,8 +254,6 @@ impl State {
             })
             .collect();
         grants.sort_unstable_by(|a, b| b.age.cmp(&a.age).then(a.id.cmp(&b.id)));
-        totals.grants = self.grants.len();
-        totals.waiters = self.waiter_count;
 
         let mut environments: Vec<EnvironmentView> = self
             .envs
@@ -275,14 +289,15 @@ impl State {
         }
     }
 
-    /// The cached running-task list if it is current; else the per-servant
-    /// lists (registration order) to flatten outside the lock, and the version
-    /// they belong to.
-    pub(crate) fn running_tasks_parts(&self) -> RunningParts {
-        if let Some((version, cached)) = &self.running_cache {
-            if *version == self.running_version {
-                return RunningParts::Cached(cached.clone());
-            }
+    /// The cached running-task list if it is current or younger than
+    /// `running_tasks_refresh`; else the per-servant lists (registration
+    /// order) to flatten outside the lock, and the version they belong to.
+    pub(crate) fn running_tasks_parts(&self, now: Instant) -> RunningParts {
+        if let Some((version, built_at, cached)) = &self.running_cache
+            && (*version == self.running_version
+                || now.saturating_duration_since(*built_at) < self.running_tasks_refresh)
+        {
+            return RunningParts::Cached(cached.clone());
         }
         let mut keys: Vec<_> = self.servants.keys().copied().collect();
         keys.sort_unstable();

@@ -52,7 +52,9 @@ pub(crate) struct State {
 
     /// Bumped whenever any servant's reported running tasks change.
     pub running_version: u64,
-    pub running_cache: Option<(u64, Arc<[RunningTask]>)>,
+    /// The last flattened list: its version and when it was built.
+    pub running_cache: Option<(u64, Instant, Arc<[RunningTask]>)>,
+    pub running_tasks_refresh: Duration,
 
     pub shutting_down: bool,
     /// Set when the last `Scheduler` handle is dropped: the expiry task ends.
@@ -86,6 +88,7 @@ impl State {
             counters: Counters::default(),
             running_version: 0,
             running_cache: None,
+            running_tasks_refresh: config.running_tasks_refresh,
             shutting_down: false,
             stopped: false,
             wake_expiry: false,

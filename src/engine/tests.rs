@@ -1627,9 +1627,12 @@ async fn running_tasks_use_the_observed_location_and_are_cached() {
     // Unchanged reports: the same cached list.
     s.heartbeat(b).unwrap();
     assert!(Arc::ptr_eq(&list, &s.running_tasks()));
-    // A changed report rebuilds it.
+    // A changed report is seen once the list is older than the refresh
+    // interval: until then every caller shares the list already built.
     nat.running_tasks.clear();
     s.heartbeat(nat).unwrap();
+    assert!(Arc::ptr_eq(&list, &s.running_tasks()));
+    advance(config().running_tasks_refresh).await;
     let list2 = s.running_tasks();
     assert_eq!(list2.len(), 1);
 }

@@ -17,6 +17,7 @@ use axum::{
     http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::{
@@ -26,7 +27,7 @@ use super::{
 };
 use crate::{
     pb::SCHEDULER_SERVICE,
-    service::{CallContext, Method, SchedulerService},
+    service::{CallContext, Method},
 };
 
 /// Sequence number header of `http+pb`; echoed so pipelined answers can be matched.
@@ -148,7 +149,7 @@ async fn serve(
                 peer: state.settings.client_ip(peer, &parts.headers),
                 deadline,
             };
-            dispatch(&state.service, method, format.encoding, &body, &ctx).await
+            dispatch(state, method, format.encoding, &body, &ctx).await
         };
         // The deadline covers reading the body too: a client that stalls
         // mid-body gets its timeout answer instead of holding the call open.
@@ -186,14 +187,15 @@ async fn serve(
 
 /// Runs one RPC: decode the request, call the service, encode the response.
 pub async fn dispatch(
-    service: &SchedulerService,
+    state: &AppState,
     method: Method,
     encoding: Encoding,
     body: &[u8],
     ctx: &CallContext,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<Bytes, ApiError> {
     use codec::{decode, encode};
-    match method {
+    let service = &state.service;
+    let encoded = match method {
         Method::Heartbeat => encode(encoding, &service.heartbeat(decode(encoding, body)?, ctx)?),
         Method::GetConfig => encode(encoding, &service.get_config(decode(encoding, body)?, ctx)?),
         Method::WaitForStartingTask => encode(
@@ -207,11 +209,13 @@ pub async fn dispatch(
             &service.keep_task_alive(decode(encoding, body)?, ctx)?,
         ),
         Method::FreeTask => encode(encoding, &service.free_task(decode(encoding, body)?, ctx)?),
-        Method::GetRunningTasks => encode(
-            encoding,
-            &*service.get_running_tasks(decode(encoding, body)?, ctx)?,
-        ),
-    }
+        // Every daemon asks for the same list every second: encode it once.
+        Method::GetRunningTasks => {
+            let response = service.get_running_tasks(decode(encoding, body)?, ctx)?;
+            return state.running_tasks_encoded.encode(encoding, &response);
+        }
+    };
+    encoded.map(Bytes::from)
 }
 
 /// Compressed request bodies are not supported; saying so beats a decode error.

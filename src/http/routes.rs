@@ -16,6 +16,7 @@ use axum::{
 };
 
 use super::{
+    codec::EncodedCache,
     dialect,
     error::{ApiError, ErrorKind},
 };
@@ -23,6 +24,7 @@ use crate::{
     dashboard::{self, Dashboard},
     engine::Scheduler,
     metrics::Metrics,
+    pb,
     service::SchedulerService,
 };
 
@@ -88,6 +90,8 @@ pub struct AppState {
     pub settings: Arc<HttpSettings>,
     pub metrics: Arc<Metrics>,
     pub dashboard: Arc<Dashboard>,
+    /// `GetRunningTasks` answers, encoded once per list and encoding.
+    pub running_tasks_encoded: Arc<EncodedCache<pb::GetRunningTasksResponse>>,
 }
 
 impl AppState {
@@ -98,6 +102,7 @@ impl AppState {
             dashboard: Dashboard::start(engine.clone(), settings.inspect_credential.clone()),
             service: SchedulerService::new(engine),
             settings: Arc::new(settings),
+            running_tasks_encoded: Arc::default(),
         }
     }
 }
