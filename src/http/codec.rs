@@ -87,8 +87,11 @@ impl BodyFormat {
 /// message.
 #[derive(Debug)]
 pub struct EncodedCache<T> {
-    latest: Mutex<Option<(Arc<T>, [Option<Bytes>; 2])>>,
+    latest: Mutex<Option<Encoded<T>>>,
 }
+
+/// A message and its encodings, indexed binary then JSON.
+type Encoded<T> = (Arc<T>, [Option<Bytes>; 2]);
 
 impl<T> Default for EncodedCache<T> {
     fn default() -> Self {
