@@ -13,6 +13,12 @@ use yadcc_scheduler::{
     sim,
 };
 
+/// The server allocates and frees small buffers on every request (bodies,
+/// decoded strings, responses); mimalloc's thread-local free lists serve that
+/// pattern markedly faster than glibc's malloc (see BENCHMARKS.md, P1).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
