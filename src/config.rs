@@ -20,7 +20,7 @@ pub struct Cli {
     #[arg(long, env = "YADCC_PORT", default_value_t = 8336)]
     pub port: u16,
 
-    /// Address to listen on, e.g. 127.0.0.1:8336 or [::]:8336.
+    /// Address to listen on, e.g. `127.0.0.1:8336` or `[::]:8336`.
     #[arg(long, env = "YADCC_LISTEN")]
     pub listen: Option<SocketAddr>,
 

@@ -15,23 +15,34 @@
 //! status, the framework's numeric `Rpc-Error-Code`, a Connect code and a JSON
 //! body.
 //!
+//! Inside the engine (`src/engine/`): `mod.rs` is the cheap-to-clone handle
+//! over one `Mutex<State>` and the one expiry task; `servants.rs` (registry,
+//! capacity rules), `placement.rs` (per-environment indexes, picking a
+//! servant), `grants.rs` (ids, leases, zombies), `waiters.rs` (fair FIFO
+//! queues), `tokens.rs` (token sets, serving-daemon ring), `snapshot.rs`
+//! (totals and inspection views), `types.rs` (the domain types), `tests.rs`.
+//!
 //! Beside the request path, never in it:
 //! - [`pb`]: generated types and the descriptor pool (`build.rs` compiles `proto/`).
-//! - [`openapi`]: the OpenAPI document built from the descriptor pool.
+//! - [`openapi`]: the OpenAPI document built from the descriptor pool, served
+//!   at `/openapi.json` with Swagger UI at `/docs`; committed in `openapi/`.
 //! - [`dashboard`]: inspection API over the engine snapshot, history ring and the
 //!   embedded static page from `web/`.
 //! - [`metrics`]: Prometheus exposition.
-//! - [`config`]: the command line.
-//! - [`sim`]: a simulated cluster speaking the daemons' wire protocol (demo, load tests).
+//! - [`config`]: the command line (`src/main.rs` starts and stops the server).
+//! - [`sim`]: a simulated cluster speaking the daemons' wire protocol, used by
+//!   `--demo` and by the load generator (`src/bin/loadgen.rs`).
+//!
+//! Tests: unit tests beside the code (the engine's in `engine/tests.rs`, with
+//! paused time), integration tests over real sockets and real Chromium in
+//! `tests/it/`, engine benchmarks in `benches/`.
 
 pub mod config;
 pub mod dashboard;
-
 pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod openapi;
-
 pub mod pb;
 pub mod service;
 pub mod sim;

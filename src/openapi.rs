@@ -12,7 +12,7 @@
 //! [`ErrorKind::ALL`].
 //!
 //! Endpoints that are not RPCs are documented with utoipa's derive:
-//! [`non_rpc_apis`] is where their `OpenApi` structs are merged in.
+//! `non_rpc_apis` is where their `OpenApi` structs are merged in.
 //!
 //! The committed copy, `openapi/scheduler.openapi.json`, is what [`render`]
 //! returns. `tests/it/openapi.rs` fails when that copy is stale and prints
@@ -91,7 +91,7 @@ const TAG_CONNECT: &str = "Connect";
 static SPEC: LazyLock<String> = LazyLock::new(render);
 
 /// The whole OpenAPI document: the RPCs from the descriptor pool, then every
-/// other endpoint from [`non_rpc_apis`].
+/// other endpoint from `non_rpc_apis`.
 pub fn document() -> OpenApi {
     let pool = &*pb::DESCRIPTOR_POOL;
     let service = pool

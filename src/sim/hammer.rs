@@ -203,7 +203,9 @@ pub async fn run(
 
     // Register every servant, then fill each with real grants, so the
     // heartbeats report tasks the scheduler knows (the common case).
-    for machine in &machines {
+    // A heartbeat with no running task, on the servant's own connection:
+    // registers it (next heartbeat in 10 s) or lets it leave (0).
+    let plain_heartbeat = |machine: &Machine, next_heartbeat_in_ms: u32| {
         let endpoint = Endpoint::new(
             config.target,
             machine.local,
@@ -217,10 +219,16 @@ pub async fn run(
             &machine.spec.location().to_string(),
             0,
             Vec::new(),
-            10_000,
+            next_heartbeat_in_ms,
         );
-        endpoint
-            .call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request)
+        async move {
+            endpoint
+                .call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request)
+                .await
+        }
+    };
+    for machine in &machines {
+        plain_heartbeat(machine, 10_000)
             .await
             .map_err(|error| format!("registering a servant: {error}"))?;
     }
@@ -357,24 +365,7 @@ pub async fn run(
             .await;
     }
     for machine in machines.iter() {
-        let endpoint = Endpoint::new(
-            config.target,
-            machine.local,
-            Encoding::Binary,
-            stats.clone(),
-            1,
-        );
-        let request = servant::heartbeat_request(
-            &machine.spec,
-            &behaviour,
-            &machine.spec.location().to_string(),
-            0,
-            Vec::new(),
-            0,
-        );
-        let _ = endpoint
-            .call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request)
-            .await;
+        let _ = plain_heartbeat(machine, 0).await;
     }
     Ok(results)
 }
