@@ -6,8 +6,6 @@ use std::{
     process::Command,
 };
 
-use yadcc_scheduler::pb;
-
 use crate::support::*;
 
 fn chromium() -> Option<PathBuf> {
@@ -79,13 +77,7 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
     heartbeat_from(&server, "127.0.0.2", "127.0.0.2:8335", 8).await;
     heartbeat_from(&server, "127.0.0.3", "127.0.0.3:8335", 4).await;
     heartbeat_from(&server, "127.0.0.4", "192.168.77.5:8335", 4).await;
-    let granted: pb::WaitForStartingTaskResponse = call_raw(
-        server.addr,
-        "WaitForStartingTask",
-        &wait_request(1000, 2, 1),
-    )
-    .await
-    .decode();
+    let granted = acquire(&server, 2, 1).await;
     assert_eq!(granted.grants.len(), 3);
 
     let url = server.url("/");

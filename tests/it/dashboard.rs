@@ -20,13 +20,7 @@ async fn get_json(server: &Server, path: &str) -> Value {
 async fn overview_shows_servants_grants_environments_and_totals() {
     let server = Server::start().await;
     register_servant(&server, 8335, 4).await;
-    let granted: pb::WaitForStartingTaskResponse = call_raw(
-        server.addr,
-        "WaitForStartingTask",
-        &wait_request(1000, 1, 1),
-    )
-    .await
-    .decode();
+    let granted = acquire(&server, 1, 1).await;
     assert_eq!(granted.grants.len(), 2);
 
     let overview = get_json(&server, "/api/v1/overview").await;

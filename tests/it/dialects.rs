@@ -19,7 +19,31 @@ fn path(route: Route, method: &str) -> String {
     }
 }
 
-/// Posts a JSON body with the given content type; returns status and JSON.
+/// Posts `body` with the given content type; returns the status, the
+/// answer's content type and its body.
+async fn post(
+    server: &Server,
+    route: Route,
+    method: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (u16, String, bytes::Bytes) {
+    let response = http_client()
+        .post(server.url(&path(route, method)))
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .expect("send");
+    let status = response.status().as_u16();
+    let echoed = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    (status, echoed, response.bytes().await.expect("body"))
+}
+
+/// Posts a JSON body; returns status, the answer as JSON, its content type.
 async fn post_json(
     server: &Server,
     route: Route,
@@ -27,27 +51,23 @@ async fn post_json(
     content_type: &str,
     body: Value,
 ) -> (u16, Value, String) {
-    let response = http_client()
-        .post(server.url(&path(route, method)))
-        .header("content-type", content_type)
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("send");
-    let status = response.status().as_u16();
-    let echoed = response.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let text = response.text().await.expect("body");
-    let value = if text.is_empty() {
+    let (status, echoed, bytes) = post(
+        server,
+        route,
+        method,
+        content_type,
+        body.to_string().into_bytes(),
+    )
+    .await;
+    let value = if bytes.is_empty() {
         Value::Null
     } else {
-        serde_json::from_str(&text).expect("JSON answer")
+        serde_json::from_slice(&bytes).expect("JSON answer")
     };
     (status, value, echoed)
 }
 
+/// Posts a binary message; returns status, the decoded answer, its content type.
 async fn post_binary<T: Message + Default>(
     server: &Server,
     route: Route,
@@ -55,19 +75,8 @@ async fn post_binary<T: Message + Default>(
     content_type: &str,
     message: &impl Message,
 ) -> (u16, T, String) {
-    let response = http_client()
-        .post(server.url(&path(route, method)))
-        .header("content-type", content_type)
-        .body(message.encode_to_vec())
-        .send()
-        .await
-        .expect("send");
-    let status = response.status().as_u16();
-    let echoed = response.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    let bytes = response.bytes().await.expect("body");
+    let (status, echoed, bytes) =
+        post(server, route, method, content_type, message.encode_to_vec()).await;
     (status, T::decode(bytes).unwrap_or_default(), echoed)
 }
 

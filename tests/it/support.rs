@@ -293,6 +293,27 @@ pub async fn register_servant(server: &Server, port: u16, capacity: u32) {
     );
 }
 
+/// Asks for grants over binary http+pb and expects them granted.
+pub async fn acquire(
+    server: &Server,
+    immediate: u32,
+    prefetch: u32,
+) -> pb::WaitForStartingTaskResponse {
+    let response = call_raw(
+        server.addr,
+        "WaitForStartingTask",
+        &wait_request(1000, immediate, prefetch),
+    )
+    .await;
+    assert_eq!(
+        response.status,
+        200,
+        "{:?}",
+        response.header("rpc-error-reason")
+    );
+    response.decode()
+}
+
 /// A heartbeat sent from the local address `ip`, as the machine at `ip` would.
 pub async fn heartbeat_from(server: &Server, ip: &str, location: &str, capacity: u32) {
     let mut connection = RawConnection::open_from(server.addr, Some(ip.parse().unwrap())).await;

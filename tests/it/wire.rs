@@ -129,13 +129,7 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
     let server = Server::start().await;
     register_servant(&server, 8335, 4).await;
 
-    let granted: pb::WaitForStartingTaskResponse = call_raw(
-        server.addr,
-        "WaitForStartingTask",
-        &wait_request(1000, 2, 1),
-    )
-    .await
-    .decode();
+    let granted = acquire(&server, 2, 1).await;
     assert_eq!(granted.grants.len(), 3, "two immediate and one prefetch");
     let ids: Vec<u64> = granted
         .grants
