@@ -88,8 +88,15 @@ fn start_demo(settings: &Settings, local: SocketAddr) -> sim::Cluster {
         first(&settings.engine.servant_tokens),
     );
     let config = sim::ClusterConfig::demo(target, &user_token, &servant_token);
+    // Only the demo's own, public tokens are printed: tokens an operator
+    // passed stay out of the log.
+    let shown = if user_token == sim::DEMO_USER_TOKEN && servant_token == sim::DEMO_SERVANT_TOKEN {
+        format!("user token {user_token:?}, servant token {servant_token:?}")
+    } else {
+        "with the configured tokens".to_owned()
+    };
     tracing::info!(
-        "demo: {} simulated servants and {} delegates are joining (user token {user_token:?}, servant token {servant_token:?})",
+        "demo: {} simulated servants and {} delegates are joining ({shown})",
         config.servants,
         config.delegates
     );
