@@ -74,6 +74,14 @@ fn task(grant_id: u64) -> ReportedTask {
 }
 
 /// One immediate grant, no waiting, 15 s lease, from 10.9.9.9 (no servant there).
+/// A one-grant request from the machine at `requester`.
+fn req_from(requester: &str) -> GrantRequest {
+    GrantRequest {
+        requester_ip: ip(requester),
+        ..req()
+    }
+}
+
 fn req() -> GrantRequest {
     GrantRequest {
         token: USER.to_owned(),
@@ -225,10 +233,7 @@ async fn full_lifecycle_heartbeat_grant_renew_free_expiry() {
 async fn placement_prefers_dedicated_servant_even_with_higher_load() {
     let s = Scheduler::new(config());
     s.heartbeat(hb("127.0.0.1:1234", 10)).unwrap();
-    let from_self = GrantRequest {
-        requester_ip: ip("127.0.0.1"),
-        ..req()
-    };
+    let from_self = req_from("127.0.0.1");
     // Only the requester's own machine: it is used as the last resort.
     let g = grant_one(&s, from_self.clone()).await;
     assert_eq!(g.servant, addr("127.0.0.1:1234"));
@@ -277,14 +282,7 @@ async fn placement_load_balance_sequence_is_a_b_c_b_a_b_c() {
     }
     let mut picks = Vec::new();
     for _ in 0..7 {
-        let g = grant_one(
-            &s,
-            GrantRequest {
-                requester_ip: ip("127.0.0.3"),
-                ..req()
-            },
-        )
-        .await;
+        let g = grant_one(&s, req_from("127.0.0.3")).await;
         let (name, beat) = servants
             .iter_mut()
             .find(|(_, b)| b.reported_location == g.servant)
@@ -344,10 +342,7 @@ async fn self_avoidance_ipv4() {
     let s = Scheduler::new(config());
     s.heartbeat(hb("10.0.0.1:8335", 4)).unwrap();
     s.heartbeat(hb("10.0.0.2:8335", 4)).unwrap();
-    let mine = GrantRequest {
-        requester_ip: ip("10.0.0.1"),
-        ..req()
-    };
+    let mine = req_from("10.0.0.1");
     // Not the requester's machine although it registered first and is idle.
     for _ in 0..4 {
         assert_eq!(
@@ -364,24 +359,10 @@ async fn self_avoidance_ipv6() {
     let s = Scheduler::new(config());
     s.heartbeat(hb("[fd00::1]:8335", 4)).unwrap();
     s.heartbeat(hb("[fd00::2]:8335", 4)).unwrap();
-    let g = grant_one(
-        &s,
-        GrantRequest {
-            requester_ip: ip("fd00::1"),
-            ..req()
-        },
-    )
-    .await;
+    let g = grant_one(&s, req_from("fd00::1")).await;
     assert_eq!(g.servant, addr("[fd00::2]:8335"));
     // A string-prefix test would confuse fd00::1 with fd00::10; addresses do not.
-    let g = grant_one(
-        &s,
-        GrantRequest {
-            requester_ip: ip("fd00::10"),
-            ..req()
-        },
-    )
-    .await;
+    let g = grant_one(&s, req_from("fd00::10")).await;
     assert_eq!(g.servant, addr("[fd00::1]:8335"));
 }
 
@@ -397,24 +378,10 @@ async fn self_avoidance_ipv4_mapped_ipv6() {
     assert_eq!(v.not_accepting_reason, None, "mapped address is not NAT");
     assert_eq!(v.max_tasks, 4);
     // Requester seen as IPv4-mapped too.
-    let g = grant_one(
-        &s,
-        GrantRequest {
-            requester_ip: ip("::ffff:10.0.0.1"),
-            ..req()
-        },
-    )
-    .await;
+    let g = grant_one(&s, req_from("::ffff:10.0.0.1")).await;
     assert_eq!(g.servant, addr("10.0.0.2:8335"));
     // And a plain IPv4 requester against the mapped-registered servant.
-    let g = grant_one(
-        &s,
-        GrantRequest {
-            requester_ip: ip("10.0.0.1"),
-            ..req()
-        },
-    )
-    .await;
+    let g = grant_one(&s, req_from("10.0.0.1")).await;
     assert_eq!(g.servant, addr("10.0.0.2:8335"));
 }
 
