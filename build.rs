@@ -9,6 +9,10 @@ use prost::Message;
 
 const PROTO_ROOT: &str = "proto";
 const PROTO_FILES: &[&str] = &["yadcc/api/env_desc.proto", "yadcc/api/scheduler.proto"];
+/// The daemons' framework framing (binary `flare://` protocol). Kept out of the
+/// exported descriptor set: it is transport, not API, so neither the OpenAPI
+/// document nor reflection lists it, and it has no JSON mapping.
+const FRAMEWORK_PROTO_FILES: &[&str] = &["flare/rpc/rpc_meta.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={PROTO_ROOT}");
@@ -32,5 +36,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Clients built against newer protos must keep working.
         .ignore_unknown_fields()
         .build(&[".yadcc"])?;
+
+    let framework = protox::Compiler::new([PROTO_ROOT])?
+        .open_files(FRAMEWORK_PROTO_FILES)?
+        .file_descriptor_set();
+    prost_build::Config::new()
+        .out_dir(&out_dir)
+        .compile_fds(framework)?;
     Ok(())
 }
