@@ -22,9 +22,12 @@ use base64::Engine as _;
 use serde::{Serialize, Serializer};
 use utoipa::ToSchema;
 
-use crate::engine::{
-    self, NotAcceptingReason, Scheduler, ServantPriority,
-    tokens::{self, TokenSet},
+use crate::{
+    engine::{
+        self, NotAcceptingReason, Scheduler, ServantPriority,
+        tokens::{self, TokenSet},
+    },
+    protocol::PeerProtocols,
 };
 
 /// One history sample per this interval.
@@ -44,6 +47,8 @@ pub struct Dashboard {
     overview_cache: Mutex<Option<(tokio::time::Instant, bytes::Bytes)>>,
     /// `user:password`, compared like tokens: in constant time.
     credential: Option<TokenSet>,
+    /// The protocol of each peer's latest call.
+    peer_protocols: Arc<PeerProtocols>,
 }
 
 #[derive(Debug, Default)]
@@ -55,12 +60,17 @@ struct History {
 impl Dashboard {
     /// Creates the dashboard and starts its sampler, which stops when the
     /// dashboard is dropped. Must run inside a tokio runtime.
-    pub fn start(engine: Scheduler, credential: Option<String>) -> Arc<Dashboard> {
+    pub fn start(
+        engine: Scheduler,
+        credential: Option<String>,
+        peer_protocols: Arc<PeerProtocols>,
+    ) -> Arc<Dashboard> {
         let dashboard = Arc::new(Dashboard {
             engine,
             history: Mutex::default(),
             overview_cache: Mutex::default(),
             credential: credential.map(|credential| TokenSet::new(&[credential])),
+            peer_protocols,
         });
         tokio::spawn(sample_forever(Arc::downgrade(&dashboard)));
         dashboard
@@ -177,6 +187,12 @@ impl Dashboard {
                     waiters: environment.waiters as u64,
                 })
                 .collect(),
+            peer_protocols: self
+                .peer_protocols
+                .labels()
+                .into_iter()
+                .map(|(ip, label)| (ip, label.to_owned()))
+                .collect(),
         }
     }
 }
@@ -217,6 +233,9 @@ pub struct Overview {
     /// Tasks as the servants reported them in their latest heartbeat.
     pub running_tasks: Vec<RunningTaskRow>,
     pub environments: Vec<EnvironmentRow>,
+    /// Peer IP address -> protocol of its latest call (`flare`, `http+pb`,
+    /// `http`, `connect`), for the servants' and requesters' protocol column.
+    pub peer_protocols: std::collections::BTreeMap<String, String>,
 }
 
 /// Cluster totals.

@@ -6,14 +6,16 @@
 //! ```text
 //! socket -> http::routes    routes, body limit, request log, peer address
 //!        -> http::dialect   http+pb (`/rpc/...`) and Connect (`/pkg.Service/Method`) framing
+//!        -> rpc             the one entry every protocol calls: deadline, metrics,
+//!                           access log, peer protocol ([`protocol::Protocol`] labels)
 //!        -> http::codec     bytes <-> prost message (binary protobuf, proto3 JSON)
 //!        -> service         prost message <-> engine domain types; scheduler `Status`
 //!        -> engine          servants, grants, waiters, tokens, expiry (no HTTP, no protobuf)
 //! ```
 //!
 //! Errors have one table: [`http::error`] maps every failure to an HTTP
-//! status, the framework's numeric `Rpc-Error-Code`, a Connect code and a JSON
-//! body.
+//! status, the framework's numeric `Rpc-Error-Code` (also the binary
+//! protocol's `status`), a Connect code and a JSON body.
 //!
 //! Inside the engine (`src/engine/`): `mod.rs` is the cheap-to-clone handle
 //! over one `Mutex<State>` and the one expiry task; `servants.rs` (registry,
@@ -44,6 +46,8 @@ pub mod http;
 pub mod metrics;
 pub mod openapi;
 pub mod pb;
+pub mod protocol;
+pub mod rpc;
 pub mod service;
 pub mod sim;
 

@@ -22,10 +22,17 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{engine::Scheduler, http::codec::Encoding, service::Method};
+use crate::{
+    engine::Scheduler,
+    http::{codec::Encoding, error::ErrorKind},
+    pb,
+    protocol::Protocol,
+    service::Method,
+};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
+    protocol: &'static str,
     method: &'static str,
     encoding: &'static str,
     code: u16,
@@ -69,7 +76,7 @@ impl Metrics {
         let latency: HistogramFamily = Family::new_with_constructor(latency_histogram);
         registry.register(
             "rpc_requests",
-            "RPC requests by method, body encoding and HTTP status",
+            "RPC calls by protocol, method, body encoding and outcome (the error table's HTTP status, 200 for success, on every protocol)",
             requests.clone(),
         );
         registry.register(
@@ -93,16 +100,19 @@ impl Metrics {
         }
     }
 
-    /// Records one RPC call.
+    /// Records one RPC call; `error` is None for a success.
     pub fn observe_rpc(
         &self,
+        protocol: Protocol,
         method: &'static str,
         encoding: Encoding,
-        status: StatusCode,
+        error: Option<ErrorKind>,
         elapsed: Duration,
     ) {
+        let status = error.map_or(StatusCode::OK, |kind| kind.wire().http_status);
         self.requests
             .get_or_create(&RequestLabels {
+                protocol: protocol.label(),
                 method,
                 encoding: encoding.label(),
                 code: status.as_u16(),
@@ -112,10 +122,10 @@ impl Metrics {
             .get_or_create(&MethodLabels { method })
             .observe(elapsed.as_secs_f64());
         if method == Method::WaitForStartingTask.name() {
-            let outcome = match status {
-                StatusCode::OK => "granted",
-                StatusCode::TOO_MANY_REQUESTS => "no_quota",
-                _ => "error",
+            let outcome = match error {
+                None => "granted",
+                Some(ErrorKind::Scheduler(pb::Status::NoQuotaAvailable)) => "no_quota",
+                Some(_) => "error",
             };
             self.grant_wait
                 .get_or_create(&OutcomeLabels { outcome })

@@ -256,6 +256,8 @@ pub fn operation_errors(method: Option<Method>) -> Vec<ErrorKind> {
             ErrorKind::MethodNotAllowed
             | ErrorKind::ServiceNotFound
             | ErrorKind::MethodNotFound => false,
+            // Only the daemons' binary protocol meets these.
+            ErrorKind::Overloaded | ErrorKind::CompressionNotSupported => false,
             ErrorKind::DeadlineExceeded
             | ErrorKind::MalformedRequest
             | ErrorKind::UnsupportedMediaType
@@ -995,6 +997,12 @@ fn transport_meaning(kind: ErrorKind) -> String {
         ErrorKind::MethodNotAllowed => "Not a POST (the answer has `Allow: POST`).".to_owned(),
         ErrorKind::ServiceNotFound => "No such service, or no such path.".to_owned(),
         ErrorKind::MethodNotFound => "The service has no such method.".to_owned(),
+        ErrorKind::Overloaded => {
+            "Too many calls in flight on one daemon connection; retry.".to_owned()
+        }
+        ErrorKind::CompressionNotSupported => {
+            "A compressed call of the daemons' binary protocol; send it uncompressed.".to_owned()
+        }
         ErrorKind::Internal => "A bug in the server.".to_owned(),
     }
 }

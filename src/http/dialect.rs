@@ -17,18 +17,14 @@ use axum::{
     http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::{
-    codec::{self, BodyFormat, Encoding},
+    codec::{BodyFormat, Encoding},
     error::{ApiError, ErrorKind},
     routes::AppState,
 };
-use crate::{
-    pb::SCHEDULER_SERVICE,
-    service::{CallContext, Method},
-};
+use crate::{pb::SCHEDULER_SERVICE, protocol::Protocol, rpc, service::Method};
 
 /// Sequence number header of `http+pb`; echoed so pipelined answers can be matched.
 pub const RPC_SEQ_NO: HeaderName = HeaderName::from_static("rpc-seqno");
@@ -118,6 +114,21 @@ fn not_found(kind: ErrorKind, name: &str) -> ApiError {
     )
 }
 
+impl Dialect {
+    /// The protocol label this dialect's calls are recorded under.
+    pub fn protocol(self) -> Protocol {
+        match self {
+            Dialect::HttpPb => Protocol::Http,
+            Dialect::Connect => Protocol::Connect,
+        }
+    }
+}
+
+/// Marks a response whose call [`rpc::record`] already logged, so the
+/// router's access log does not write a second line for it.
+#[derive(Debug, Clone, Copy)]
+pub struct CallLogged;
+
 async fn serve(
     state: &AppState,
     dialect: Dialect,
@@ -128,11 +139,17 @@ async fn serve(
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let format = BodyFormat::from_headers(&parts.headers, dialect.default_format());
-    let encoding = format
-        .as_ref()
-        .map_or(Encoding::Binary, |format| format.encoding);
-    let method_label = method.as_ref().map_or("unknown", |method| method.name());
-    let outcome = async {
+    let deadline = deadline(&parts.headers, dialect.timeout_header(), started);
+    let call = rpc::Call {
+        protocol: dialect.protocol(),
+        encoding: format
+            .as_ref()
+            .map_or(Encoding::Binary, |format| format.encoding),
+        peer: state.settings.client_ip(peer, &parts.headers),
+        deadline: deadline.as_ref().ok().copied().flatten(),
+        started,
+    };
+    let checked = (|| {
         if parts.method != HttpMethod::POST {
             return Err(ApiError::new(
                 ErrorKind::MethodNotAllowed,
@@ -140,82 +157,26 @@ async fn serve(
             ));
         }
         let method = method?;
-        let format = format?;
+        format.as_ref().map_err(Clone::clone)?;
         reject_content_encoding(&parts.headers)?;
-        let deadline = deadline(&parts.headers, dialect.timeout_header(), started)?;
-        let call = async {
-            let body = read_body(&parts.headers, body, state.settings.max_body_bytes).await?;
-            let ctx = CallContext {
-                peer: state.settings.client_ip(peer, &parts.headers),
-                deadline,
-            };
-            dispatch(state, method, format.encoding, &body, &ctx).await
-        };
-        // The deadline covers reading the body too: a client that stalls
-        // mid-body gets its timeout answer instead of holding the call open.
-        let payload = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, call)
-                .await
-                .map_err(|_| {
-                    ApiError::new(
-                        ErrorKind::DeadlineExceeded,
-                        format!("{method} did not finish before the caller's deadline"),
-                    )
-                })??,
-            None => call.await?,
-        };
-        Ok((method, format, payload))
-    }
-    .await;
-    let response = match outcome {
-        Ok((_, format, payload)) => (
-            StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(format.media_type),
-            )],
-            payload,
-        )
-            .into_response(),
+        deadline.as_ref().map_err(Clone::clone)?;
+        Ok(method)
+    })();
+    let body = read_body(&parts.headers, body, state.settings.max_body_bytes);
+    let mut response = match rpc::call(state, &call, checked, body).await {
+        Ok(payload) => {
+            let media_type = format.map_or("application/octet-stream", |format| format.media_type);
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, HeaderValue::from_static(media_type))],
+                payload,
+            )
+                .into_response()
+        }
         Err(error) => error.into_response(),
     };
-    state
-        .metrics
-        .observe_rpc(method_label, encoding, response.status(), started.elapsed());
+    response.extensions_mut().insert(CallLogged);
     response
-}
-
-/// Runs one RPC: decode the request, call the service, encode the response.
-pub async fn dispatch(
-    state: &AppState,
-    method: Method,
-    encoding: Encoding,
-    body: &[u8],
-    ctx: &CallContext,
-) -> Result<Bytes, ApiError> {
-    use codec::{decode, encode};
-    let service = &state.service;
-    let encoded = match method {
-        Method::Heartbeat => encode(encoding, &service.heartbeat(decode(encoding, body)?, ctx)?),
-        Method::GetConfig => encode(encoding, &service.get_config(decode(encoding, body)?, ctx)?),
-        Method::WaitForStartingTask => encode(
-            encoding,
-            &service
-                .wait_for_starting_task(decode(encoding, body)?, ctx)
-                .await?,
-        ),
-        Method::KeepTaskAlive => encode(
-            encoding,
-            &service.keep_task_alive(decode(encoding, body)?, ctx)?,
-        ),
-        Method::FreeTask => encode(encoding, &service.free_task(decode(encoding, body)?, ctx)?),
-        // Every daemon asks for the same list every second: encode it once.
-        Method::GetRunningTasks => {
-            let response = service.get_running_tasks(decode(encoding, body)?, ctx)?;
-            return state.running_tasks_encoded.encode(encoding, &response);
-        }
-    };
-    encoded.map(Bytes::from)
 }
 
 /// Compressed request bodies are not supported; saying so beats a decode error.

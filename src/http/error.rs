@@ -38,6 +38,11 @@ pub enum ErrorKind {
     ServiceNotFound,
     /// The service exists, the method does not.
     MethodNotFound,
+    /// The server will not take the call now (a per-connection limit of
+    /// calls in flight, or the call waited past its deadline before it ran).
+    Overloaded,
+    /// A compressed request (flare `compression_algorithm` 2..5).
+    CompressionNotSupported,
     /// A bug: never expected.
     Internal,
 }
@@ -99,11 +104,15 @@ impl ErrorKind {
             ErrorKind::MethodNotAllowed => row(StatusCode::METHOD_NOT_ALLOWED, 5, "unimplemented"),
             ErrorKind::ServiceNotFound => row(StatusCode::NOT_FOUND, 9, "unimplemented"),
             ErrorKind::MethodNotFound => row(StatusCode::NOT_FOUND, 10, "unimplemented"),
+            ErrorKind::Overloaded => row(StatusCode::SERVICE_UNAVAILABLE, 11, "unavailable"),
+            ErrorKind::CompressionNotSupported => {
+                row(StatusCode::UNSUPPORTED_MEDIA_TYPE, 101, "unimplemented")
+            }
         }
     }
 
     /// Every kind, for tests and documentation.
-    pub const ALL: [ErrorKind; 15] = [
+    pub const ALL: [ErrorKind; 17] = [
         ErrorKind::Scheduler(pb::Status::NoQuotaAvailable),
         ErrorKind::Scheduler(pb::Status::NotImplemented),
         ErrorKind::Scheduler(pb::Status::AccessDenied),
@@ -118,6 +127,8 @@ impl ErrorKind {
         ErrorKind::MethodNotAllowed,
         ErrorKind::ServiceNotFound,
         ErrorKind::MethodNotFound,
+        ErrorKind::Overloaded,
+        ErrorKind::CompressionNotSupported,
         ErrorKind::Internal,
     ];
 
@@ -183,8 +194,11 @@ impl From<RpcStatus> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The headers every HTTP answer of this error carries (`Rpc-Error-Code`,
+    /// `Rpc-Error-Reason`, `Allow`), on hyper's path and on the daemons'
+    /// out-of-order `http+pb` alike.
+    pub fn wire_headers(&self) -> HeaderMap {
         let wire = self.kind.wire();
         let mut headers = HeaderMap::new();
         headers.insert(RPC_ERROR_CODE, HeaderValue::from(wire.rpc_code));
@@ -194,7 +208,19 @@ impl IntoResponse for ApiError {
         if self.kind == ErrorKind::MethodNotAllowed {
             headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
         }
-        (wire.http_status, headers, Json(self.body())).into_response()
+        headers
+    }
+
+    /// The JSON error body ([`ErrorBody`]), served as `application/json`.
+    pub fn json_body(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.body()).unwrap_or_else(|_| b"{}".to_vec())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.kind.wire().http_status;
+        (status, self.wire_headers(), Json(self.body())).into_response()
     }
 }
 

@@ -28,6 +28,8 @@ use crate::{
     engine::Scheduler,
     metrics::Metrics,
     pb,
+    protocol::PeerProtocols,
+    rpc::ACCESS_LOG,
     service::SchedulerService,
 };
 
@@ -98,6 +100,8 @@ pub struct AppParts {
     pub settings: HttpSettings,
     pub metrics: Metrics,
     pub dashboard: Arc<Dashboard>,
+    /// The protocol of each peer's latest call (shown by the dashboard).
+    pub peer_protocols: Arc<PeerProtocols>,
     /// `GetRunningTasks` answers, encoded once per list and encoding.
     pub running_tasks_encoded: EncodedCache<pb::GetRunningTasksResponse>,
 }
@@ -113,9 +117,15 @@ impl std::ops::Deref for AppState {
 impl AppState {
     /// Must run inside a tokio runtime (the dashboard starts its sampler).
     pub fn new(engine: Scheduler, settings: HttpSettings) -> Self {
+        let peer_protocols = Arc::new(PeerProtocols::default());
         Self(Arc::new(AppParts {
             metrics: Metrics::new(engine.clone()),
-            dashboard: Dashboard::start(engine.clone(), settings.inspect_credential.clone()),
+            dashboard: Dashboard::start(
+                engine.clone(),
+                settings.inspect_credential.clone(),
+                Arc::clone(&peer_protocols),
+            ),
+            peer_protocols,
             service: SchedulerService::new(engine),
             settings,
             running_tasks_encoded: EncodedCache::default(),
@@ -186,11 +196,9 @@ async fn fallback(request: Request) -> ApiError {
     )
 }
 
-/// Target of the access log, one line per request.
-const ACCESS_LOG: &str = "yadcc_scheduler::access";
-
 /// Logs one line per request: method, path, peer, status, latency. Never
-/// bodies or headers, which carry tokens. A plain layer rather than
+/// bodies or headers, which carry tokens. RPC calls are logged by
+/// [`crate::rpc::record`] with their protocol and outcome, and skipped here. A plain layer rather than
 /// `middleware::from_fn`, so that with the access log filtered out a request
 /// pays nothing for it (no boxed future, no clone of the inner service).
 #[derive(Debug, Clone, Copy)]
@@ -236,6 +244,9 @@ where
         let response = self.inner.call(request);
         Either::Right(Box::pin(async move {
             let response = response.await?;
+            if response.extensions().get::<dialect::CallLogged>().is_some() {
+                return Ok(response);
+            }
             tracing::info!(
                 target: ACCESS_LOG,
                 %method,

@@ -105,6 +105,8 @@ fn trigger(kind: ErrorKind, path: &str) -> Option<Vec<u8>> {
         ErrorKind::Scheduler(Status::NotImplemented | Status::Unknown) | ErrorKind::Internal => {
             return None;
         }
+        // Rows of the binary protocol, checked in `flare`.
+        ErrorKind::Overloaded | ErrorKind::CompressionNotSupported => return None,
     })
 }
 

@@ -7,6 +7,7 @@ mod errors;
 mod long_poll;
 mod openapi;
 mod operations;
+mod protocols;
 mod sim;
 mod support;
 mod wire;

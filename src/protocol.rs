@@ -1,0 +1,113 @@
+//! Which wire protocol a call arrived on, and the latest protocol each peer
+//! used. A leaf: the transports set it, metrics, the access log and the
+//! dashboard read it, and nothing here knows a socket or a frame.
+
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+/// The protocol of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// The daemons' binary framework protocol (`flare://`, frames starting `CPRF`).
+    Flare,
+    /// The daemons' `http+pb` (requests carrying `Rpc-SeqNo`), answered out of order.
+    HttpPb,
+    /// `POST /rpc/...` through the general HTTP server (curl, scripts; JSON or binary).
+    Http,
+    /// Connect unary, `POST /yadcc.scheduler.SchedulerService/<Method>`.
+    Connect,
+}
+
+impl Protocol {
+    /// Every protocol, for documentation and tests.
+    pub const ALL: [Protocol; 4] = [
+        Protocol::Flare,
+        Protocol::HttpPb,
+        Protocol::Http,
+        Protocol::Connect,
+    ];
+
+    /// The label in metrics, the access log and the dashboard.
+    pub fn label(self) -> &'static str {
+        match self {
+            Protocol::Flare => "flare",
+            Protocol::HttpPb => "http+pb",
+            Protocol::Http => "http",
+            Protocol::Connect => "connect",
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// Peers remembered at most; an address flood must not grow memory without
+/// bound. When full, entries not seen for [`PEER_FORGET_AFTER`] are dropped
+/// first; if none are that old, new peers are not recorded until some are.
+pub const MAX_PEERS: usize = 65_536;
+/// A peer silent this long is forgotten when room is needed.
+pub const PEER_FORGET_AFTER: Duration = Duration::from_secs(600);
+
+/// The protocol of each peer's latest call, for the dashboard.
+#[derive(Debug, Default)]
+pub struct PeerProtocols {
+    latest: Mutex<HashMap<IpAddr, (Protocol, Instant)>>,
+}
+
+impl PeerProtocols {
+    /// Notes a call from `peer` over `protocol`.
+    pub fn record(&self, peer: IpAddr, protocol: Protocol) {
+        let now = Instant::now();
+        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = latest.get_mut(&peer) {
+            *entry = (protocol, now);
+            return;
+        }
+        if latest.len() >= MAX_PEERS {
+            latest.retain(|_, (_, seen)| now.duration_since(*seen) < PEER_FORGET_AFTER);
+            if latest.len() >= MAX_PEERS {
+                return;
+            }
+        }
+        latest.insert(peer, (protocol, now));
+    }
+
+    /// Peer address -> protocol label of its latest call.
+    pub fn labels(&self) -> std::collections::BTreeMap<String, &'static str> {
+        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        latest
+            .iter()
+            .map(|(ip, (protocol, _))| (ip.to_string(), protocol.label()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_distinct() {
+        let labels: std::collections::HashSet<_> = Protocol::ALL
+            .iter()
+            .map(|protocol| protocol.label())
+            .collect();
+        assert_eq!(labels.len(), Protocol::ALL.len());
+    }
+
+    #[test]
+    fn the_latest_call_wins() {
+        let peers = PeerProtocols::default();
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        peers.record(ip, Protocol::HttpPb);
+        peers.record(ip, Protocol::Flare);
+        assert_eq!(peers.labels().get("10.0.0.1"), Some(&"flare"));
+    }
+}

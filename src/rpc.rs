@@ -1,0 +1,130 @@
+//! The one entry every protocol calls: the HTTP dialects (hyper), the daemons'
+//! out-of-order `http+pb` and the binary `flare` protocol all hand over a
+//! method, an encoding, the body and what they know about the caller, and get
+//! back the encoded answer or an [`ApiError`] to write in their own wire form
+//! (each form is a column of [`ErrorKind::wire`]). Metrics, the access log and
+//! the per-peer protocol record happen here, once, for every protocol.
+
+use std::{future::Future, net::IpAddr};
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::{
+    http::{
+        codec::{self, Encoding},
+        error::{ApiError, ErrorKind},
+        routes::AppState,
+    },
+    protocol::Protocol,
+    service::{CallContext, Method},
+};
+
+/// Target of the access log: one line per request on every protocol.
+pub const ACCESS_LOG: &str = "yadcc_scheduler::access";
+
+/// What the transport knows about one call before running it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    pub protocol: Protocol,
+    pub encoding: Encoding,
+    /// The caller's address (the socket's, or a trusted proxy's client).
+    pub peer: IpAddr,
+    /// When the caller stops waiting: `timeout` of the flare meta,
+    /// `Rpc-Timeout`, `Connect-Timeout-Ms`.
+    pub deadline: Option<Instant>,
+    /// When the transport started on the call, for the latency it reports.
+    pub started: Instant,
+}
+
+/// Runs one call and records it. `method` carries the transport's checks
+/// (unknown method, malformed headers); `body` is awaited under the caller's
+/// deadline, so a client stalling mid-body gets its timeout answer.
+pub async fn call(
+    state: &AppState,
+    call: &Call,
+    method: Result<Method, ApiError>,
+    body: impl Future<Output = Result<Bytes, ApiError>>,
+) -> Result<Bytes, ApiError> {
+    let method_label = method.as_ref().map_or("unknown", |method| method.name());
+    let outcome = async {
+        let method = method?;
+        let ctx = CallContext {
+            peer: call.peer,
+            deadline: call.deadline,
+        };
+        let run = async {
+            let body = body.await?;
+            dispatch(state, method, call.encoding, &body, &ctx).await
+        };
+        match call.deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, run).await.map_err(|_| {
+                ApiError::new(
+                    ErrorKind::DeadlineExceeded,
+                    format!("{method} did not finish before the caller's deadline"),
+                )
+            })?,
+            None => run.await,
+        }
+    }
+    .await;
+    record(state, call, method_label, outcome.as_ref().err());
+    outcome
+}
+
+/// Records a finished call: metrics, access log, the peer's protocol.
+pub fn record(state: &AppState, call: &Call, method: &'static str, error: Option<&ApiError>) {
+    let elapsed = call.started.elapsed();
+    let kind = error.map(|error| error.kind);
+    state
+        .metrics
+        .observe_rpc(call.protocol, method, call.encoding, kind, elapsed);
+    state.peer_protocols.record(call.peer, call.protocol);
+    if tracing::enabled!(target: ACCESS_LOG, tracing::Level::INFO) {
+        let wire = kind.map(ErrorKind::wire);
+        tracing::info!(
+            target: ACCESS_LOG,
+            protocol = call.protocol.label(),
+            rpc = method,
+            encoding = call.encoding.label(),
+            peer = %call.peer,
+            status = wire.map_or(200, |wire| wire.http_status.as_u16()),
+            code = wire.map_or(0, |wire| wire.rpc_code),
+            latency_us = elapsed.as_micros() as u64,
+            "call"
+        );
+    }
+}
+
+/// Decodes the request, calls the service, encodes the response.
+pub async fn dispatch(
+    state: &AppState,
+    method: Method,
+    encoding: Encoding,
+    body: &[u8],
+    ctx: &CallContext,
+) -> Result<Bytes, ApiError> {
+    use codec::{decode, encode};
+    let service = &state.service;
+    let encoded = match method {
+        Method::Heartbeat => encode(encoding, &service.heartbeat(decode(encoding, body)?, ctx)?),
+        Method::GetConfig => encode(encoding, &service.get_config(decode(encoding, body)?, ctx)?),
+        Method::WaitForStartingTask => encode(
+            encoding,
+            &service
+                .wait_for_starting_task(decode(encoding, body)?, ctx)
+                .await?,
+        ),
+        Method::KeepTaskAlive => encode(
+            encoding,
+            &service.keep_task_alive(decode(encoding, body)?, ctx)?,
+        ),
+        Method::FreeTask => encode(encoding, &service.free_task(decode(encoding, body)?, ctx)?),
+        // Every daemon asks for the same list every second: encode it once.
+        Method::GetRunningTasks => {
+            let response = service.get_running_tasks(decode(encoding, body)?, ctx)?;
+            return state.running_tasks_encoded.encode(encoding, &response);
+        }
+    };
+    encoded.map(Bytes::from)
+}

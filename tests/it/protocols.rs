@@ -1,0 +1,72 @@
+//! Every protocol ends in the same dispatch: its calls are counted under
+//! their protocol label, and the overview names each peer's latest protocol.
+
+use prost::Message;
+use serde_json::Value;
+
+use crate::support::*;
+
+async fn overview(server: &Server) -> Value {
+    http_client()
+        .get(server.url("/api/v1/overview"))
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("JSON")
+}
+
+async fn metrics(server: &Server) -> String {
+    http_client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn each_peer_shows_the_protocol_of_its_latest_call() {
+    let server = Server::start().await;
+    // Connect from 127.0.0.2, the /rpc/ route from 127.0.0.3.
+    let mut connect =
+        RawConnection::open_from(server.addr, Some("127.0.0.2".parse().unwrap())).await;
+    let body = heartbeat(&servant_location("127.0.0.2", 8335), 2).encode_to_vec();
+    let mut request = format!(
+        "POST /{SERVICE}/Heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/proto\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(&body);
+    connect.send(&request).await;
+    assert_eq!(connect.read_response().await.status, 200);
+    // A script's JSON call on the /rpc/ route from 127.0.0.3.
+    let mut script =
+        RawConnection::open_from(server.addr, Some("127.0.0.3".parse().unwrap())).await;
+    let body = format!(r#"{{"token":"{USER_TOKEN}"}}"#);
+    script
+        .send(
+            format!(
+                "POST /rpc/{SERVICE}.GetConfig HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await;
+    assert_eq!(script.read_response().await.status, 200);
+
+    let overview = overview(&server).await;
+    let protocols = &overview["peerProtocols"];
+    assert_eq!(protocols["127.0.0.2"], "connect", "{protocols}");
+    assert_eq!(protocols["127.0.0.3"], "http", "{protocols}");
+
+    let text = metrics(&server).await;
+    assert!(
+        text.contains(r#"yadcc_scheduler_rpc_requests_total{protocol="connect",method="Heartbeat",encoding="binary",code="200"} 1"#),
+        "{text}"
+    );
+    server.stop().await;
+}
