@@ -6,7 +6,11 @@ use std::{net::IpAddr, net::SocketAddr, time::Duration};
 
 use clap::Parser;
 
-use crate::{engine, http::routes::HttpSettings};
+use crate::{
+    engine,
+    http::routes::HttpSettings,
+    limits::{self, EdgeSettings},
+};
 
 /// yadcc scheduler: hands out compile slots on the servants of a yadcc cluster.
 ///
@@ -124,6 +128,83 @@ pub struct Cli {
     )]
     pub adoption_window: u64,
 
+    /// Longest time from a connection's or request's first byte to its
+    /// complete head (HTTP headers; a binary frame's header and meta). Slower
+    /// clients are closed. Durations like 10s, 500ms, 2m; a bare number is seconds.
+    #[arg(
+        long = "header_read_timeout",
+        visible_alias = "header-read-timeout",
+        env = "YADCC_HEADER_READ_TIMEOUT",
+        default_value = "10s",
+        value_parser = parse_duration
+    )]
+    pub header_read_timeout: Duration,
+
+    /// Longest time from a complete head to the last byte of its body.
+    #[arg(
+        long = "body_read_timeout",
+        visible_alias = "body-read-timeout",
+        env = "YADCC_BODY_READ_TIMEOUT",
+        default_value = "30s",
+        value_parser = parse_duration
+    )]
+    pub body_read_timeout: Duration,
+
+    /// A daemon connection (flare, http+pb) with no call in flight and no byte
+    /// for this long is closed. At least 60s: stock daemons keep idle
+    /// connections 45s and expect the server to keep them 60s.
+    #[arg(
+        long = "idle_timeout",
+        visible_alias = "idle-timeout",
+        env = "YADCC_IDLE_TIMEOUT",
+        default_value = "90s",
+        value_parser = parse_duration
+    )]
+    pub idle_timeout: Duration,
+
+    /// Open connections at most; 0: the file-descriptor limit (the soft limit
+    /// is raised to the hard one at start) less 64.
+    #[arg(
+        long = "max_connections",
+        visible_alias = "max-connections",
+        env = "YADCC_MAX_CONNECTIONS",
+        default_value_t = 0
+    )]
+    pub max_connections: usize,
+
+    /// Open connections from one IP address at most; more are closed at once.
+    #[arg(
+        long = "max_connections_per_ip",
+        visible_alias = "max-connections-per-ip",
+        env = "YADCC_MAX_CONNECTIONS_PER_IP",
+        default_value_t = 256,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_connections_per_ip: u32,
+
+    /// Bytes buffered at most, over all connections, for request bodies above
+    /// 64K that are still arriving; a request that does not fit is answered
+    /// "overloaded" (or, on the binary protocol, its connection is closed).
+    #[arg(
+        long = "max_buffered_body_bytes",
+        visible_alias = "max-buffered-body-bytes",
+        env = "YADCC_MAX_BUFFERED_BODY_BYTES",
+        default_value = "32M",
+        value_parser = parse_size
+    )]
+    pub max_buffered_body_bytes: u64,
+
+    /// On SIGINT/SIGTERM, how long open connections may finish their calls
+    /// (waiting long polls are answered at once) before they are closed.
+    #[arg(
+        long = "shutdown_grace",
+        visible_alias = "shutdown-grace",
+        env = "YADCC_SHUTDOWN_GRACE",
+        default_value = "10s",
+        value_parser = parse_duration
+    )]
+    pub shutdown_grace: Duration,
+
     /// Demo: listen on 127.0.0.1 (unless --listen is given), use demo tokens
     /// (unless tokens are given) and run a simulated cluster of 30 servants and
     /// 12 delegates against this scheduler, so the dashboard shows a live cluster.
@@ -162,6 +243,30 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok()
         .and_then(|value| value.checked_mul(1u64 << shift))
         .ok_or_else(|| format!("{trimmed:?} is not a size like 4096, 512M or 10G"))
+}
+
+/// Parses `10s`, `500ms`, `2m`, `1h`; a bare number is seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let lower = trimmed.to_ascii_lowercase();
+    let (digits, unit_ms) = if let Some(digits) = lower.strip_suffix("ms") {
+        (digits, 1)
+    } else if let Some(digits) = lower.strip_suffix('s') {
+        (digits, 1000)
+    } else if let Some(digits) = lower.strip_suffix('m') {
+        (digits, 60_000)
+    } else if let Some(digits) = lower.strip_suffix('h') {
+        (digits, 3_600_000)
+    } else {
+        (lower.as_str(), 1000)
+    };
+    digits
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|value| value.checked_mul(unit_ms))
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{trimmed:?} is not a duration like 10s, 500ms or 2m"))
 }
 
 fn split_tokens(list: &str) -> Vec<String> {
@@ -210,6 +315,30 @@ impl Cli {
         }
         let max_body_bytes = usize::try_from(self.max_body_bytes)
             .map_err(|_| "--max_body_bytes is too large".to_owned())?;
+        if self.idle_timeout < limits::MIN_IDLE_TIMEOUT {
+            return Err(format!(
+                "--idle_timeout must be at least {}s: stock daemons expect idle connections to stay open 60s",
+                limits::MIN_IDLE_TIMEOUT.as_secs()
+            ));
+        }
+        for (flag, value) in [
+            ("--header_read_timeout", self.header_read_timeout),
+            ("--body_read_timeout", self.body_read_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(format!("{flag} must be more than zero"));
+            }
+        }
+        let edge = EdgeSettings {
+            header_read_timeout: self.header_read_timeout,
+            body_read_timeout: self.body_read_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: (self.max_connections > 0).then_some(self.max_connections),
+            max_connections_per_ip: self.max_connections_per_ip as usize,
+            max_buffered_body_bytes: usize::try_from(self.max_buffered_body_bytes)
+                .map_err(|_| "--max_buffered_body_bytes is too large".to_owned())?,
+            shutdown_grace: self.shutdown_grace,
+        };
         let engine = engine::Config {
             user_tokens: split_tokens(user_tokens),
             servant_tokens: split_tokens(servant_tokens),
@@ -241,6 +370,7 @@ impl Cli {
                 max_body_bytes,
                 trusted_proxies: self.trusted_proxies.clone(),
                 inspect_credential: self.inspect_credential.clone(),
+                edge,
             },
             demo: self.demo,
             bench_bare_route: self.bench_bare_route,
@@ -288,6 +418,45 @@ mod tests {
             snake.engine.servant_min_memory_for_accepting_new_task,
             10 << 30
         );
+    }
+
+    #[test]
+    fn edge_flags_have_documented_defaults_and_bounds() {
+        let settings = cli(&[
+            "--acceptable_user_tokens=u",
+            "--acceptable_servant_tokens=s",
+        ])
+        .settings()
+        .unwrap();
+        assert_eq!(settings.http.edge, EdgeSettings::default());
+        let tuned = cli(&[
+            "--acceptable_user_tokens=u",
+            "--acceptable_servant_tokens=s",
+            "--header_read_timeout=500ms",
+            "--idle_timeout=2m",
+            "--max_connections=100",
+            "--max_connections_per_ip=3",
+            "--max_buffered_body_bytes=8M",
+        ])
+        .settings()
+        .unwrap()
+        .http
+        .edge;
+        assert_eq!(tuned.header_read_timeout, Duration::from_millis(500));
+        assert_eq!(tuned.idle_timeout, Duration::from_secs(120));
+        assert_eq!(tuned.max_connections, Some(100));
+        assert_eq!(tuned.max_connections_per_ip, 3);
+        assert_eq!(tuned.max_buffered_body_bytes, 8 << 20);
+        let error = cli(&[
+            "--acceptable_user_tokens=u",
+            "--acceptable_servant_tokens=s",
+            "--idle_timeout=30s",
+        ])
+        .settings()
+        .unwrap_err();
+        assert!(error.contains("--idle_timeout"), "{error}");
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("soon").is_err());
     }
 
     #[test]

@@ -42,8 +42,11 @@
 pub mod config;
 pub mod dashboard;
 pub mod engine;
+pub mod flare;
 pub mod http;
+pub mod limits;
 pub mod metrics;
+pub mod net;
 pub mod openapi;
 pub mod pb;
 pub mod protocol;

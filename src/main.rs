@@ -10,7 +10,7 @@ use yadcc_scheduler::{
     AppState, app,
     config::{Cli, Settings},
     engine::Scheduler,
-    sim,
+    limits, net, sim,
 };
 
 /// The server allocates and frees small buffers on every request (bodies,
@@ -56,6 +56,11 @@ async fn main() -> ExitCode {
 async fn run(settings: Settings) -> std::io::Result<()> {
     warn_about_open_doors(&settings);
     let engine = Scheduler::new(settings.engine.clone());
+    // Connections cost descriptors; the connection cap is derived from this.
+    match limits::raise_fd_limit() {
+        Ok(limit) => tracing::info!("file-descriptor limit: {limit}"),
+        Err(error) => tracing::warn!("cannot raise the file-descriptor limit: {error}"),
+    }
     let state = AppState::new(engine.clone(), settings.http.clone());
     let listener = TcpListener::bind(settings.listen).await.map_err(|error| {
         std::io::Error::new(
@@ -64,19 +69,14 @@ async fn run(settings: Settings) -> std::io::Result<()> {
         )
     })?;
     let local = listener.local_addr()?;
-    tracing::info!("listening on http://{local} (http+pb://{local} for daemons)");
-    let mut router = app(state);
+    tracing::info!("listening on http://{local} (daemons: flare://{local} or http+pb://{local})");
+    let mut router = app(state.clone());
     if settings.bench_bare_route {
         tracing::warn!("benchmark route POST {} is mounted", sim::hammer::BARE_PATH);
         router = router.merge(sim::hammer::bare_router());
     }
     let demo = settings.demo.then(|| start_demo(&settings, local));
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown_signal(engine, demo))
-    .await
+    net::serve(listener, router, state, shutdown_signal(engine, demo)).await
 }
 
 /// `--demo`: a simulated cluster against this scheduler, and where to look.

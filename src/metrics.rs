@@ -16,7 +16,7 @@ use prometheus_client::{
         MetricType,
         counter::{ConstCounter, Counter},
         family::Family,
-        gauge::ConstGauge,
+        gauge::{ConstGauge, Gauge},
         histogram::{Histogram, exponential_buckets},
     },
     registry::Registry,
@@ -39,6 +39,21 @@ struct RequestLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProtocolLabels {
+    protocol: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: u32,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MethodLabels {
     method: &'static str,
 }
@@ -56,6 +71,21 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: HistogramFamily,
     grant_wait: Family<OutcomeLabels, Histogram, fn() -> Histogram>,
+    connections_accepted: Family<ProtocolLabels, Counter>,
+    connections_open: Family<ProtocolLabels, Gauge>,
+    connections_refused: Family<ReasonLabels, Counter>,
+}
+
+/// An open connection, counted in `connections_open` until dropped.
+#[derive(Debug)]
+pub struct OpenConnection {
+    gauge: Gauge,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
 }
 
 impl fmt::Debug for Metrics {
@@ -91,12 +121,33 @@ impl Metrics {
             "Time WaitForStartingTask callers waited, by outcome (granted, no_quota, error)",
             grant_wait.clone(),
         );
+        let connections_accepted = Family::<ProtocolLabels, Counter>::default();
+        registry.register(
+            "connections_accepted",
+            "Connections served, by the protocol their first bytes chose",
+            connections_accepted.clone(),
+        );
+        let connections_open = Family::<ProtocolLabels, Gauge>::default();
+        registry.register(
+            "connections_open",
+            "Connections open now, by protocol",
+            connections_open.clone(),
+        );
+        let connections_refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "connections_refused",
+            "Connections closed at accept, by the cap they were over (max_connections, max_connections_per_ip)",
+            connections_refused.clone(),
+        );
         registry.register_collector(Box::new(EngineCollector { engine }));
         Self {
             registry,
             requests,
             latency,
             grant_wait,
+            connections_accepted,
+            connections_open,
+            connections_refused,
         }
     }
 
@@ -131,6 +182,25 @@ impl Metrics {
                 .get_or_create(&OutcomeLabels { outcome })
                 .observe(elapsed.as_secs_f64());
         }
+    }
+
+    /// Counts a connection whose protocol is known; it counts as open until
+    /// the returned value is dropped.
+    pub fn connection_opened(&self, protocol: Protocol) -> OpenConnection {
+        let labels = ProtocolLabels {
+            protocol: protocol.label(),
+        };
+        self.connections_accepted.get_or_create(&labels).inc();
+        let gauge = self.connections_open.get_or_create(&labels).clone();
+        gauge.inc();
+        OpenConnection { gauge }
+    }
+
+    /// Counts a connection closed at accept for being over `cap`.
+    pub fn connection_refused(&self, cap: &'static str) {
+        self.connections_refused
+            .get_or_create(&ReasonLabels { reason: cap })
+            .inc();
     }
 
     /// The exposition text.
@@ -268,6 +338,20 @@ impl Collector for EngineCollector {
         ];
         for (name, help, value) in events {
             write_counter(&mut encoder, name, help, value)?;
+        }
+        // Daemon versions seen: rolling upgrades show here.
+        let mut versions = std::collections::BTreeMap::<u32, i64>::new();
+        for servant in self.engine.snapshot().servants {
+            *versions.entry(servant.version).or_default() += 1;
+        }
+        let mut family = encoder.encode_descriptor(
+            "servants_by_version",
+            "Live servants by the daemon version they report",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (version, count) in versions {
+            ConstGauge::new(count).encode(family.encode_family(&VersionLabels { version })?)?;
         }
         Ok(())
     }

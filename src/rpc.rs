@@ -5,7 +5,7 @@
 //! (each form is a column of [`ErrorKind::wire`]). Metrics, the access log and
 //! the per-peer protocol record happen here, once, for every protocol.
 
-use std::{future::Future, net::IpAddr};
+use std::{future::Future, net::IpAddr, time::Duration};
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -22,6 +22,29 @@ use crate::{
 
 /// Target of the access log: one line per request on every protocol.
 pub const ACCESS_LOG: &str = "yadcc_scheduler::access";
+
+/// Longest deadline a caller may ask for; longer values are clamped, since no
+/// call legitimately takes longer than the longest wait plus transfer time.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(600);
+
+/// A large body that the global budget for buffered bodies cannot hold now.
+pub fn budget_exhausted() -> ApiError {
+    ApiError::new(
+        ErrorKind::Overloaded,
+        "the server is buffering too many large request bodies; retry later",
+    )
+}
+
+/// A body that did not arrive within the body-read timeout.
+pub fn body_too_slow(timeout: Duration) -> ApiError {
+    ApiError::new(
+        ErrorKind::DeadlineExceeded,
+        format!(
+            "the body did not arrive within the body-read timeout ({} ms)",
+            timeout.as_millis()
+        ),
+    )
+}
 
 /// What the transport knows about one call before running it.
 #[derive(Debug, Clone, Copy)]

@@ -11,6 +11,8 @@
 
 use std::{net::SocketAddr, time::Duration};
 
+use bytes::Bytes;
+
 use axum::{
     body::Body,
     extract::{ConnectInfo, Path, Request, State},
@@ -32,10 +34,6 @@ pub const RPC_SEQ_NO: HeaderName = HeaderName::from_static("rpc-seqno");
 pub const RPC_TIMEOUT: HeaderName = HeaderName::from_static("rpc-timeout");
 /// Connect deadline, in milliseconds.
 pub const CONNECT_TIMEOUT_MS: HeaderName = HeaderName::from_static("connect-timeout-ms");
-
-/// Longest deadline a caller may ask for; longer values are clamped, since no
-/// call legitimately takes longer than the longest wait plus transfer time.
-const MAX_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Which framing a request used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,10 +71,7 @@ pub async fn http_pb(
     request: Request,
 ) -> Response {
     let seq_no = request.headers().get(RPC_SEQ_NO).cloned();
-    let method = full_name
-        .rsplit_once('.')
-        .ok_or_else(|| not_found(ErrorKind::ServiceNotFound, &full_name))
-        .and_then(|(service, method)| resolve(service, method));
+    let method = resolve_full_name(&full_name);
     let mut response = serve(&state, Dialect::HttpPb, method, peer, request).await;
     if let Some(seq_no) = seq_no {
         response.headers_mut().insert(RPC_SEQ_NO, seq_no);
@@ -93,6 +88,15 @@ pub async fn connect(
 ) -> Response {
     let method = resolve(SCHEDULER_SERVICE, &method);
     serve(&state, Dialect::Connect, method, peer, request).await
+}
+
+/// `yadcc.scheduler.SchedulerService.Heartbeat` (the `http+pb` path's last
+/// segment) to its method.
+pub fn resolve_full_name(full_name: &str) -> Result<Method, ApiError> {
+    full_name
+        .rsplit_once('.')
+        .ok_or_else(|| not_found(ErrorKind::ServiceNotFound, full_name))
+        .and_then(|(service, method)| resolve(service, method))
 }
 
 fn resolve(service: &str, method: &str) -> Result<Method, ApiError> {
@@ -129,6 +133,90 @@ impl Dialect {
 #[derive(Debug, Clone, Copy)]
 pub struct CallLogged;
 
+/// A request's head, checked: the call as [`rpc::call`] takes it, and the
+/// media type its answer will carry. Shared by hyper's routes and the daemons'
+/// out-of-order `http+pb` server, so both check the same things in the same
+/// order and answer the same way.
+#[derive(Debug)]
+pub struct CheckedHead {
+    pub call: rpc::Call,
+    pub method: Result<Method, ApiError>,
+    pub media_type: &'static str,
+}
+
+/// Checks a request's head: verb, method, `Content-Type`, `Content-Encoding`,
+/// deadline header. The first failure is the call's error.
+pub fn check_head(
+    state: &AppState,
+    dialect: Dialect,
+    protocol: Protocol,
+    http_method: &HttpMethod,
+    method: Result<Method, ApiError>,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+) -> CheckedHead {
+    let started = Instant::now();
+    let format = BodyFormat::from_headers(headers, dialect.default_format());
+    let deadline = deadline(headers, dialect.timeout_header(), started);
+    let call = rpc::Call {
+        protocol,
+        encoding: format
+            .as_ref()
+            .map_or(Encoding::Binary, |format| format.encoding),
+        peer: state.settings.client_ip(peer, headers),
+        deadline: deadline.as_ref().ok().copied().flatten(),
+        started,
+    };
+    let media_type = format
+        .as_ref()
+        .map_or("application/octet-stream", |format| format.media_type);
+    let method = (|| {
+        if http_method != HttpMethod::POST {
+            return Err(ApiError::new(
+                ErrorKind::MethodNotAllowed,
+                format!("{http_method} is not allowed; RPCs are called with POST"),
+            ));
+        }
+        let method = method?;
+        format.as_ref().map_err(Clone::clone)?;
+        reject_content_encoding(headers)?;
+        deadline.as_ref().map_err(Clone::clone)?;
+        Ok(method)
+    })();
+    CheckedHead {
+        call,
+        method,
+        media_type,
+    }
+}
+
+/// Status, headers and body of an answer: the payload as `media_type`, or
+/// the error's row of the table with its JSON body.
+pub fn answer_parts(
+    outcome: Result<Bytes, ApiError>,
+    media_type: &'static str,
+) -> (StatusCode, HeaderMap, Bytes) {
+    match outcome {
+        Ok(payload) => {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(media_type));
+            (StatusCode::OK, headers, payload)
+        }
+        Err(error) => {
+            let mut headers = error.wire_headers();
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            (
+                error.kind.wire().http_status,
+                headers,
+                Bytes::from(error.json_body()),
+            )
+        }
+    }
+}
+
 async fn serve(
     state: &AppState,
     dialect: Dialect,
@@ -136,45 +224,19 @@ async fn serve(
     peer: SocketAddr,
     request: Request,
 ) -> Response {
-    let started = Instant::now();
     let (parts, body) = request.into_parts();
-    let format = BodyFormat::from_headers(&parts.headers, dialect.default_format());
-    let deadline = deadline(&parts.headers, dialect.timeout_header(), started);
-    let call = rpc::Call {
-        protocol: dialect.protocol(),
-        encoding: format
-            .as_ref()
-            .map_or(Encoding::Binary, |format| format.encoding),
-        peer: state.settings.client_ip(peer, &parts.headers),
-        deadline: deadline.as_ref().ok().copied().flatten(),
-        started,
-    };
-    let checked = (|| {
-        if parts.method != HttpMethod::POST {
-            return Err(ApiError::new(
-                ErrorKind::MethodNotAllowed,
-                format!("{} is not allowed; RPCs are called with POST", parts.method),
-            ));
-        }
-        let method = method?;
-        format.as_ref().map_err(Clone::clone)?;
-        reject_content_encoding(&parts.headers)?;
-        deadline.as_ref().map_err(Clone::clone)?;
-        Ok(method)
-    })();
-    let body = read_body(&parts.headers, body, state.settings.max_body_bytes);
-    let mut response = match rpc::call(state, &call, checked, body).await {
-        Ok(payload) => {
-            let media_type = format.map_or("application/octet-stream", |format| format.media_type);
-            (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, HeaderValue::from_static(media_type))],
-                payload,
-            )
-                .into_response()
-        }
-        Err(error) => error.into_response(),
-    };
+    let head = check_head(
+        state,
+        dialect,
+        dialect.protocol(),
+        &parts.method,
+        method,
+        &parts.headers,
+        peer,
+    );
+    let body = read_body(&parts.headers, body, state);
+    let outcome = rpc::call(state, &head.call, head.method, body).await;
+    let mut response = answer_parts(outcome, head.media_type).into_response();
     response.extensions_mut().insert(CallLogged);
     response
 }
@@ -213,15 +275,15 @@ fn deadline(
             ApiError::malformed(format!("{name} must be a whole number of milliseconds"))
         })?;
     Ok(Some(
-        started + Duration::from_millis(millis).min(MAX_DEADLINE),
+        started + Duration::from_millis(millis).min(rpc::MAX_DEADLINE),
     ))
 }
 
-async fn read_body(
-    headers: &HeaderMap,
-    body: Body,
-    limit: usize,
-) -> Result<bytes::Bytes, ApiError> {
+/// Reads the body within the configured size, the body-read deadline and
+/// the global budget for large bodies.
+async fn read_body(headers: &HeaderMap, body: Body, state: &AppState) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt;
+    let limit = state.settings.max_body_bytes;
     let too_large = || {
         ApiError::new(
             ErrorKind::PayloadTooLarge,
@@ -235,13 +297,32 @@ async fn read_body(
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, limit).await.map_err(|error| {
-        let length_limited = std::error::Error::source(&error)
-            .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
-        if length_limited {
-            too_large()
-        } else {
-            ApiError::malformed(format!("cannot read the body: {error}"))
+    let declared = declared.map_or(0, |length| length as usize);
+    let mut reservation = state
+        .body_budget
+        .reserve(declared)
+        .ok_or_else(rpc::budget_exhausted)?;
+    let read = async {
+        let mut body = body;
+        let mut collected = bytes::BytesMut::with_capacity(declared);
+        while let Some(frame) = body.frame().await {
+            let frame = frame
+                .map_err(|error| ApiError::malformed(format!("cannot read the body: {error}")))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if collected.len() + data.len() > limit {
+                return Err(too_large());
+            }
+            if !reservation.grow_to(collected.len() + data.len()) {
+                return Err(rpc::budget_exhausted());
+            }
+            collected.extend_from_slice(&data);
         }
-    })
+        Ok(collected.freeze())
+    };
+    let timeout = state.settings.edge.body_read_timeout;
+    tokio::time::timeout(timeout, read)
+        .await
+        .map_err(|_| rpc::body_too_slow(timeout))?
 }

@@ -26,6 +26,7 @@ use super::{
 use crate::{
     dashboard::{self, Dashboard},
     engine::Scheduler,
+    limits::{BodyBudget, EdgeSettings},
     metrics::Metrics,
     pb,
     protocol::PeerProtocols,
@@ -45,6 +46,8 @@ pub struct HttpSettings {
     pub trusted_proxies: Vec<IpAddr>,
     /// `user:password` guarding the dashboard and inspection API; None: open.
     pub inspect_credential: Option<String>,
+    /// Timeouts, connection caps and the budget for buffered bodies.
+    pub edge: EdgeSettings,
 }
 
 impl Default for HttpSettings {
@@ -53,6 +56,7 @@ impl Default for HttpSettings {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             trusted_proxies: Vec::new(),
             inspect_credential: None,
+            edge: EdgeSettings::default(),
         }
     }
 }
@@ -102,6 +106,8 @@ pub struct AppParts {
     pub dashboard: Arc<Dashboard>,
     /// The protocol of each peer's latest call (shown by the dashboard).
     pub peer_protocols: Arc<PeerProtocols>,
+    /// Bytes buffered for large request bodies, on every protocol.
+    pub body_budget: BodyBudget,
     /// `GetRunningTasks` answers, encoded once per list and encoding.
     pub running_tasks_encoded: EncodedCache<pb::GetRunningTasksResponse>,
 }
@@ -126,6 +132,7 @@ impl AppState {
                 Arc::clone(&peer_protocols),
             ),
             peer_protocols,
+            body_budget: BodyBudget::new(settings.edge.max_buffered_body_bytes),
             service: SchedulerService::new(engine),
             settings,
             running_tasks_encoded: EncodedCache::default(),

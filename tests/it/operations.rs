@@ -43,10 +43,10 @@ async fn metrics_count_requests_and_show_the_cluster() {
     );
     let text = response.text().await.unwrap();
     assert!(
-        text.contains(r#"yadcc_scheduler_rpc_requests_total{protocol="http",method="Heartbeat",encoding="binary",code="200"} 1"#),
+        text.contains(r#"yadcc_scheduler_rpc_requests_total{protocol="http+pb",method="Heartbeat",encoding="binary",code="200"} 1"#),
         "{text}"
     );
-    assert!(text.contains(r#"yadcc_scheduler_rpc_requests_total{protocol="http",method="GetConfig",encoding="binary",code="403"} 1"#), "{text}");
+    assert!(text.contains(r#"yadcc_scheduler_rpc_requests_total{protocol="http+pb",method="GetConfig",encoding="binary",code="403"} 1"#), "{text}");
     assert!(text.contains("yadcc_scheduler_servants_up 1"), "{text}");
     assert!(
         text.contains("yadcc_scheduler_capacity_available 3"),

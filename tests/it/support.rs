@@ -17,7 +17,7 @@ use yadcc_scheduler::{
     AppState, app,
     engine::{self, Scheduler},
     http::routes::HttpSettings,
-    pb,
+    net, pb,
 };
 
 pub const USER_TOKEN: &str = "user-token";
@@ -56,11 +56,7 @@ impl Server {
         let state = AppState::new(engine.clone(), settings);
         let stopping = engine.clone();
         let task = tokio::spawn(async move {
-            axum::serve(
-                listener,
-                app(state).into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move {
+            net::serve(listener, app(state.clone()), state, async move {
                 let _ = shutdown_rx.await;
                 stopping.shutdown();
             })

@@ -1,0 +1,359 @@
+//! The daemons' `http+pb`, served as their framework's own server does: the
+//! requests pipelined on one connection run concurrently and each answer is
+//! written as soon as its call is done, carrying the request's `Rpc-SeqNo`,
+//! always with `Content-Length`. Heads are parsed with `httparse`; the checks,
+//! status codes, headers and bodies are those of the general HTTP path
+//! ([`crate::http::dialect`]), so a call answers the same on both.
+
+use std::{future::ready, net::SocketAddr};
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header};
+use bytes::{BufMut, Bytes, BytesMut};
+use tokio::{net::TcpStream, sync::watch, task::JoinSet, time::Instant};
+
+use super::conn::{self, InFlight, Next, Reader};
+use crate::{
+    http::{
+        dialect::{self, Dialect, RPC_SEQ_NO},
+        error::{ApiError, ErrorKind},
+        routes::AppState,
+    },
+    limits::Reservation,
+    protocol::Protocol,
+    rpc,
+    service::Method,
+};
+
+/// Headers a request may carry at most (the daemons send four).
+const MAX_HEADERS: usize = 64;
+/// Largest request head accepted.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+const LOG: &str = "yadcc_scheduler::flare";
+
+/// Serves one daemon `http+pb` connection; `already_read` holds the bytes the
+/// listener read to recognise it.
+pub async fn serve_http(
+    state: AppState,
+    stream: TcpStream,
+    peer: SocketAddr,
+    already_read: BytesMut,
+    mut stop: watch::Receiver<bool>,
+) {
+    let edge = state.settings.edge.clone();
+    let (read, write) = stream.into_split();
+    let mut reader = Reader::new(read, already_read);
+    let (answers, writer) = conn::spawn_writer(write, edge.body_read_timeout);
+    let in_flight = InFlight::default();
+    let mut calls = JoinSet::new();
+    loop {
+        while calls.try_join_next().is_some() {}
+        match conn::next_request(&mut reader, edge.idle_timeout, &in_flight, &mut stop).await {
+            Next::Request => {}
+            Next::Idle | Next::Stopping => break,
+            Next::Closed => {
+                // The caller is gone: its calls' answers have nowhere to go,
+                // and a grant made for it would only wait to expire.
+                calls.abort_all();
+                writer.abort();
+                return;
+            }
+        }
+        let request = match read_request(&mut reader, &state, peer).await {
+            Ok(request) => request,
+            Err(Refused::Silently(reason)) => {
+                tracing::debug!(target: LOG, %peer, "closing the connection: {reason}");
+                writer.abort();
+                return;
+            }
+            Err(Refused::Answered(last_answer)) => {
+                // Answer, then close: the rest of the stream cannot be trusted.
+                let _ = answers.send(last_answer).await;
+                break;
+            }
+        };
+        let close_after = request.close;
+        let Some(slot) = in_flight.start() else {
+            let overloaded = ApiError::new(
+                ErrorKind::Overloaded,
+                "too many calls in flight on this connection",
+            );
+            let answer = run(
+                &state,
+                request.head(Err(overloaded)),
+                request.seq_no,
+                Bytes::new(),
+            )
+            .await;
+            if answers.send(answer).await.is_err() {
+                break;
+            }
+            continue;
+        };
+        let state = state.clone();
+        let answers = answers.clone();
+        calls.spawn(async move {
+            let _slot = slot;
+            let Request {
+                head,
+                seq_no,
+                body,
+                budget,
+                ..
+            } = request;
+            let answer = run(&state, head, seq_no, body).await;
+            drop(budget);
+            let _ = answers.send(answer).await;
+        });
+        if close_after {
+            break;
+        }
+    }
+    // Let the calls in flight finish and their answers go out; the writer
+    // ends once every call has dropped its sender.
+    drop(answers);
+    while calls.join_next().await.is_some() {}
+    let _ = writer.await;
+}
+
+/// A request read whole, its head checked.
+struct Request {
+    head: dialect::CheckedHead,
+    seq_no: Option<HeaderValue>,
+    body: Bytes,
+    budget: Reservation,
+    /// `Connection: close` or HTTP/1.0: no request follows.
+    close: bool,
+}
+
+impl Request {
+    /// This request's head with another outcome.
+    fn head(&self, method: Result<Method, ApiError>) -> dialect::CheckedHead {
+        dialect::CheckedHead {
+            call: self.head.call,
+            method,
+            media_type: self.head.media_type,
+        }
+    }
+}
+
+/// Why reading a request ended the connection.
+enum Refused {
+    /// Nothing can be answered (the client went away, or sent garbage).
+    Silently(String),
+    /// This answer is written, then the connection is closed.
+    Answered(Bytes),
+}
+
+/// A parsed head, owned.
+struct Head {
+    len: usize,
+    method: Result<HttpMethod, String>,
+    path: String,
+    headers: Result<HeaderMap, String>,
+    http10: bool,
+}
+
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut slots);
+    let len = match request.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(error) => return Err(format!("unparsable request head: {error}")),
+    };
+    let method = HttpMethod::from_bytes(request.method.unwrap_or("").as_bytes())
+        .map_err(|_| "bad method".to_owned());
+    let mut headers = HeaderMap::with_capacity(request.headers.len());
+    let mut bad_header = None;
+    for slot in request.headers.iter() {
+        match (
+            HeaderName::from_bytes(slot.name.as_bytes()),
+            HeaderValue::from_bytes(slot.value),
+        ) {
+            (Ok(name), Ok(value)) => {
+                headers.append(name, value);
+            }
+            _ => bad_header = Some(format!("malformed header {:?}", slot.name)),
+        }
+    }
+    Ok(Some(Head {
+        len,
+        method,
+        path: request.path.unwrap_or("").to_owned(),
+        headers: bad_header.map_or(Ok(headers), Err),
+        http10: request.version == Some(0),
+    }))
+}
+
+async fn read_request(
+    reader: &mut Reader,
+    state: &AppState,
+    peer: SocketAddr,
+) -> Result<Request, Refused> {
+    let edge = &state.settings.edge;
+    let head_deadline = Instant::now() + edge.header_read_timeout;
+    let head = loop {
+        match parse_head(&reader.buf) {
+            Ok(Some(head)) => break head,
+            Ok(None) if reader.buf.len() > MAX_HEAD_BYTES => {
+                return Err(Refused::Silently("request head too large".to_owned()));
+            }
+            Ok(None) => {}
+            Err(reason) => return Err(Refused::Silently(reason)),
+        }
+        match tokio::time::timeout_at(head_deadline, reader.read_more()).await {
+            Ok(Ok(0)) => return Err(Refused::Silently("closed mid-head".to_owned())),
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => return Err(Refused::Silently(format!("read failed: {error}"))),
+            Err(_) => {
+                return Err(Refused::Silently(
+                    "the request head did not arrive in time".to_owned(),
+                ));
+            }
+        }
+    };
+    let headers = head.headers.map_err(Refused::Silently)?;
+    let http_method = head.method.map_err(Refused::Silently)?;
+    let seq_no = headers.get(RPC_SEQ_NO).cloned();
+    let close = head.http10
+        || headers
+            .get(header::CONNECTION)
+            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"close"));
+    let path = head.path.split('?').next().unwrap_or("");
+    let method = match path.strip_prefix("/rpc/") {
+        Some(full_name) => dialect::resolve_full_name(full_name),
+        None => Err(ApiError::new(
+            ErrorKind::ServiceNotFound,
+            format!("no route for {http_method} {path}; RPCs live under /rpc/"),
+        )),
+    };
+    let checked = dialect::check_head(
+        state,
+        Dialect::HttpPb,
+        Protocol::HttpPb,
+        &http_method,
+        method,
+        &headers,
+        peer,
+    );
+    // From here on, a refusal is answered like any failed call, then the
+    // connection is closed (its body was not read).
+    let refuse = |error: ApiError, checked: dialect::CheckedHead, seq_no: Option<HeaderValue>| async move {
+        let head = dialect::CheckedHead {
+            method: Err(error),
+            ..checked
+        };
+        Refused::Answered(run(state, head, seq_no, Bytes::new()).await)
+    };
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        let error =
+            ApiError::malformed("chunked bodies are not supported here; send Content-Length");
+        return Err(refuse(error, checked, seq_no).await);
+    }
+    let length = match headers.get(header::CONTENT_LENGTH) {
+        None => 0,
+        Some(value) => match value
+            .to_str()
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+        {
+            Some(length) => length,
+            None => {
+                let error = ApiError::malformed("Content-Length must be a number");
+                return Err(refuse(error, checked, seq_no).await);
+            }
+        },
+    };
+    let limit = state.settings.max_body_bytes;
+    if length > limit as u64 {
+        let error = ApiError::new(
+            ErrorKind::PayloadTooLarge,
+            format!("body is larger than the {limit}-byte limit"),
+        );
+        return Err(refuse(error, checked, seq_no).await);
+    }
+    let length = length as usize;
+    let Some(budget) = state.body_budget.reserve(length) else {
+        return Err(refuse(rpc::budget_exhausted(), checked, seq_no).await);
+    };
+    let end = head.len + length;
+    match tokio::time::timeout(edge.body_read_timeout, reader.fill_to(end)).await {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) | Ok(Err(_)) => return Err(Refused::Silently("closed mid-body".to_owned())),
+        Err(_) => {
+            let error = rpc::body_too_slow(edge.body_read_timeout);
+            return Err(refuse(error, checked, seq_no).await);
+        }
+    }
+    let body = reader.buf.split_to(end).freeze().slice(head.len..);
+    Ok(Request {
+        head: checked,
+        seq_no,
+        body,
+        budget,
+        close,
+    })
+}
+
+/// Runs the call and writes its HTTP answer.
+async fn run(
+    state: &AppState,
+    head: dialect::CheckedHead,
+    seq_no: Option<HeaderValue>,
+    body: Bytes,
+) -> Bytes {
+    let outcome = rpc::call(state, &head.call, head.method, ready(Ok(body))).await;
+    let (status, headers, payload) = dialect::answer_parts(outcome, head.media_type);
+    write_answer(status, &headers, seq_no.as_ref(), &payload)
+}
+
+/// An HTTP/1.1 answer, with `Content-Length` and the echoed `Rpc-SeqNo`.
+fn write_answer(
+    status: StatusCode,
+    headers: &HeaderMap,
+    seq_no: Option<&HeaderValue>,
+    body: &[u8],
+) -> Bytes {
+    let mut out = BytesMut::with_capacity(128 + body.len());
+    out.put_slice(b"HTTP/1.1 ");
+    out.put_slice(status.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+    out.put_slice(b"\r\n");
+    let mut line = |name: &[u8], value: &[u8]| {
+        out.put_slice(name);
+        out.put_slice(b": ");
+        out.put_slice(value);
+        out.put_slice(b"\r\n");
+    };
+    if let Some(seq_no) = seq_no {
+        line(RPC_SEQ_NO.as_str().as_bytes(), seq_no.as_bytes());
+    }
+    for (name, value) in headers {
+        line(name.as_str().as_bytes(), value.as_bytes());
+    }
+    line(b"content-length", body.len().to_string().as_bytes());
+    out.put_slice(b"\r\n");
+    out.put_slice(body);
+    out.freeze()
+}
+
+/// Whether a complete request head is a daemon's `http+pb` call: a path under
+/// `/rpc/` and an `Rpc-SeqNo` header. The listener asks this of a
+/// connection's first request.
+pub fn is_daemon_request(head: &[u8]) -> Option<bool> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut slots);
+    match request.parse(head) {
+        Ok(httparse::Status::Complete(_)) => Some(
+            request.path.is_some_and(|path| path.starts_with("/rpc/"))
+                && request
+                    .headers
+                    .iter()
+                    .any(|slot| slot.name.eq_ignore_ascii_case(RPC_SEQ_NO.as_str())),
+        ),
+        Ok(httparse::Status::Partial) => None,
+        Err(_) => Some(false),
+    }
+}

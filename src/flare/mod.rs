@@ -1,0 +1,242 @@
+//! The daemons' own protocols, served the way their framework's server does:
+//! every call on a connection runs concurrently and its answer is written as
+//! soon as it is done, matched by id, so a long poll never delays a heartbeat.
+//!
+//! - [`frame`] and this module: the binary protocol (`flare://`), frames
+//!   starting `CPRF` with a proto2 `RpcMeta`.
+//! - [`http`]: the daemons' `http+pb` (requests carrying `Rpc-SeqNo`),
+//!   answered out of order with `Rpc-SeqNo` echoed.
+//! - `conn`: the reader, the one writer per connection, calls in flight.
+//!
+//! Both end in [`crate::rpc::call`] like every other protocol.
+
+pub mod conn;
+pub mod frame;
+pub mod http;
+
+use std::{future::ready, net::SocketAddr, time::Duration};
+
+use bytes::{Bytes, BytesMut};
+use prost::Message;
+use tokio::{net::TcpStream, sync::watch, task::JoinSet, time::Instant};
+
+use self::{
+    conn::{InFlight, Next, Reader},
+    frame::{FrameHeader, HEADER_LEN},
+};
+use crate::{
+    http::{
+        codec::Encoding,
+        error::{ApiError, ErrorKind},
+        routes::AppState,
+    },
+    pb::{
+        SCHEDULER_SERVICE,
+        flare::rpc::{CompressionAlgorithm, RpcMeta},
+    },
+    protocol::Protocol,
+    rpc,
+    service::Method,
+};
+
+/// Target of this module's diagnostics (closed connections and why).
+const LOG: &str = "yadcc_scheduler::flare";
+
+/// Serves one binary-protocol connection. `already_read` holds the bytes the
+/// listener read to recognise the protocol.
+pub async fn serve_binary(
+    state: AppState,
+    stream: TcpStream,
+    peer: SocketAddr,
+    already_read: BytesMut,
+    mut stop: watch::Receiver<bool>,
+) {
+    let edge = state.settings.edge.clone();
+    let (read, write) = stream.into_split();
+    let mut reader = Reader::new(read, already_read);
+    let (answers, writer) = conn::spawn_writer(write, edge.body_read_timeout);
+    let in_flight = InFlight::default();
+    let mut calls = JoinSet::new();
+    loop {
+        while calls.try_join_next().is_some() {}
+        match conn::next_request(&mut reader, edge.idle_timeout, &in_flight, &mut stop).await {
+            Next::Request => {}
+            Next::Idle | Next::Stopping => break,
+            Next::Closed => {
+                // The caller is gone: its calls' answers have nowhere to go,
+                // and a grant made for it would only wait to expire.
+                calls.abort_all();
+                writer.abort();
+                return;
+            }
+        }
+        let frame = match read_frame(&mut reader, &state).await {
+            Ok(frame) => frame,
+            Err(reason) => {
+                tracing::debug!(target: LOG, %peer, "closing the connection: {reason}");
+                writer.abort();
+                return;
+            }
+        };
+        let Frame {
+            meta,
+            payload,
+            budget,
+        } = frame;
+        let id = meta.correlation_id;
+        let Some(slot) = in_flight.start() else {
+            let overloaded = ApiError::new(
+                ErrorKind::Overloaded,
+                "too many calls in flight on this connection",
+            );
+            let call = call_of(peer, &meta);
+            let outcome = rpc::call(&state, &call, Err(overloaded), ready(Ok(Bytes::new()))).await;
+            if answers.send(answer(id, &outcome)).await.is_err() {
+                break;
+            }
+            continue;
+        };
+        let state = state.clone();
+        let answers = answers.clone();
+        calls.spawn(async move {
+            let _slot = slot;
+            let _budget = budget;
+            let call = call_of(peer, &meta);
+            let method = method_of(&meta);
+            let outcome = rpc::call(&state, &call, method, ready(Ok(payload))).await;
+            let _ = answers.send(answer(id, &outcome)).await;
+        });
+    }
+    // Let the calls in flight finish and their answers go out; the writer
+    // ends once every call has dropped its sender.
+    drop(answers);
+    while calls.join_next().await.is_some() {}
+    let _ = writer.await;
+}
+
+/// One request frame, read and checked.
+struct Frame {
+    meta: RpcMeta,
+    payload: Bytes,
+    /// The frame's share of the global budget for large bodies.
+    budget: crate::limits::Reservation,
+}
+
+/// Reads one frame: its header and meta within the header-read timeout, the
+/// rest within the body-read timeout. Any error closes the connection: after
+/// a bad header the stream cannot be resynchronised.
+async fn read_frame(reader: &mut Reader, state: &AppState) -> Result<Frame, String> {
+    let edge = &state.settings.edge;
+    let head_deadline = Instant::now() + edge.header_read_timeout;
+    let filled =
+        |done: Result<std::io::Result<bool>, tokio::time::error::Elapsed>, what: &str| match done {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => Err(format!("closed in the middle of a frame's {what}")),
+            Ok(Err(error)) => Err(format!("read failed: {error}")),
+            Err(_) => Err(format!("the frame's {what} did not arrive in time")),
+        };
+    filled(
+        tokio::time::timeout_at(head_deadline, reader.fill_to(HEADER_LEN)).await,
+        "header",
+    )?;
+    let header_bytes: [u8; HEADER_LEN] = reader.buf[..HEADER_LEN]
+        .try_into()
+        .map_err(|_| "short header".to_owned())?;
+    let header = FrameHeader::parse(&header_bytes).map_err(|error| error.to_string())?;
+    let budget = state
+        .body_budget
+        .reserve(header.body_len())
+        .ok_or_else(|| "the budget for buffered bodies is exhausted".to_owned())?;
+    let meta_end = HEADER_LEN + header.meta_size;
+    filled(
+        tokio::time::timeout_at(head_deadline, reader.fill_to(meta_end)).await,
+        "meta",
+    )?;
+    let frame_end = meta_end + header.msg_size + header.att_size;
+    filled(
+        tokio::time::timeout(edge.body_read_timeout, reader.fill_to(frame_end)).await,
+        "payload",
+    )?;
+    let frame = reader.buf.split_to(frame_end).freeze();
+    let meta = RpcMeta::decode(&frame[HEADER_LEN..meta_end])
+        .map_err(|error| format!("unparsable meta: {error}"))?;
+    if meta.request_meta.is_none() {
+        return Err("a request frame without request meta".to_owned());
+    }
+    // The attachment (after the payload) is consumed and dropped: no scheduler
+    // call carries one.
+    let payload = frame.slice(meta_end..meta_end + header.msg_size);
+    Ok(Frame {
+        meta,
+        payload,
+        budget,
+    })
+}
+
+/// What the transport knows about a call: the meta's `timeout` is its deadline.
+fn call_of(peer: SocketAddr, meta: &RpcMeta) -> rpc::Call {
+    let started = Instant::now();
+    let timeout = meta
+        .request_meta
+        .as_ref()
+        .and_then(|request| request.timeout)
+        .filter(|&ms| ms > 0);
+    rpc::Call {
+        protocol: Protocol::Flare,
+        encoding: Encoding::Binary,
+        peer: peer.ip().to_canonical(),
+        deadline: timeout
+            .map(|ms| started + Duration::from_millis(u64::from(ms)).min(rpc::MAX_DEADLINE)),
+        started,
+    }
+}
+
+/// The method a request names, or the framework's error for it.
+fn method_of(meta: &RpcMeta) -> Result<Method, ApiError> {
+    let name = meta
+        .request_meta
+        .as_ref()
+        .map_or("", |request| request.method_name.as_str());
+    let compressed = meta.compression_algorithm.is_some_and(|algorithm| {
+        algorithm != CompressionAlgorithm::None as i32
+            && algorithm != CompressionAlgorithm::Unknown as i32
+    });
+    let not_implemented = || {
+        ApiError::new(
+            ErrorKind::MethodNotFound,
+            format!("Method [{name}] is not implemented."),
+        )
+    };
+    let (service, method) = name.rsplit_once('.').ok_or_else(not_implemented)?;
+    if service != SCHEDULER_SERVICE {
+        return Err(ApiError::new(
+            ErrorKind::ServiceNotFound,
+            format!(
+                "Service [{service}] is not found; this server implements {SCHEDULER_SERVICE}."
+            ),
+        ));
+    }
+    let method = Method::from_name(method).ok_or_else(not_implemented)?;
+    if compressed {
+        return Err(ApiError::new(
+            ErrorKind::CompressionNotSupported,
+            "compressed requests are not supported; send them uncompressed",
+        ));
+    }
+    Ok(method)
+}
+
+/// The answer frame of call `id`.
+fn answer(id: u64, outcome: &Result<Bytes, ApiError>) -> Bytes {
+    match outcome {
+        Ok(payload) => frame::response(id, Ok(payload)),
+        Err(error) => {
+            // The original sends scheduler outcomes with an empty description.
+            let description = match error.kind {
+                ErrorKind::Scheduler(_) => "",
+                _ => error.message.as_str(),
+            };
+            frame::response(id, Err((error.kind.wire().rpc_code as i32, description)))
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The stream handed to hyper: the bytes read while sniffing the protocol are
+//! replayed first, and every read or write stamps the connection's last
+//! activity, which the idle watchdog reads.
+
+use std::{
+    io,
+    pin::Pin,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use bytes::{Buf, Bytes};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    time::Instant,
+};
+
+/// When a connection last moved a byte, as milliseconds after its start.
+#[derive(Debug, Clone)]
+pub struct Activity {
+    started: Instant,
+    last_ms: Arc<AtomicU64>,
+}
+
+impl Activity {
+    pub fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            last_ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn touch(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// How long since the last byte moved.
+    pub fn idle_for(&self) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        self.started.elapsed().saturating_sub(last)
+    }
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A stream with some already-read bytes put back in front of it.
+#[derive(Debug)]
+pub struct Rewind<S> {
+    prefix: Bytes,
+    inner: S,
+    activity: Activity,
+}
+
+impl<S> Rewind<S> {
+    pub fn new(prefix: Bytes, inner: S, activity: Activity) -> Self {
+        Self {
+            prefix,
+            inner,
+            activity,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            buf.put_slice(&self.prefix[..n]);
+            self.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn the_prefix_is_read_before_the_stream() {
+        let (mut client, server) = tokio::io::duplex(64);
+        client.write_all(b" world").await.unwrap();
+        drop(client);
+        let mut rewound = Rewind::new(Bytes::from_static(b"hello"), server, Activity::new());
+        let mut text = String::new();
+        rewound.read_to_string(&mut text).await.unwrap();
+        assert_eq!(text, "hello world");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn activity_counts_from_the_last_byte() {
+        let (mut client, server) = tokio::io::duplex(64);
+        let activity = Activity::new();
+        let mut rewound = Rewind::new(Bytes::new(), server, activity.clone());
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(activity.idle_for(), Duration::from_secs(5));
+        client.write_all(b"x").await.unwrap();
+        let mut byte = [0u8; 1];
+        rewound.read_exact(&mut byte).await.unwrap();
+        assert_eq!(activity.idle_for(), Duration::ZERO);
+    }
+}

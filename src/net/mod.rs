@@ -1,0 +1,350 @@
+//! The listener: accepts connections under the caps, reads each connection's
+//! first bytes to decide its protocol, and serves it; stops gracefully.
+//!
+//! - `CPRF`: the daemons' binary protocol ([`crate::flare`]).
+//! - An HTTP/1 request under `/rpc/` carrying `Rpc-SeqNo`: the daemons'
+//!   `http+pb`, answered out of order ([`crate::flare::http`]).
+//! - Anything else (curl, browsers, Connect, h2c `PRI `): hyper, HTTP/1.1 and
+//!   HTTP/2, serving the axum router, the sniffed bytes replayed first.
+//!
+//! Over the global cap (derived from the file-descriptor limit) or the
+//! per-address cap, a connection is accepted and closed at once, so it never
+//! waits in the backlog and never costs anyone else a descriptor.
+
+pub mod io;
+
+use std::{
+    collections::HashMap,
+    convert::Infallible,
+    future::Future,
+    net::{IpAddr, SocketAddr},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use axum::{Router, extract::ConnectInfo};
+use bytes::BytesMut;
+use hyper::body::Incoming;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo, TokioTimer},
+    server::conn::auto,
+};
+use tokio::{
+    io::AsyncReadExt,
+    net::{TcpListener, TcpStream},
+    sync::{OwnedSemaphorePermit, Semaphore, watch},
+    task::JoinSet,
+    time::Instant,
+};
+use tower::ServiceExt;
+
+use self::io::{Activity, Rewind};
+use crate::{
+    flare::{self, frame::MAGIC, http::MAX_HEAD_BYTES},
+    http::routes::AppState,
+    limits::EdgeSettings,
+    protocol::Protocol,
+};
+
+const LOG: &str = "yadcc_scheduler::net";
+
+/// The HTTP/2 prior-knowledge preface starts so.
+const H2_PREFACE_START: &[u8; 4] = b"PRI ";
+/// hyper's read buffer per HTTP/1 connection; bounds what one connection
+/// holds before its body is handed over.
+const HYPER_MAX_BUF: usize = 64 * 1024;
+/// Pause after an accept error (e.g. out of descriptors) before retrying.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
+
+/// What the first bytes of a connection said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sniffed {
+    Flare,
+    DaemonHttp,
+    Hyper,
+}
+
+/// Serves `router` (and the daemons' protocols over `state`) on `listener`
+/// until `shutdown` resolves, then stops accepting, lets connections finish
+/// their calls for at most the shutdown grace, and returns. Whoever resolves
+/// `shutdown` should also shut the engine down, which answers waiting long
+/// polls.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    state: AppState,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let edge = state.settings.edge.clone();
+    let cap = edge.connection_cap();
+    tracing::info!(
+        target: LOG,
+        "connection caps: {cap} in all, {} per address",
+        edge.max_connections_per_ip
+    );
+    let shared = Arc::new(Shared {
+        hyper: hyper_builder(&edge),
+        router,
+        state,
+        per_ip: Mutex::default(),
+        edge,
+    });
+    let slots = Arc::new(Semaphore::new(cap));
+    let (stop, stopping) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    if let Some(admitted) = admit(&shared, &slots, peer) {
+                        let shared = Arc::clone(&shared);
+                        let stopping = stopping.clone();
+                        connections.spawn(async move {
+                            let _admitted = admitted;
+                            serve_connection(shared, stream, peer, stopping).await;
+                        });
+                    }
+                }
+                Err(error) => {
+                    // Out of descriptors (or a connection reset before
+                    // accept): keep serving the connections we have.
+                    tracing::warn!(target: LOG, "accept failed: {error}");
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                }
+            }
+        }
+    }
+    drop(listener);
+    let _ = stop.send(true);
+    let grace = shared.edge.shutdown_grace;
+    let drained = tokio::time::timeout(grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            target: LOG,
+            "{} connections still open after the {} ms shutdown grace; closing them",
+            connections.len(),
+            grace.as_millis()
+        );
+        connections.shutdown().await;
+    }
+    Ok(())
+}
+
+struct Shared {
+    state: AppState,
+    router: Router,
+    edge: EdgeSettings,
+    hyper: auto::Builder<TokioExecutor>,
+    per_ip: Mutex<HashMap<IpAddr, usize>>,
+}
+
+fn hyper_builder(edge: &EdgeSettings) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(edge.header_read_timeout)
+        .max_buf_size(HYPER_MAX_BUF);
+    builder.http2().timer(TokioTimer::new());
+    builder
+}
+
+/// A connection's place under the caps, given back when it closes.
+struct Admitted {
+    _slot: OwnedSemaphorePermit,
+    shared: Arc<Shared>,
+    ip: IpAddr,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut per_ip = self.shared.per_ip.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = per_ip.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                per_ip.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// A place under both caps, or None (the stream is then dropped: closed).
+fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Option<Admitted> {
+    let metrics = &shared.state.metrics;
+    let Ok(slot) = Arc::clone(slots).try_acquire_owned() else {
+        metrics.connection_refused("max_connections");
+        return None;
+    };
+    let ip = peer.ip().to_canonical();
+    {
+        let mut per_ip = shared.per_ip.lock().unwrap_or_else(|p| p.into_inner());
+        let count = per_ip.entry(ip).or_insert(0);
+        if *count >= shared.edge.max_connections_per_ip {
+            drop(per_ip);
+            metrics.connection_refused("max_connections_per_ip");
+            return None;
+        }
+        *count += 1;
+    }
+    Some(Admitted {
+        _slot: slot,
+        shared: Arc::clone(shared),
+        ip,
+    })
+}
+
+async fn serve_connection(
+    shared: Arc<Shared>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    stopping: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let mut first = BytesMut::with_capacity(1024);
+    let sniffed = tokio::time::timeout(
+        shared.edge.header_read_timeout,
+        sniff(&mut stream, &mut first),
+    )
+    .await;
+    let protocol = match sniffed {
+        Ok(Some(protocol)) => protocol,
+        // Closed, or nothing recognisable in time: a half-sent request.
+        Ok(None) | Err(_) => return,
+    };
+    let state = shared.state.clone();
+    match protocol {
+        Sniffed::Flare => {
+            let _open = state.metrics.connection_opened(Protocol::Flare);
+            flare::serve_binary(state.clone(), stream, peer, first, stopping).await;
+        }
+        Sniffed::DaemonHttp => {
+            let _open = state.metrics.connection_opened(Protocol::HttpPb);
+            flare::http::serve_http(state.clone(), stream, peer, first, stopping).await;
+        }
+        Sniffed::Hyper => {
+            let _open = state.metrics.connection_opened(Protocol::Http);
+            serve_hyper(&shared, stream, peer, first, stopping).await;
+        }
+    }
+}
+
+/// Reads until the protocol is known; None if the peer closed first.
+async fn sniff(stream: &mut TcpStream, buf: &mut BytesMut) -> Option<Sniffed> {
+    loop {
+        if let Some(sniffed) = classify(buf) {
+            return Some(sniffed);
+        }
+        if buf.len() > MAX_HEAD_BYTES {
+            // Let hyper answer an oversized head.
+            return Some(Sniffed::Hyper);
+        }
+        buf.reserve(4096);
+        match stream.read_buf(buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// The protocol the bytes so far decide, or None when more are needed.
+fn classify(buf: &[u8]) -> Option<Sniffed> {
+    let prefix = &buf[..buf.len().min(4)];
+    if buf.len() < 4 && (MAGIC.starts_with(prefix) || H2_PREFACE_START.starts_with(prefix)) {
+        return None;
+    }
+    if prefix == MAGIC {
+        return Some(Sniffed::Flare);
+    }
+    if prefix == H2_PREFACE_START {
+        return Some(Sniffed::Hyper);
+    }
+    match flare::http::is_daemon_request(buf) {
+        None => None,
+        Some(true) => Some(Sniffed::DaemonHttp),
+        Some(false) => Some(Sniffed::Hyper),
+    }
+}
+
+async fn serve_hyper(
+    shared: &Shared,
+    stream: TcpStream,
+    peer: SocketAddr,
+    first: BytesMut,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let activity = Activity::new();
+    let io = TokioIo::new(Rewind::new(first.freeze(), stream, activity.clone()));
+    let router = shared.router.clone();
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let router = router.clone();
+        async move {
+            Ok::<_, Infallible>(
+                router
+                    .oneshot(request)
+                    .await
+                    .unwrap_or_else(|never| match never {}),
+            )
+        }
+    });
+    let connection = shared.hyper.serve_connection_with_upgrades(io, service);
+    tokio::pin!(connection);
+    let idle_timeout = shared.edge.idle_timeout;
+    let mut idle_check = tokio::time::interval_at(Instant::now() + idle_timeout, idle_timeout / 4);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            _ = connection.as_mut() => return,
+            changed = stopping.changed(), if !closing => {
+                if changed.is_err() || *stopping.borrow() {
+                    closing = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+            }
+            _ = idle_check.tick(), if !closing => {
+                if activity.idle_for() >= idle_timeout {
+                    closing = true;
+                    connection.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_bytes_decide_the_protocol() {
+        assert_eq!(classify(b"CP"), None);
+        assert_eq!(classify(b"CPRF"), Some(Sniffed::Flare));
+        assert_eq!(classify(b"PRI * HTTP/2.0\r\n"), Some(Sniffed::Hyper));
+        assert_eq!(classify(b"PR"), None);
+        assert_eq!(classify(b"POST /rpc/x.Y HTTP/1.1\r\nRpc-Se"), None);
+        assert_eq!(
+            classify(b"POST /rpc/x.Y HTTP/1.1\r\nRpc-SeqNo: 1\r\n\r\n"),
+            Some(Sniffed::DaemonHttp)
+        );
+        assert_eq!(
+            classify(b"POST /rpc/x.Y HTTP/1.1\r\nHost: a\r\n\r\n"),
+            Some(Sniffed::Hyper),
+            "scripts keep hyper's path"
+        );
+        assert_eq!(
+            classify(b"POST /yadcc.scheduler.SchedulerService/Heartbeat HTTP/1.1\r\nRpc-SeqNo: 1\r\n\r\n"),
+            Some(Sniffed::Hyper),
+            "Connect stays on hyper"
+        );
+        assert_eq!(
+            classify(&[0x16, 0x03, 0x01, 0x02, 0x00]),
+            Some(Sniffed::Hyper)
+        );
+    }
+}
