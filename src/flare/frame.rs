@@ -140,6 +140,26 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_heartbeat_answer_is_byte_for_byte() {
+        let payload = crate::pb::HeartbeatResponse {
+            acceptable_tokens: vec!["00112233445566778899aabbccddeeff".into()],
+            expired_tasks: vec![7, 300],
+        }
+        .encode_to_vec();
+        let expected: Vec<u8> = "43 50 52 46 08 00 00 00 27 00 00 00 00 00 00 00 \
+            08 01 32 02 08 00 38 01 0a 03 07 ac 02 12 20 30 \
+            30 31 31 32 32 33 33 34 34 35 35 36 36 37 37 38 \
+            38 39 39 61 61 62 62 63 63 64 64 65 65 66 66"
+            .split_whitespace()
+            .map(|byte| u8::from_str_radix(byte, 16).unwrap())
+            .collect();
+        // flare-wire.md calls it "55 bytes"; its listing is 63: the 16-byte
+        // header, 8 bytes of meta and the 39-byte (0x27) payload.
+        assert_eq!(expected.len(), 16 + 8 + 0x27);
+        assert_eq!(&response(1, Ok(&payload))[..], expected);
+    }
+
+    #[test]
     fn the_smallest_success_is_the_documented_bytes() {
         assert_eq!(
             &response(1, Ok(&[]))[..],

@@ -4,6 +4,7 @@ mod browser;
 mod dashboard;
 mod dialects;
 mod errors;
+mod flare;
 mod long_poll;
 mod openapi;
 mod operations;

@@ -1,0 +1,488 @@
+//! The daemons' binary protocol (`flare://`) over a real socket: the vectors
+//! of flare-wire.md byte for byte, errors, bad frames, and calls on one
+//! connection answered as each finishes.
+
+use std::time::Duration;
+
+use prost::Message;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+    time::Instant,
+};
+use yadcc_scheduler::{
+    engine,
+    http::routes::HttpSettings,
+    pb::{
+        self,
+        flare::rpc::{MethodType, RpcMeta, RpcRequestMeta},
+    },
+};
+
+use crate::support::*;
+
+/// The Heartbeat request of flare-wire.md, as a stock daemon writes it.
+const HEARTBEAT_VECTOR: &str = "
+43 50 52 46 37 00 00 00 49 00 00 00 00 00 00 00
+08 01 2a 31 12 2a 79 61 64 63 63 2e 73 63 68 65
+64 75 6c 65 72 2e 53 63 68 65 64 75 6c 65 72 53
+65 72 76 69 63 65 2e 48 65 61 72 74 62 65 61 74
+20 d0 0f 30 3e 38 01 0a 11 31 39 32 2e 31 36 38
+2e 31 2e 31 30 3a 38 33 33 35 18 04 20 02 32 12
+0a 10 30 31 32 33 34 35 36 37 38 39 61 62 63 64
+65 66 38 90 4e 50 08 58 14 6a 06 73 65 63 72 65
+74 70 02 78 80 80 80 80 40 80 01 80 80 80 80 20";
+
+/// The smallest success: an empty payload, correlation id 1.
+const SMALLEST_SUCCESS: &str =
+    "43 50 52 46 08 00 00 00 00 00 00 00 00 00 00 00 08 01 32 02 08 00 38 01";
+
+/// Access denied (1003) exactly as the original sends it.
+const ACCESS_DENIED: &str =
+    "43 50 52 46 0b 00 00 00 00 00 00 00 00 00 00 00 08 01 32 05 08 eb 07 12 00 38 01";
+
+fn hex(text: &str) -> Vec<u8> {
+    text.split_whitespace()
+        .map(|byte| u8::from_str_radix(byte, 16).expect("hex byte"))
+        .collect()
+}
+
+/// A request meta as the daemons' framework writes it.
+fn request_meta(id: u64, full_method: &str, timeout_ms: u32) -> RpcMeta {
+    RpcMeta {
+        correlation_id: id,
+        method_type: MethodType::Single as i32,
+        request_meta: Some(RpcRequestMeta {
+            method_name: full_method.to_owned(),
+            timeout: Some(timeout_ms),
+            acceptable_compression_algorithms: Some(62),
+            ..RpcRequestMeta::default()
+        }),
+        ..RpcMeta::default()
+    }
+}
+
+/// A request frame of `SchedulerService.<method>`.
+pub fn request_frame(id: u64, method: &str, timeout_ms: u32, payload: &[u8]) -> Vec<u8> {
+    let meta = request_meta(id, &format!("{SERVICE}.{method}"), timeout_ms);
+    frame_with(&meta, payload, &[])
+}
+
+fn frame_with(meta: &RpcMeta, payload: &[u8], attachment: &[u8]) -> Vec<u8> {
+    let meta = meta.encode_to_vec();
+    let mut frame = b"CPRF".to_vec();
+    for size in [meta.len(), payload.len(), attachment.len()] {
+        frame.extend_from_slice(&(size as u32).to_le_bytes());
+    }
+    frame.extend_from_slice(&meta);
+    frame.extend_from_slice(payload);
+    frame.extend_from_slice(attachment);
+    frame
+}
+
+/// A tiny client of the binary protocol.
+pub struct FlareConnection {
+    stream: TcpStream,
+    buffer: Vec<u8>,
+}
+
+/// One answer frame: its raw bytes, decoded meta and payload.
+#[derive(Debug)]
+pub struct Answer {
+    pub raw: Vec<u8>,
+    pub meta: RpcMeta,
+    pub payload: Vec<u8>,
+}
+
+impl Answer {
+    pub fn status(&self) -> i32 {
+        self.meta
+            .response_meta
+            .as_ref()
+            .expect("response meta")
+            .status
+    }
+
+    pub fn description(&self) -> &str {
+        self.meta
+            .response_meta
+            .as_ref()
+            .and_then(|meta| meta.description.as_deref())
+            .unwrap_or("")
+    }
+}
+
+impl FlareConnection {
+    pub async fn open(server: &Server) -> FlareConnection {
+        let stream = tokio::time::timeout(STEP, TcpStream::connect(server.addr))
+            .await
+            .expect("connect in time")
+            .expect("connect");
+        FlareConnection {
+            stream,
+            buffer: Vec::new(),
+        }
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.expect("write");
+    }
+
+    pub async fn call(&mut self, id: u64, method: &str, message: &impl Message) -> Answer {
+        self.send(&request_frame(id, method, 2000, &message.encode_to_vec()))
+            .await;
+        self.answer().await
+    }
+
+    async fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 8192];
+        match self.stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => false,
+            Ok(read) => {
+                self.buffer.extend_from_slice(&chunk[..read]);
+                true
+            }
+        }
+    }
+
+    pub async fn answer(&mut self) -> Answer {
+        tokio::time::timeout(STEP, async {
+            while self.buffer.len() < 16 {
+                assert!(self.fill().await, "closed before an answer");
+            }
+            assert_eq!(&self.buffer[..4], b"CPRF", "answers start with the magic");
+            let size = |at: usize| {
+                u32::from_le_bytes(self.buffer[at..at + 4].try_into().unwrap()) as usize
+            };
+            let (meta_size, msg_size, att_size) = (size(4), size(8), size(12));
+            assert_eq!(att_size, 0, "answers carry no attachment");
+            let total = 16 + meta_size + msg_size;
+            while self.buffer.len() < total {
+                assert!(self.fill().await, "closed in the middle of an answer");
+            }
+            let raw: Vec<u8> = self.buffer.drain(..total).collect();
+            let meta = RpcMeta::decode(&raw[16..16 + meta_size]).expect("answer meta decodes");
+            assert_eq!(meta.method_type, MethodType::Single as i32);
+            assert!(meta.response_meta.is_some(), "response_meta always present");
+            Answer {
+                payload: raw[16 + meta_size..].to_vec(),
+                raw,
+                meta,
+            }
+        })
+        .await
+        .expect("answer in time")
+    }
+
+    /// The server closes the connection (without answering).
+    pub async fn expect_closed(&mut self) {
+        let closed = tokio::time::timeout(STEP, async {
+            let mut chunk = [0u8; 1024];
+            loop {
+                match self.stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(read) => panic!("expected a close, got {:02x?}", &chunk[..read]),
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the server closes the connection in time");
+    }
+}
+
+fn server_for_vectors() -> engine::Config {
+    engine::Config {
+        servant_tokens: vec!["secret".into()],
+        ..engine_config()
+    }
+}
+
+#[tokio::test]
+async fn the_documented_heartbeat_is_decoded_and_answered_in_the_documented_form() {
+    let server =
+        Server::start_with(server_for_vectors(), HttpSettings::default(), "127.0.0.1:0").await;
+    let mut connection = FlareConnection::open(&server).await;
+    let request = hex(HEARTBEAT_VECTOR);
+    assert_eq!(request.len(), 144);
+    connection.send(&request).await;
+    let answer = connection.answer().await;
+    assert_eq!(answer.meta.correlation_id, 1);
+    assert_eq!(answer.status(), 0);
+    // Header, then exactly the meta bytes of the 55-byte vector, then the payload.
+    let mut expected = hex("43 50 52 46 08 00 00 00");
+    expected.extend_from_slice(&(answer.payload.len() as u32).to_le_bytes());
+    expected.extend_from_slice(&hex("00 00 00 00 08 01 32 02 08 00 38 01"));
+    expected.extend_from_slice(&answer.payload);
+    assert_eq!(answer.raw, expected);
+    let reply = pb::HeartbeatResponse::decode(answer.payload.as_slice()).expect("payload");
+    assert!(
+        !reply.acceptable_tokens.is_empty(),
+        "the serving-daemon tokens"
+    );
+    assert!(reply.expired_tasks.is_empty());
+
+    // Every field of the vector reached the engine.
+    let snapshot = server.engine.snapshot();
+    let servant = &snapshot.servants[0];
+    assert_eq!(servant.reported_location.to_string(), "192.168.1.10:8335");
+    assert_eq!(servant.version, 20);
+    assert_eq!(servant.num_processors, 8);
+    assert_eq!(servant.current_load, 2);
+    assert_eq!(servant.total_memory, 16 << 30);
+    assert_eq!(servant.memory_available, 8 << 30);
+    assert_eq!(servant.environments, vec!["0123456789abcdef".to_owned()]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_smallest_success_and_access_denied_are_byte_for_byte_the_originals() {
+    let server = Server::start().await;
+    let mut connection = FlareConnection::open(&server).await;
+    let free = pb::FreeTaskRequest {
+        token: USER_TOKEN.into(),
+        task_grant_ids: vec![],
+    };
+    assert_eq!(
+        connection.call(1, "FreeTask", &free).await.raw,
+        hex(SMALLEST_SUCCESS)
+    );
+    let denied = pb::FreeTaskRequest {
+        token: "wrong".into(),
+        task_grant_ids: vec![],
+    };
+    assert_eq!(
+        connection.call(1, "FreeTask", &denied).await.raw,
+        hex(ACCESS_DENIED)
+    );
+    // The connection is still usable after an error answer.
+    assert_eq!(connection.call(2, "FreeTask", &free).await.status(), 0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn framework_errors_are_answered_and_the_connection_stays_usable() {
+    let server = Server::start().await;
+    let mut connection = FlareConnection::open(&server).await;
+    let config = pb::GetConfigRequest {
+        token: USER_TOKEN.into(),
+    };
+
+    let unknown = connection.call(7, "NoSuchMethod", &config).await;
+    assert_eq!((unknown.meta.correlation_id, unknown.status()), (7, 10));
+    assert_eq!(
+        unknown.description(),
+        format!("Method [{SERVICE}.NoSuchMethod] is not implemented.")
+    );
+    assert!(unknown.payload.is_empty());
+
+    let other_service = request_meta(8, "other.Service.GetConfig", 2000);
+    connection
+        .send(&frame_with(&other_service, &config.encode_to_vec(), &[]))
+        .await;
+    assert_eq!(connection.answer().await.status(), 9);
+
+    connection
+        .send(&request_frame(9, "GetConfig", 2000, &[0x0a, 0x05, b'a']))
+        .await;
+    let unparsable = connection.answer().await;
+    assert_eq!(
+        (unparsable.meta.correlation_id, unparsable.status()),
+        (9, 5)
+    );
+
+    let gzip = RpcMeta {
+        compression_algorithm: Some(2),
+        ..request_meta(10, &format!("{SERVICE}.GetConfig"), 2000)
+    };
+    connection
+        .send(&frame_with(&gzip, &config.encode_to_vec(), &[]))
+        .await;
+    let compressed = connection.answer().await;
+    assert_eq!(
+        (compressed.meta.correlation_id, compressed.status()),
+        (10, 101)
+    );
+
+    // An attachment is consumed, not mistaken for the next frame.
+    let with_attachment = request_meta(11, &format!("{SERVICE}.GetConfig"), 2000);
+    connection
+        .send(&frame_with(
+            &with_attachment,
+            &config.encode_to_vec(),
+            b"opaque bytes",
+        ))
+        .await;
+    let answered = connection.answer().await;
+    assert_eq!((answered.meta.correlation_id, answered.status()), (11, 0));
+    let reply = pb::GetConfigResponse::decode(answered.payload.as_slice()).unwrap();
+    assert!(!reply.serving_daemon_token.is_empty());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_magic_unparsable_meta_and_oversize_frames_close_the_connection() {
+    let server = Server::start().await;
+
+    // Bad magic after a good first frame (the first bytes chose the protocol).
+    let mut connection = FlareConnection::open(&server).await;
+    let free = pb::FreeTaskRequest {
+        token: USER_TOKEN.into(),
+        task_grant_ids: vec![],
+    };
+    assert_eq!(connection.call(1, "FreeTask", &free).await.status(), 0);
+    connection
+        .send(b"CPRX\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+        .await;
+    connection.expect_closed().await;
+
+    // A meta that is not protobuf.
+    let mut connection = FlareConnection::open(&server).await;
+    let mut frame = b"CPRF".to_vec();
+    frame.extend_from_slice(&3u32.to_le_bytes());
+    frame.extend_from_slice(&0u32.to_le_bytes());
+    frame.extend_from_slice(&0u32.to_le_bytes());
+    frame.extend_from_slice(&[0xff, 0xff, 0xff]);
+    connection.send(&frame).await;
+    connection.expect_closed().await;
+
+    // Over 4 MiB announced: closed without waiting for the bytes.
+    let mut connection = FlareConnection::open(&server).await;
+    let mut frame = b"CPRF".to_vec();
+    frame.extend_from_slice(&16u32.to_le_bytes());
+    frame.extend_from_slice(&((4 << 20) as u32).to_le_bytes());
+    frame.extend_from_slice(&0u32.to_le_bytes());
+    connection.send(&frame).await;
+    connection.expect_closed().await;
+
+    // Still serving everyone else.
+    let mut connection = FlareConnection::open(&server).await;
+    assert_eq!(connection.call(1, "FreeTask", &free).await.status(), 0);
+    server.stop().await;
+}
+
+/// A server whose single slot is taken, so the next wait queues.
+async fn saturated_server() -> Server {
+    let server = Server::start().await;
+    register_servant(&server, 8335, 1).await;
+    let taken = call_raw(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
+    assert_eq!(taken.status, 200);
+    server
+}
+
+#[tokio::test]
+async fn a_heartbeat_behind_a_long_poll_on_the_same_connection_is_answered_at_once() {
+    let server = saturated_server().await;
+    let mut connection = FlareConnection::open(&server).await;
+    let started = Instant::now();
+    connection
+        .send(&request_frame(
+            1,
+            "WaitForStartingTask",
+            10_000,
+            &wait_request(3000, 1, 0).encode_to_vec(),
+        ))
+        .await;
+    let heartbeat = heartbeat(&servant_location("127.0.0.1", 8335), 1);
+    connection
+        .send(&request_frame(
+            2,
+            "Heartbeat",
+            2000,
+            &heartbeat.encode_to_vec(),
+        ))
+        .await;
+    let first = connection.answer().await;
+    assert_eq!((first.meta.correlation_id, first.status()), (2, 0));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the heartbeat did not wait for the long poll: {:?}",
+        started.elapsed()
+    );
+    // The long poll is still there, and answered "no quota" when its wait ends.
+    let waited = connection.answer().await;
+    assert_eq!((waited.meta.correlation_id, waited.status()), (1, 1001));
+    assert!(started.elapsed() >= Duration::from_millis(2500));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_heartbeat_behind_a_long_poll_on_the_same_http_pb_connection_is_answered_at_once() {
+    let server = saturated_server().await;
+    let mut connection = RawConnection::open(server.addr).await;
+    let started = Instant::now();
+    let mut burst = http_pb_request(
+        "WaitForStartingTask",
+        1,
+        &wait_request(3000, 1, 0).encode_to_vec(),
+        &[("Rpc-Timeout", "10000")],
+    );
+    let heartbeat = heartbeat(&servant_location("127.0.0.1", 8335), 1);
+    burst.extend(http_pb_request(
+        "Heartbeat",
+        2,
+        &heartbeat.encode_to_vec(),
+        &[("Rpc-Timeout", "2000")],
+    ));
+    connection.send(&burst).await;
+    let first = connection.read_response().await;
+    assert_eq!((first.header("rpc-seqno"), first.status), (Some("2"), 200));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the heartbeat did not wait for the long poll: {:?}",
+        started.elapsed()
+    );
+    let waited = connection.read_response().await;
+    assert_eq!(waited.header("rpc-seqno"), Some("1"));
+    assert_eq!(waited.header("rpc-error-code"), Some("1001"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_meta_timeout_is_the_calls_deadline() {
+    let server = saturated_server().await;
+    let mut connection = FlareConnection::open(&server).await;
+    let started = Instant::now();
+    connection
+        .send(&request_frame(
+            3,
+            "WaitForStartingTask",
+            300,
+            &wait_request(8000, 1, 0).encode_to_vec(),
+        ))
+        .await;
+    let answer = connection.answer().await;
+    assert_eq!((answer.meta.correlation_id, answer.status()), (3, 1001));
+    assert!(
+        started.elapsed() < Duration::from_millis(2000),
+        "answered near the caller's 300 ms timeout"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn calls_over_the_in_flight_cap_are_answered_overloaded() {
+    use yadcc_scheduler::limits::MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
+    let server = saturated_server().await;
+    let mut connection = FlareConnection::open(&server).await;
+    let extra = 3;
+    let total = MAX_CALLS_IN_FLIGHT_PER_CONNECTION + extra;
+    let wait = wait_request(1500, 1, 0).encode_to_vec();
+    let mut burst = Vec::new();
+    for id in 0..total as u64 {
+        burst.extend(request_frame(id, "WaitForStartingTask", 5000, &wait));
+    }
+    connection.send(&burst).await;
+    let mut overloaded = Vec::new();
+    let mut no_quota = 0;
+    for _ in 0..total {
+        let answer = connection.answer().await;
+        match answer.status() {
+            11 => overloaded.push(answer.meta.correlation_id),
+            1001 => no_quota += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(overloaded.len(), extra, "{overloaded:?}");
+    assert_eq!(no_quota, MAX_CALLS_IN_FLIGHT_PER_CONNECTION);
+    server.stop().await;
+}
