@@ -14,7 +14,7 @@ use crate::{
 
 /// yadcc scheduler: hands out compile slots on the servants of a yadcc cluster.
 ///
-/// Daemons reach it with `--scheduler_uri=http+pb://HOST:8336`; scripts post
+/// Daemons reach it with `--scheduler_uri=flare://HOST:8336` (or http+pb://); scripts post
 /// JSON to `/rpc/yadcc.scheduler.SchedulerService.<Method>`; people open the
 /// dashboard at `/` and the API docs at `/docs`.
 #[derive(Debug, Clone, Parser)]

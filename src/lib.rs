@@ -4,8 +4,13 @@
 //! One request travels one way, and each layer knows one thing:
 //!
 //! ```text
-//! socket -> http::routes    routes, body limit, request log, peer address
-//!        -> http::dialect   http+pb (`/rpc/...`) and Connect (`/pkg.Service/Method`) framing
+//! socket -> net             accept under the connection caps; the first bytes
+//!                           decide the protocol of the whole connection:
+//!    "CPRF"      -> flare          the daemons' binary frames, every call concurrent,
+//!                                  answers written as they finish, matched by id
+//!    daemon http -> flare::http    the daemons' http+pb (`Rpc-SeqNo`), same rules
+//!    otherwise   -> hyper -> http::routes   routes, request log, peer address
+//!                         -> http::dialect  http+pb (`/rpc/...`) and Connect framing
 //!        -> rpc             the one entry every protocol calls: deadline, metrics,
 //!                           access log, peer protocol ([`protocol::Protocol`] labels)
 //!        -> http::codec     bytes <-> prost message (binary protobuf, proto3 JSON)
@@ -23,6 +28,9 @@
 //! servant), `grants.rs` (ids, leases, zombies), `waiters.rs` (fair FIFO
 //! queues), `tokens.rs` (token sets, serving-daemon ring), `snapshot.rs`
 //! (totals and inspection views), `types.rs` (the domain types), `tests.rs`.
+//!
+//! The edge's limits (timeouts, caps, the budget for buffered bodies) are
+//! [`limits`], one flag each; every protocol obeys them.
 //!
 //! Beside the request path, never in it:
 //! - [`pb`]: generated types and the descriptor pool (`build.rs` compiles `proto/`).

@@ -176,17 +176,13 @@ impl FlareConnection {
 
     /// The server closes the connection (without answering).
     pub async fn expect_closed(&mut self) {
-        let closed = tokio::time::timeout(STEP, async {
-            let mut chunk = [0u8; 1024];
-            loop {
-                match self.stream.read(&mut chunk).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(read) => panic!("expected a close, got {:02x?}", &chunk[..read]),
-                }
-            }
-        })
-        .await;
-        assert!(closed.is_ok(), "the server closes the connection in time");
+        let mut chunk = [0u8; 1024];
+        let read = tokio::time::timeout(STEP, self.stream.read(&mut chunk))
+            .await
+            .expect("the server closes the connection in time");
+        if let Ok(read) = read {
+            assert_eq!(read, 0, "expected a close, got {:02x?}", &chunk[..read]);
+        }
     }
 }
 
@@ -485,4 +481,33 @@ async fn calls_over_the_in_flight_cap_are_answered_overloaded() {
     assert_eq!(overloaded.len(), extra, "{overloaded:?}");
     assert_eq!(no_quota, MAX_CALLS_IN_FLIGHT_PER_CONNECTION);
     server.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_answers_a_waiting_flare_call_and_drains_its_connection() {
+    let server = saturated_server().await;
+    let mut connection = FlareConnection::open(&server).await;
+    connection
+        .send(&request_frame(
+            4,
+            "WaitForStartingTask",
+            10_000,
+            &wait_request(8000, 1, 0).encode_to_vec(),
+        ))
+        .await;
+    let queued = Instant::now() + STEP;
+    while server.engine.snapshot().totals.waiters == 0 {
+        assert!(Instant::now() < queued, "the wait is queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    let stopping = tokio::spawn(server.stop());
+    let answer = connection.answer().await;
+    assert_eq!((answer.meta.correlation_id, answer.status()), (4, 1001));
+    connection.expect_closed().await;
+    stopping.await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "answered and drained at once, not after the wait"
+    );
 }

@@ -3,6 +3,7 @@
 mod browser;
 mod dashboard;
 mod dialects;
+mod edge;
 mod errors;
 mod flare;
 mod long_poll;

@@ -1,0 +1,375 @@
+//! The edge under abuse: half-sent requests, a connection flood from one
+//! address under a 1,024-descriptor limit, stalled large bodies. The last two
+//! run the real binary, so its limits and memory are the process's own.
+
+use std::{
+    io::{BufRead, BufReader},
+    net::{IpAddr, SocketAddr},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use prost::Message;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpSocket, TcpStream},
+    time::Instant,
+};
+use yadcc_scheduler::{http::routes::HttpSettings, limits::EdgeSettings, pb};
+
+use crate::{flare::request_frame, support::*};
+
+async fn connect_from(addr: SocketAddr, local: &str) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(local.parse::<IpAddr>().unwrap(), 0))?;
+    socket.connect(addr).await
+}
+
+/// Resolves when the server closes `stream`; the time it took, or None if it
+/// stayed open for `limit`.
+async fn closed_within(mut stream: TcpStream, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut chunk = [0u8; 4096];
+    tokio::time::timeout(limit, async {
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+/// A complete `GET /healthz`, as curl sends it.
+const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+
+async fn read_some(stream: &mut TcpStream) -> Vec<u8> {
+    let mut chunk = vec![0u8; 4096];
+    let read = tokio::time::timeout(STEP, stream.read(&mut chunk))
+        .await
+        .expect("answer in time")
+        .expect("read");
+    chunk.truncate(read);
+    chunk
+}
+
+#[tokio::test]
+async fn half_sent_requests_are_closed_after_the_header_timeout_while_others_are_served() {
+    let header_timeout = Duration::from_millis(600);
+    let server = Server::start_with(
+        engine_config(),
+        HttpSettings {
+            edge: EdgeSettings {
+                header_read_timeout: header_timeout,
+                max_connections_per_ip: 1000,
+                ..EdgeSettings::default()
+            },
+            ..HttpSettings::default()
+        },
+        "127.0.0.1:0",
+    )
+    .await;
+    let config = pb::GetConfigRequest {
+        token: USER_TOKEN.into(),
+    }
+    .encode_to_vec();
+    let daemon_call = http_pb_request("GetConfig", 1, &config, &[]);
+    let flare_call = request_frame(1, "GetConfig", 2000, &config);
+    let mut stalled = Vec::new();
+    for round in 0..60 {
+        // A first head that never completes (daemon http+pb or anything else).
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(b"POST /rpc/yadcc.scheduler.SchedulerService.GetConfig HTTP/1.1\r\nRpc-Se")
+            .await
+            .unwrap();
+        stalled.push(stream);
+        // A frame header cut short.
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream.write_all(b"CPRF\x10\x00").await.unwrap();
+        stalled.push(stream);
+        // A served request, then half of the next, on each protocol.
+        for (first, half) in [
+            (HEALTHZ, &b"GET /healthz HTTP/1.1\r\nHo"[..]),
+            (&daemon_call[..], &daemon_call[..20]),
+            (&flare_call[..], &flare_call[..20]),
+        ] {
+            let mut stream = TcpStream::connect(server.addr).await.unwrap();
+            stream.write_all(first).await.unwrap();
+            assert!(!read_some(&mut stream).await.is_empty(), "round {round}");
+            stream.write_all(half).await.unwrap();
+            stalled.push(stream);
+        }
+    }
+    assert_eq!(stalled.len(), 300);
+    let sent_at = Instant::now();
+
+    // Everyone else is served meanwhile, on every protocol.
+    let mut daemon = RawConnection::open(server.addr).await;
+    daemon.send(&daemon_call).await;
+    assert_eq!(daemon.read_response().await.status, 200);
+    let mut flare = TcpStream::connect(server.addr).await.unwrap();
+    flare.write_all(&flare_call).await.unwrap();
+    assert_eq!(&read_some(&mut flare).await[..4], b"CPRF");
+    let mut curl = TcpStream::connect(server.addr).await.unwrap();
+    curl.write_all(HEALTHZ).await.unwrap();
+    assert!(read_some(&mut curl).await.starts_with(b"HTTP/1.1 200"));
+    assert!(
+        sent_at.elapsed() < header_timeout,
+        "served before the stalled ones time out"
+    );
+
+    let waits: Vec<_> = stalled
+        .into_iter()
+        .map(|stream| tokio::spawn(closed_within(stream, Duration::from_secs(5))))
+        .collect();
+    for (index, wait) in waits.into_iter().enumerate() {
+        let closed_after = wait.await.unwrap();
+        assert!(
+            closed_after.is_some(),
+            "half-sent connection {index} is still open after 5 s"
+        );
+    }
+    assert!(
+        sent_at.elapsed() < header_timeout * 4,
+        "all closed near the header timeout: {:?}",
+        sent_at.elapsed()
+    );
+    server.stop().await;
+}
+
+/// The real binary, on a port of its own, with its stderr drained.
+struct Binary {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Binary {
+    /// Starts `yadcc-scheduler` with `flags`, under `ulimit -n nofile` if given.
+    fn start(flags: &[&str], nofile: Option<u32>) -> Binary {
+        let program = env!("CARGO_BIN_EXE_yadcc-scheduler");
+        let mut args: Vec<String> = vec![
+            "--listen=127.0.0.1:0".into(),
+            format!("--acceptable_user_tokens={USER_TOKEN}"),
+            format!("--acceptable_servant_tokens={SERVANT_TOKEN}"),
+        ];
+        args.extend(flags.iter().map(|flag| (*flag).to_owned()));
+        let mut command = match nofile {
+            Some(limit) => {
+                let mut command = Command::new("sh");
+                command
+                    .arg("-c")
+                    .arg(format!(
+                        "ulimit -Sn {limit} && ulimit -Hn {limit} && exec \"$0\" \"$@\""
+                    ))
+                    .arg(program);
+                command
+            }
+            None => Command::new(program),
+        };
+        let mut child = command
+            .args(&args)
+            .env("RUST_LOG", "info,yadcc_scheduler::access=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the binary");
+        let stderr = child.stderr.take().expect("stderr");
+        let (found, address) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut found = Some(found);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(at) = line.find("listening on http://") {
+                    let rest = &line[at + "listening on http://".len()..];
+                    let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
+                    if let Some(found) = found.take() {
+                        let _ = found.send(addr);
+                    }
+                }
+            }
+        });
+        let addr = address
+            .recv_timeout(STEP)
+            .expect("the binary says where it listens")
+            .parse()
+            .expect("socket address");
+        Binary { child, addr }
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("process status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| value.split_whitespace().next())
+            .and_then(|kib| kib.parse().ok())
+            .expect("VmRSS")
+    }
+
+    fn open_files_limit(&self) -> u64 {
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.child.id()))
+            .expect("process limits");
+        limits
+            .lines()
+            .find(|line| line.starts_with("Max open files"))
+            .and_then(|line| line.split_whitespace().nth(3))
+            .and_then(|soft| soft.parse().ok())
+            .expect("Max open files")
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One flare GetConfig from `local`; true when answered with status 0.
+async fn flare_call_from(addr: SocketAddr, local: &str) -> bool {
+    let Ok(mut stream) = connect_from(addr, local).await else {
+        return false;
+    };
+    let config = pb::GetConfigRequest {
+        token: USER_TOKEN.into(),
+    }
+    .encode_to_vec();
+    if stream
+        .write_all(&request_frame(1, "GetConfig", 2000, &config))
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = vec![0u8; 4096];
+    let mut filled = 0;
+    let done = tokio::time::timeout(Duration::from_secs(5), async {
+        while filled < 24 {
+            match stream.read(&mut answer[filled..]).await {
+                Ok(0) | Err(_) => return false,
+                Ok(read) => filled += read,
+            }
+        }
+        // Header, then meta `08 01 32 02 08 00 ...`: status 0.
+        answer[..4] == *b"CPRF" && answer[16..22] == [0x08, 0x01, 0x32, 0x02, 0x08, 0x00]
+    })
+    .await;
+    done.unwrap_or(false)
+}
+
+#[tokio::test]
+async fn a_flood_from_one_address_does_not_lock_out_another_with_1024_descriptors() {
+    // The flood needs more descriptors than the server has; this process
+    // raises its own limit as the server does.
+    yadcc_scheduler::limits::raise_fd_limit().expect("raise this process's descriptor limit");
+    let server = Binary::start(&["--header_read_timeout=30s"], Some(1024));
+    assert_eq!(server.open_files_limit(), 1024);
+    // More connections than the process has descriptors, all from 127.0.0.2,
+    // held open and silent.
+    let mut flood = Vec::new();
+    for _ in 0..1100 {
+        match connect_from(server.addr, "127.0.0.2").await {
+            Ok(stream) => flood.push(stream),
+            Err(error) => panic!("the flood could not connect: {error}"),
+        }
+    }
+    // 127.0.0.3 is still served, on both daemon protocols.
+    assert!(
+        flare_call_from(server.addr, "127.0.0.3").await,
+        "127.0.0.3 is locked out by 127.0.0.2's flood"
+    );
+    let mut daemon =
+        RawConnection::open_from(server.addr, Some("127.0.0.3".parse().unwrap())).await;
+    let config = pb::GetConfigRequest {
+        token: USER_TOKEN.into(),
+    };
+    daemon
+        .send(&http_pb_request(
+            "GetConfig",
+            1,
+            &config.encode_to_vec(),
+            &[],
+        ))
+        .await;
+    assert_eq!(daemon.read_response().await.status, 200);
+
+    // The flood was cut at the per-address cap: the rest were closed at once.
+    let closes: Vec<_> = flood
+        .into_iter()
+        .map(|stream| tokio::spawn(closed_within(stream, Duration::from_millis(500))))
+        .collect();
+    let mut closed = 0;
+    for close in closes {
+        if close.await.unwrap().is_some() {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 1100 - 256, "all beyond the default 256 per address");
+    let metrics = reqwest::get(format!("http://{}/metrics", server.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(
+            r#"yadcc_scheduler_connections_refused_total{reason="max_connections_per_ip"} 844"#
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn stalled_large_bodies_grow_the_server_by_less_than_150_mib() {
+    let server = Binary::start(&[], None);
+    // Let the runtime and the dashboard's first samples settle.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = server.rss_kib();
+    const BODY: usize = 4 << 20;
+    let mut stalls = Vec::new();
+    for index in 0..100 {
+        let addr = server.addr;
+        stalls.push(tokio::spawn(async move {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            // A third each: the daemons' http+pb, scripts' /rpc/ route, flare.
+            let head = match index % 3 {
+                0 => format!(
+                    "POST /rpc/{SERVICE}.Heartbeat HTTP/1.1\r\nRpc-SeqNo: 1\r\nContent-Type: application/x-protobuf\r\nContent-Length: {BODY}\r\n\r\n"
+                )
+                .into_bytes(),
+                1 => format!(
+                    "POST /rpc/{SERVICE}.Heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: {BODY}\r\n\r\n"
+                )
+                .into_bytes(),
+                _ => {
+                    let mut frame = request_frame(1, "Heartbeat", 60_000, &[]);
+                    let meta_size = u32::from_le_bytes(frame[4..8].try_into().unwrap()) as usize;
+                    let payload = (BODY - meta_size) as u32;
+                    frame[8..12].copy_from_slice(&payload.to_le_bytes());
+                    frame
+                }
+            };
+            let _ = stream.write_all(&head).await;
+            // All but the last byte, then silence.
+            let body = vec![0x0au8; BODY - 64];
+            let _ = tokio::time::timeout(Duration::from_secs(3), stream.write_all(&body)).await;
+            stream
+        }));
+    }
+    let mut held = Vec::new();
+    for stall in stalls {
+        held.push(stall.await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let grown_mib = server.rss_kib().saturating_sub(before) as f64 / 1024.0;
+    println!("RSS grew by {grown_mib:.1} MiB under 100 stalled 4 MiB bodies");
+    assert!(grown_mib < 150.0, "RSS grew by {grown_mib:.1} MiB");
+    // And a daemon is still served.
+    assert!(flare_call_from(server.addr, "127.0.0.1").await);
+    drop(held);
+}
