@@ -204,6 +204,15 @@ pub struct Cli {
         value_parser = parse_duration
     )]
     pub shutdown_grace: Duration,
+    /// Comma-separated origins (`https://ci.example.com`) whose pages may call
+    /// the RPCs from a browser (Connect, gRPC-Web); `*` for any. Default: none.
+    #[arg(
+        long = "cors_allowed_origins",
+        visible_alias = "cors-allowed-origins",
+        env = "YADCC_CORS_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub cors_allowed_origins: Vec<String>,
 
     /// Demo: listen on 127.0.0.1 (unless --listen is given), use demo tokens
     /// (unless tokens are given) and run a simulated cluster of 30 servants and
@@ -339,6 +348,17 @@ impl Cli {
                 .map_err(|_| "--max_buffered_body_bytes is too large".to_owned())?,
             shutdown_grace: self.shutdown_grace,
         };
+        let cors_allowed_origins = self
+            .cors_allowed_origins
+            .iter()
+            .map(|origin| origin.trim())
+            .filter(|origin| !origin.is_empty())
+            .map(|origin| {
+                axum::http::HeaderValue::from_str(origin).map_err(|_| {
+                    format!("--cors_allowed_origins: {origin:?} is not a valid origin")
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let engine = engine::Config {
             user_tokens: split_tokens(user_tokens),
             servant_tokens: split_tokens(servant_tokens),
@@ -371,6 +391,7 @@ impl Cli {
                 trusted_proxies: self.trusted_proxies.clone(),
                 inspect_credential: self.inspect_credential.clone(),
                 edge,
+                cors_allowed_origins,
             },
             demo: self.demo,
             bench_bare_route: self.bench_bare_route,

@@ -11,6 +11,7 @@
 //!    daemon http -> flare::http    the daemons' http+pb (`Rpc-SeqNo`), same rules
 //!    otherwise   -> hyper -> http::routes   routes, request log, peer address
 //!                         -> http::dialect  http+pb (`/rpc/...`) and Connect framing
+//!                            http::grpc     gRPC and gRPC-Web, on the Connect path by Content-Type
 //!        -> rpc             the one entry every protocol calls: deadline, metrics,
 //!                           access log, peer protocol ([`protocol::Protocol`] labels)
 //!        -> http::codec     bytes <-> prost message (binary protobuf, proto3 JSON)
@@ -34,6 +35,7 @@
 //!
 //! Beside the request path, never in it:
 //! - [`pb`]: generated types and the descriptor pool (`build.rs` compiles `proto/`).
+//! - [`http::reflection`]: gRPC server reflection from that descriptor set.
 //! - [`openapi`]: the OpenAPI document built from the descriptor pool, served
 //!   at `/openapi.json` with Swagger UI at `/docs`; committed in `openapi/`.
 //! - [`dashboard`]: inspection API over the engine snapshot, history ring and the

@@ -288,7 +288,11 @@ fn rpc_operation(dialect: Dialect, method: &MethodDescriptor) -> utoipa::openapi
             output.full_name(),
             match dialect {
                 Dialect::HttpPb => "The `http+pb` framing of the yadcc daemons.",
-                Dialect::Connect => "A Connect unary call.",
+                Dialect::Connect => {
+                    "A Connect unary call. The same path answers gRPC (`application/grpc`, \
+                     HTTP/2) and gRPC-Web (`application/grpc-web`, `application/grpc-web-text`) \
+                     with the same messages, told apart by `Content-Type`."
+                }
             }
         ),
     );
@@ -924,7 +928,16 @@ fn dialect_description(dialect: Dialect) -> String {
         Dialect::Connect => format!(
             "`POST /{service}/<Method>`: Connect unary calls. `{CONNECT_TIMEOUT_MS}` is the \
              caller's deadline. A failure is a non-200 status with a JSON body whose `code` \
-             and `message` Connect clients read."
+             and `message` Connect clients read.\n\n\
+             The same path serves gRPC (`application/grpc`, `+proto`, `+json`; HTTP/2 \
+             cleartext with prior knowledge) and gRPC-Web (`application/grpc-web`, `+proto`, \
+             `+json`, and base64 `application/grpc-web-text`), told apart by `Content-Type`: \
+             one length-prefixed message each way, `grpc-timeout` as the deadline, the \
+             outcome as `grpc-status` and percent-encoded `grpc-message` (HTTP/2 trailers, or \
+             a gRPC-Web trailer frame) carrying the Connect code of the error table by its \
+             gRPC number, always with HTTP status 200. Server reflection \
+             (`grpc.reflection.v1`, `v1alpha`) describes the API to gRPC tools without a \
+             schema file; those routes are gRPC streams and not listed here."
         ),
     }
 }
@@ -1001,7 +1014,9 @@ fn transport_meaning(kind: ErrorKind) -> String {
             "Too many calls in flight on one daemon connection; retry.".to_owned()
         }
         ErrorKind::CompressionNotSupported => {
-            "A compressed call of the daemons' binary protocol; send it uncompressed.".to_owned()
+            "A compressed call of the daemons' binary protocol, or a compressed gRPC message \
+             (`grpc-encoding`); send it uncompressed."
+                .to_owned()
         }
         ErrorKind::Internal => "A bug in the server.".to_owned(),
     }

@@ -20,15 +20,21 @@ pub enum Protocol {
     Http,
     /// Connect unary, `POST /yadcc.scheduler.SchedulerService/<Method>`.
     Connect,
+    /// gRPC unary over HTTP/2, on the Connect path (`application/grpc`).
+    Grpc,
+    /// gRPC-Web, binary or base64 text, on the Connect path (`application/grpc-web`).
+    GrpcWeb,
 }
 
 impl Protocol {
     /// Every protocol, for documentation and tests.
-    pub const ALL: [Protocol; 4] = [
+    pub const ALL: [Protocol; 6] = [
         Protocol::Flare,
         Protocol::HttpPb,
         Protocol::Http,
         Protocol::Connect,
+        Protocol::Grpc,
+        Protocol::GrpcWeb,
     ];
 
     /// The label in metrics, the access log and the dashboard.
@@ -38,7 +44,18 @@ impl Protocol {
             Protocol::HttpPb => "http+pb",
             Protocol::Http => "http",
             Protocol::Connect => "connect",
+            Protocol::Grpc => "grpc",
+            Protocol::GrpcWeb => "grpc-web",
         }
+    }
+
+    /// Whether a long poll that the caller's deadline would cut short is
+    /// answered "no quota" just before that deadline, so the answer still
+    /// arrives (what the daemons and Connect clients get), rather than left
+    /// to end in DEADLINE_EXCEEDED at it (gRPC's rule, which its clients and
+    /// their retry policies expect).
+    pub fn answers_no_quota_before_deadline(self) -> bool {
+        !matches!(self, Protocol::Grpc | Protocol::GrpcWeb)
     }
 }
 

@@ -74,7 +74,9 @@ pub async fn call(
         let method = method?;
         let ctx = CallContext {
             peer: call.peer,
-            deadline: call.deadline,
+            deadline: call
+                .deadline
+                .filter(|_| call.protocol.answers_no_quota_before_deadline()),
         };
         let run = async {
             let body = body.await?;

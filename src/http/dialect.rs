@@ -99,7 +99,7 @@ pub fn resolve_full_name(full_name: &str) -> Result<Method, ApiError> {
         .and_then(|(service, method)| resolve(service, method))
 }
 
-fn resolve(service: &str, method: &str) -> Result<Method, ApiError> {
+pub(super) fn resolve(service: &str, method: &str) -> Result<Method, ApiError> {
     if service != SCHEDULER_SERVICE {
         return Err(not_found(ErrorKind::ServiceNotFound, service));
     }
@@ -282,8 +282,18 @@ fn deadline(
 /// Reads the body within the configured size, the body-read deadline and
 /// the global budget for large bodies.
 async fn read_body(headers: &HeaderMap, body: Body, state: &AppState) -> Result<Bytes, ApiError> {
+    read_body_within(headers, body, state, state.settings.max_body_bytes).await
+}
+
+/// [`read_body`] with a size limit of the caller's: a framing around the
+/// message (gRPC's prefix, base64) makes the body larger than the message.
+pub(super) async fn read_body_within(
+    headers: &HeaderMap,
+    body: Body,
+    state: &AppState,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
     use http_body_util::BodyExt;
-    let limit = state.settings.max_body_bytes;
     let too_large = || {
         ApiError::new(
             ErrorKind::PayloadTooLarge,

@@ -1,6 +1,9 @@
-//! The HTTP side: routes, wire dialects, codecs and the one error table.
+//! The HTTP side: routes, wire dialects (http+pb, Connect, gRPC, gRPC-Web),
+//! reflection, codecs and the one error table.
 
 pub mod codec;
 pub mod dialect;
 pub mod error;
+pub mod grpc;
+pub mod reflection;
 pub mod routes;

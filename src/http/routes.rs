@@ -9,11 +9,12 @@ use std::{
 
 use futures_util::future::{BoxFuture, Either};
 use tower::{Layer, Service};
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use axum::{
     Router,
     extract::{ConnectInfo, DefaultBodyLimit, Request, State},
-    http::{HeaderMap, StatusCode},
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     routing::{any, get},
 };
@@ -22,6 +23,7 @@ use super::{
     codec::EncodedCache,
     dialect,
     error::{ApiError, ErrorKind},
+    grpc, reflection,
 };
 use crate::{
     dashboard::{self, Dashboard},
@@ -48,6 +50,9 @@ pub struct HttpSettings {
     pub inspect_credential: Option<String>,
     /// Timeouts, connection caps and the budget for buffered bodies.
     pub edge: EdgeSettings,
+    /// Origins whose browser pages may call the RPCs (CORS); `*` for any.
+    /// Empty: no cross-origin calls.
+    pub cors_allowed_origins: Vec<HeaderValue>,
 }
 
 impl Default for HttpSettings {
@@ -57,6 +62,7 @@ impl Default for HttpSettings {
             trusted_proxies: Vec::new(),
             inspect_credential: None,
             edge: EdgeSettings::default(),
+            cors_allowed_origins: Vec::new(),
         }
     }
 }
@@ -148,11 +154,17 @@ pub fn app(state: AppState) -> Router {
         .route("/rpc/{full_name}", any(dialect::http_pb))
         .route(
             &format!("/{}/{{method}}", crate::pb::SCHEDULER_SERVICE),
-            any(dialect::connect),
+            any(grpc::connect_or_grpc),
         )
         // The dialect reads the body itself, with the configured limit and a
         // clear error; no compression layer, so answers keep Content-Length.
-        .layer(DefaultBodyLimit::disable());
+        .layer(DefaultBodyLimit::disable())
+        .merge(reflection::router());
+    // Browsers calling Connect or gRPC-Web from another origin.
+    let rpc = match cors_layer(&state.settings.cors_allowed_origins) {
+        Some(cors) => rpc.layer(cors),
+        None => rpc,
+    };
 
     let operations = Router::new()
         .route("/healthz", get(healthz))
@@ -191,8 +203,8 @@ async fn metrics(State(state): State<AppState>) -> Response {
     state.metrics.render()
 }
 
-async fn fallback(request: Request) -> ApiError {
-    ApiError::new(
+async fn fallback(request: Request) -> Response {
+    let error = ApiError::new(
         ErrorKind::ServiceNotFound,
         format!(
             "no route for {} {}; RPCs live under /rpc/ and /{}/",
@@ -200,6 +212,62 @@ async fn fallback(request: Request) -> ApiError {
             request.uri().path(),
             crate::pb::SCHEDULER_SERVICE
         ),
+    );
+    if grpc::is_grpc(request.headers()) {
+        grpc::error_response(request.headers(), error)
+    } else {
+        error.into_response()
+    }
+}
+
+/// CORS for browser clients of Connect and gRPC-Web: the request headers
+/// those protocols send, and the response headers their clients must read
+/// (a browser hides every other one).
+fn cors_layer(origins: &[HeaderValue]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow_origin = if origins.iter().any(|origin| origin == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().cloned())
+    };
+    let names = |names: &[&'static str]| -> Vec<HeaderName> {
+        names
+            .iter()
+            .map(|name| HeaderName::from_static(name))
+            .collect()
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow_origin)
+            .allow_methods([axum::http::Method::POST])
+            .allow_headers(names(&[
+                "content-type",
+                "connect-protocol-version",
+                "connect-timeout-ms",
+                "connect-content-encoding",
+                "connect-accept-encoding",
+                "grpc-timeout",
+                "grpc-encoding",
+                "grpc-accept-encoding",
+                "x-grpc-web",
+                "x-user-agent",
+                "rpc-seqno",
+                "rpc-timeout",
+            ]))
+            .expose_headers(names(&[
+                "grpc-status",
+                "grpc-message",
+                "grpc-status-details-bin",
+                "grpc-encoding",
+                "grpc-accept-encoding",
+                "connect-content-encoding",
+                "rpc-error-code",
+                "rpc-error-reason",
+                "rpc-seqno",
+            ]))
+            .max_age(std::time::Duration::from_secs(2 * 60 * 60)),
     )
 }
 
@@ -270,8 +338,6 @@ where
 
 #[cfg(test)]
 mod tests {
-    use axum::http::HeaderValue;
-
     use super::*;
 
     #[test]

@@ -6,6 +6,7 @@ mod dialects;
 mod edge;
 mod errors;
 mod flare;
+mod grpc;
 mod long_poll;
 mod openapi;
 mod operations;

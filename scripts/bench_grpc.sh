@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# P1's gRPC row: gRPC Heartbeat against Connect binary Heartbeat, same
+# server, same HTTP/2 client (h2load from Debian's nghttp2-client), same
+# message, alternating rounds. Prints req/s per round and the median ratio.
+#
+#   scripts/bench_grpc.sh [rounds] [seconds]     (defaults: 3 rounds of 5 s)
+#
+# Needs target/release/yadcc-scheduler (cargo build --release) and h2load
+# (apt-get install nghttp2-client).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+seconds=${2:-5}
+addr=127.0.0.1:18399
+path=/yadcc.scheduler.SchedulerService/Heartbeat
+work=$(mktemp -d)
+trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
+
+# HeartbeatRequest{token "s", next_heartbeat_in_ms 10000, version 1,
+# location "127.0.0.1:8335", num_processors 16, capacity 8,
+# env_descs [{compiler_digest "c0ffee"}]}, hand-encoded: 38 bytes.
+printf '\x6a\x01s\x38\x90\x4e\x58\x01\x0a\x0e127.0.0.1:8335\x50\x10\x18\x08\x32\x08\x0a\x06c0ffee' >"$work/heartbeat.bin"
+length=$(wc -c <"$work/heartbeat.bin")
+{ printf '\x00\x00\x00\x00'; printf "\\x$(printf %02x "$length")"; cat "$work/heartbeat.bin"; } >"$work/heartbeat.grpc"
+
+RUST_LOG=warn target/release/yadcc-scheduler --listen "$addr" \
+  --acceptable_user_tokens=u --acceptable_servant_tokens=s &
+server=$!
+for _ in $(seq 50); do
+  curl -s -o /dev/null "http://$addr/healthz" && break
+  sleep 0.1
+done
+
+# Both succeed before anything is measured (gRPC: grpc-status 0 in the trailers).
+curl -sf --http2-prior-knowledge -o /dev/null -H 'content-type: application/proto' \
+  --data-binary @"$work/heartbeat.bin" "http://$addr$path"
+curl -s --http2-prior-knowledge -o /dev/null -D "$work/grpc-head" -H 'content-type: application/grpc' \
+  -H 'te: trailers' --data-binary @"$work/heartbeat.grpc" "http://$addr$path"
+grep -qi '^grpc-status: *0' "$work/grpc-head" || { echo "gRPC Heartbeat failed:"; cat "$work/grpc-head"; exit 1; }
+
+run() { # content-type body -> req/s
+  h2load -c 8 -m 8 -t 1 -D "$seconds" --warm-up-time 1 \
+    -H "content-type: $1" -H 'te: trailers' -d "$2" "http://$addr$path" |
+    awk '/^finished in/ { print $4 } /^status codes:/ { if ($3 + 0 == 0) bad = 1 } END { exit bad }'
+}
+ratios=()
+for round in $(seq "$rounds"); do
+  connect=$(run application/proto "$work/heartbeat.bin")
+  grpc=$(run application/grpc "$work/heartbeat.grpc")
+  ratio=$(awk -v g="$grpc" -v c="$connect" 'BEGIN { printf "%.2f", g / c }')
+  ratios+=("$ratio")
+  echo "round $round: connect-binary $connect req/s, grpc $grpc req/s, grpc/connect $ratio"
+done
+printf '%s\n' "${ratios[@]}" | sort -n | awk '{ r[NR] = $1 } END { print "median grpc/connect: " r[int((NR + 1) / 2)] }'

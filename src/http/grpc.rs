@@ -1,0 +1,666 @@
+//! gRPC and gRPC-Web unary, on the Connect path
+//! (`/yadcc.scheduler.SchedulerService/<Method>`) and told apart from Connect
+//! by `Content-Type`, as connect-go does. They share the dispatcher, the body
+//! limit, the deadline rule and the error table of the other dialects; only
+//! the framing differs:
+//!
+//! - gRPC (`application/grpc`, `+proto`, `+json`), over HTTP/2: one
+//!   length-prefixed message each way, the outcome in HTTP/2 trailers
+//!   (`grpc-status`, percent-encoded `grpc-message`). Errors are
+//!   "trailers-only": the status rides in the headers of an empty answer.
+//! - gRPC-Web (`application/grpc-web`, `+proto`, `+json`), over HTTP/1.1 or
+//!   HTTP/2: the same message frame, then the trailers as a frame of their own
+//!   (flag 0x80), so browsers, which cannot read trailers, get the status.
+//! - gRPC-Web text (`application/grpc-web-text`, `+proto`): the gRPC-Web body,
+//!   base64-encoded both ways.
+//!
+//! Every gRPC answer has HTTP status 200; the outcome is `grpc-status`, the
+//! Connect code of the error table by its gRPC number.
+
+use std::{net::SocketAddr, time::Duration};
+
+use axum::{
+    body::Body,
+    extract::{ConnectInfo, Path, Request, State},
+    http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header},
+    response::Response,
+};
+use base64::Engine as _;
+use bytes::{BufMut, Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
+use tokio::time::Instant;
+
+use super::{
+    codec::Encoding,
+    dialect,
+    error::{ApiError, ErrorKind},
+    routes::AppState,
+};
+use crate::{pb::SCHEDULER_SERVICE, protocol::Protocol, rpc, service::Method};
+
+/// The gRPC deadline header: at most 8 digits and a unit (`200m`).
+pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+/// How the messages of this call are compressed (flag 1 in a frame).
+pub const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
+/// Which message compressions this server reads.
+pub const GRPC_ACCEPT_ENCODING: HeaderName = HeaderName::from_static("grpc-accept-encoding");
+/// The call's outcome, a gRPC status number.
+pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+/// The outcome for people, percent-encoded.
+pub const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+
+/// Length of the prefix of every message: a flags byte and a big-endian u32 length.
+const PREFIX_LEN: usize = 5;
+/// Flag bit of a compressed message.
+const FLAG_COMPRESSED: u8 = 0x01;
+/// Flag bit of a gRPC-Web trailer frame.
+const FLAG_TRAILERS: u8 = 0x80;
+
+/// The three framings served here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// gRPC over HTTP/2, outcome in trailers.
+    Grpc,
+    /// gRPC-Web, outcome in a trailer frame.
+    Web,
+    /// gRPC-Web, the whole body base64-encoded.
+    WebText,
+}
+
+impl Framing {
+    /// The protocol its calls are recorded under.
+    pub fn protocol(self) -> Protocol {
+        match self {
+            Framing::Grpc => Protocol::Grpc,
+            Framing::Web | Framing::WebText => Protocol::GrpcWeb,
+        }
+    }
+}
+
+/// A request's framing and message encoding, from its `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrpcFormat {
+    pub framing: Framing,
+    pub encoding: Encoding,
+    /// The answer's `Content-Type`: the request's own.
+    pub content_type: &'static str,
+}
+
+/// The content types served, each with what it selects.
+pub const CONTENT_TYPES: &[(&str, Framing, Encoding)] = &[
+    ("application/grpc", Framing::Grpc, Encoding::Binary),
+    ("application/grpc+proto", Framing::Grpc, Encoding::Binary),
+    ("application/grpc+json", Framing::Grpc, Encoding::Json),
+    ("application/grpc-web", Framing::Web, Encoding::Binary),
+    ("application/grpc-web+proto", Framing::Web, Encoding::Binary),
+    ("application/grpc-web+json", Framing::Web, Encoding::Json),
+    (
+        "application/grpc-web-text",
+        Framing::WebText,
+        Encoding::Binary,
+    ),
+    (
+        "application/grpc-web-text+proto",
+        Framing::WebText,
+        Encoding::Binary,
+    ),
+];
+
+/// The media type of a request, lowercase, without parameters.
+fn essence(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let essence = value.split(';').next()?.trim().to_ascii_lowercase();
+    Some(essence)
+}
+
+/// Whether a request on the Connect path is a gRPC or gRPC-Web call. Any
+/// `application/grpc*` type is, so that an unsupported sub-type (`+thrift`)
+/// is refused in gRPC terms, which its client can read.
+pub fn is_grpc(headers: &HeaderMap) -> bool {
+    essence(headers).is_some_and(|essence| essence.starts_with("application/grpc"))
+}
+
+impl GrpcFormat {
+    /// How to answer a request whose type is not served: as gRPC-Web if it
+    /// looks like gRPC-Web (a browser cannot read trailers), else gRPC.
+    fn fallback(headers: &HeaderMap) -> Self {
+        let web =
+            essence(headers).is_some_and(|essence| essence.starts_with("application/grpc-web"));
+        let (content_type, framing) = if web {
+            ("application/grpc-web+proto", Framing::Web)
+        } else {
+            ("application/grpc+proto", Framing::Grpc)
+        };
+        GrpcFormat {
+            framing,
+            encoding: Encoding::Binary,
+            content_type,
+        }
+    }
+
+    pub fn from_headers(headers: &HeaderMap) -> Result<Self, ApiError> {
+        let essence = essence(headers).unwrap_or_default();
+        CONTENT_TYPES
+            .iter()
+            .find(|(content_type, ..)| *content_type == essence)
+            .map(|&(content_type, framing, encoding)| GrpcFormat {
+                framing,
+                encoding,
+                content_type,
+            })
+            .ok_or_else(|| {
+                let served: Vec<&str> = CONTENT_TYPES.iter().map(|(name, ..)| *name).collect();
+                ApiError::new(
+                    ErrorKind::UnsupportedMediaType,
+                    format!(
+                        "content type {essence:?} is not served; use one of {}",
+                        served.join(", ")
+                    ),
+                )
+            })
+    }
+}
+
+/// `/yadcc.scheduler.SchedulerService/<Method>`: Connect, unless the
+/// `Content-Type` says gRPC or gRPC-Web.
+pub async fn connect_or_grpc(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(method): Path<String>,
+    request: Request,
+) -> Response {
+    if is_grpc(request.headers()) {
+        let method = dialect::resolve(SCHEDULER_SERVICE, &method);
+        serve(&state, method, peer, request).await
+    } else {
+        dialect::connect(State(state), ConnectInfo(peer), Path(method), request).await
+    }
+}
+
+/// A failure before any RPC was found (an unknown service), answered in the
+/// request's gRPC framing.
+pub fn error_response(headers: &HeaderMap, error: ApiError) -> Response {
+    let format =
+        GrpcFormat::from_headers(headers).unwrap_or_else(|_| GrpcFormat::fallback(headers));
+    respond(format, Err(error))
+}
+
+/// Serves one gRPC or gRPC-Web unary call.
+pub async fn serve(
+    state: &AppState,
+    method: Result<Method, ApiError>,
+    peer: SocketAddr,
+    request: Request,
+) -> Response {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let format = GrpcFormat::from_headers(&parts.headers);
+    let answer_as = format
+        .as_ref()
+        .map_or_else(|_| GrpcFormat::fallback(&parts.headers), |format| *format);
+    let deadline = parts
+        .headers
+        .get(GRPC_TIMEOUT)
+        .map(|value| parse_timeout(value.as_bytes()))
+        .transpose();
+    let call = rpc::Call {
+        protocol: answer_as.framing.protocol(),
+        encoding: answer_as.encoding,
+        peer: state.settings.client_ip(peer, &parts.headers),
+        deadline: deadline
+            .as_ref()
+            .ok()
+            .copied()
+            .flatten()
+            .map(|timeout| started + timeout.min(rpc::MAX_DEADLINE)),
+        started,
+    };
+    let method = (|| {
+        if parts.method != HttpMethod::POST {
+            return Err(ApiError::new(
+                ErrorKind::MethodNotAllowed,
+                format!("{} is not allowed; gRPC calls are POSTs", parts.method),
+            ));
+        }
+        let method = method?;
+        format.as_ref().map_err(Clone::clone)?;
+        deadline.as_ref().map_err(Clone::clone)?;
+        Ok(method)
+    })();
+    let max_message = state.settings.max_body_bytes;
+    let message = async {
+        let raw_limit = raw_body_limit(answer_as.framing, max_message);
+        let body = dialect::read_body_within(&parts.headers, body, state, raw_limit).await?;
+        let body = match answer_as.framing {
+            Framing::WebText => decode_text(&body)?,
+            Framing::Grpc | Framing::Web => body,
+        };
+        let range = unary_message(&body, max_message, &parts.headers)?;
+        Ok(body.slice(range))
+    };
+    let outcome = rpc::call(state, &call, method, message).await;
+    let mut response = respond(answer_as, outcome);
+    response.extensions_mut().insert(dialect::CallLogged);
+    response
+}
+
+/// The largest body that can hold one message of `max_message` bytes.
+fn raw_body_limit(framing: Framing, max_message: usize) -> usize {
+    let framed = max_message.saturating_add(PREFIX_LEN);
+    match framing {
+        Framing::Grpc | Framing::Web => framed,
+        Framing::WebText => framed.div_ceil(3).saturating_mul(4),
+    }
+}
+
+/// The one message of a unary request body: exactly one frame, uncompressed,
+/// within the size limit.
+fn unary_message(
+    body: &[u8],
+    max_message: usize,
+    headers: &HeaderMap,
+) -> Result<std::ops::Range<usize>, ApiError> {
+    let Some((prefix, rest)) = body.split_first_chunk::<PREFIX_LEN>() else {
+        return Err(ApiError::malformed(
+            "a unary gRPC request carries exactly one length-prefixed message; the body has none",
+        ));
+    };
+    let [flags, length @ ..] = *prefix;
+    let length = u32::from_be_bytes(length) as usize;
+    if length > max_message {
+        return Err(ApiError::new(
+            ErrorKind::PayloadTooLarge,
+            format!("message of {length} bytes is larger than the {max_message}-byte limit"),
+        ));
+    }
+    if flags & FLAG_COMPRESSED != 0 {
+        return Err(compressed_message(headers));
+    }
+    if flags != 0 {
+        return Err(ApiError::malformed(format!(
+            "message flags {flags:#04x} are not defined for requests"
+        )));
+    }
+    match rest.len().cmp(&length) {
+        std::cmp::Ordering::Less => Err(ApiError::malformed(format!(
+            "the message prefix announces {length} bytes, the body holds {}",
+            rest.len()
+        ))),
+        std::cmp::Ordering::Greater => Err(ApiError::malformed(
+            "a unary gRPC request carries exactly one message; the body holds more",
+        )),
+        std::cmp::Ordering::Equal => Ok(PREFIX_LEN..body.len()),
+    }
+}
+
+/// The gRPC rule for a compressed message this server cannot read: without a
+/// `grpc-encoding` it is the client's bug (INTERNAL); with one, that
+/// compression is not implemented here (UNIMPLEMENTED).
+fn compressed_message(headers: &HeaderMap) -> ApiError {
+    match headers.get(GRPC_ENCODING) {
+        Some(encoding) if !encoding.as_bytes().eq_ignore_ascii_case(b"identity") => ApiError::new(
+            ErrorKind::CompressionNotSupported,
+            format!("grpc-encoding {encoding:?} is not supported; send messages uncompressed"),
+        ),
+        _ => ApiError::new(
+            ErrorKind::Internal,
+            "the message is flagged compressed but grpc-encoding names no compression",
+        ),
+    }
+}
+
+/// Reads a `grpc-timeout` value: 1 to 8 digits, then H, M, S, m, u or n.
+pub fn parse_timeout(value: &[u8]) -> Result<Duration, ApiError> {
+    let malformed = || {
+        ApiError::malformed(format!(
+            "grpc-timeout {:?} must be 1 to 8 digits and a unit (H, M, S, m, u, n)",
+            String::from_utf8_lossy(value)
+        ))
+    };
+    let (&unit, digits) = value.split_last().ok_or_else(malformed)?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(malformed());
+    }
+    let amount: u64 = digits
+        .iter()
+        .fold(0, |total, digit| total * 10 + u64::from(digit - b'0'));
+    Ok(match unit {
+        b'H' => Duration::from_secs(amount * 3600),
+        b'M' => Duration::from_secs(amount * 60),
+        b'S' => Duration::from_secs(amount),
+        b'm' => Duration::from_millis(amount),
+        b'u' => Duration::from_micros(amount),
+        b'n' => Duration::from_nanos(amount),
+        _ => return Err(malformed()),
+    })
+}
+
+/// A gRPC-Web text body: base64, possibly several padded chunks one after
+/// another (a client may encode each frame on its own).
+pub fn decode_text(body: &[u8]) -> Result<Bytes, ApiError> {
+    let mut decoded = Vec::with_capacity(body.len() / 4 * 3);
+    let mut rest: Vec<u8> = body
+        .iter()
+        .copied()
+        .filter(|byte| !byte.is_ascii_whitespace())
+        .collect();
+    while !rest.is_empty() {
+        // A chunk ends after its padding, or at the end of the body.
+        let end = rest
+            .iter()
+            .position(|&byte| byte == b'=')
+            .map_or(rest.len(), |first_pad| {
+                first_pad
+                    + rest[first_pad..]
+                        .iter()
+                        .take_while(|&&byte| byte == b'=')
+                        .count()
+            });
+        base64::engine::general_purpose::STANDARD
+            .decode_vec(&rest[..end], &mut decoded)
+            .map_err(|error| {
+                ApiError::malformed(format!("gRPC-Web text body is not base64: {error}"))
+            })?;
+        rest.drain(..end);
+    }
+    Ok(Bytes::from(decoded))
+}
+
+/// One length-prefixed frame.
+pub fn encode_frame(flags: u8, payload: &[u8], into: &mut BytesMut) {
+    into.reserve(PREFIX_LEN + payload.len());
+    into.put_u8(flags);
+    // Answers are bounded far below 4 GiB (limits on every list); saturate
+    // rather than wrap if that ever changed.
+    into.put_u32(u32::try_from(payload.len()).unwrap_or(u32::MAX));
+    into.put_slice(payload);
+}
+
+/// The gRPC number of a Connect code of the error table.
+pub fn grpc_code(connect_code: &str) -> u32 {
+    match connect_code {
+        "canceled" => 1,
+        "unknown" => 2,
+        "invalid_argument" => 3,
+        "deadline_exceeded" => 4,
+        "not_found" => 5,
+        "already_exists" => 6,
+        "permission_denied" => 7,
+        "resource_exhausted" => 8,
+        "failed_precondition" => 9,
+        "aborted" => 10,
+        "out_of_range" => 11,
+        "unimplemented" => 12,
+        "internal" => 13,
+        "unavailable" => 14,
+        "data_loss" => 15,
+        "unauthenticated" => 16,
+        // A code the table does not use yet: say so rather than guess.
+        _ => 2,
+    }
+}
+
+/// `grpc-message` is percent-encoded: everything outside printable ASCII,
+/// and `%` itself.
+pub fn percent_encode(message: &str) -> String {
+    let mut encoded = String::with_capacity(message.len());
+    for byte in message.bytes() {
+        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+/// The outcome as trailer fields: `grpc-status`, and `grpc-message` on failure.
+fn status_fields(outcome: Result<(), &ApiError>) -> HeaderMap {
+    let mut fields = HeaderMap::new();
+    match outcome {
+        Ok(()) => {
+            fields.insert(GRPC_STATUS, HeaderValue::from(0u32));
+        }
+        Err(error) => {
+            let code = grpc_code(error.kind.wire().connect_code);
+            fields.insert(GRPC_STATUS, HeaderValue::from(code));
+            if let Ok(message) = HeaderValue::from_str(&percent_encode(&error.message)) {
+                fields.insert(GRPC_MESSAGE, message);
+            }
+        }
+    }
+    fields
+}
+
+/// A gRPC-Web trailer frame: the fields as HTTP/1 header lines.
+pub fn encode_trailer_frame(fields: &HeaderMap, into: &mut BytesMut) {
+    let mut block = Vec::new();
+    for (name, value) in fields {
+        block.extend_from_slice(name.as_str().as_bytes());
+        block.push(b':');
+        block.extend_from_slice(value.as_bytes());
+        block.extend_from_slice(b"\r\n");
+    }
+    encode_frame(FLAG_TRAILERS, &block, into);
+}
+
+fn respond(format: GrpcFormat, outcome: Result<Bytes, ApiError>) -> Response {
+    let mut builder = Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, format.content_type)
+        .header(GRPC_ACCEPT_ENCODING, "identity");
+    let fields = status_fields(outcome.as_ref().map(|_| ()));
+    let body = match format.framing {
+        Framing::Grpc => match outcome {
+            Ok(payload) => {
+                let mut frame = BytesMut::new();
+                encode_frame(0, &payload, &mut frame);
+                Body::new(Full::new(frame.freeze()).with_trailers(async move { Some(Ok(fields)) }))
+            }
+            // Trailers-only: the status in the headers of an empty answer.
+            Err(_) => {
+                if let Some(headers) = builder.headers_mut() {
+                    headers.extend(fields);
+                }
+                Body::empty()
+            }
+        },
+        Framing::Web | Framing::WebText => {
+            let mut frames = BytesMut::new();
+            if let Ok(payload) = &outcome {
+                encode_frame(0, payload, &mut frames);
+            }
+            encode_trailer_frame(&fields, &mut frames);
+            if format.framing == Framing::WebText {
+                let text = base64::engine::general_purpose::STANDARD.encode(&frames);
+                Body::from(text)
+            } else {
+                Body::from(frames.freeze())
+            }
+        }
+    };
+    builder.body(body).unwrap_or_else(|_| {
+        // Only reachable if a header above were invalid; they are constants.
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+        response
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(name, value)| {
+                (
+                    HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                    HeaderValue::from_str(value).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    fn framed(flags: u8, payload: &[u8]) -> Vec<u8> {
+        let mut frame = BytesMut::new();
+        encode_frame(flags, payload, &mut frame);
+        frame.to_vec()
+    }
+
+    #[test]
+    fn a_frame_is_flags_length_and_payload() {
+        assert_eq!(framed(0, b"abc"), [0, 0, 0, 0, 3, b'a', b'b', b'c']);
+        let empty = HeaderMap::new();
+        assert_eq!(
+            unary_message(&framed(0, b"abc"), 10, &empty).unwrap(),
+            5..8
+        );
+        assert_eq!(unary_message(&framed(0, b""), 10, &empty).unwrap(), 5..5);
+    }
+
+    #[test]
+    fn a_unary_body_holds_exactly_one_whole_message() {
+        let empty = HeaderMap::new();
+        let kind = |body: &[u8]| unary_message(body, 10, &empty).unwrap_err().kind;
+        assert_eq!(kind(b""), ErrorKind::MalformedRequest);
+        assert_eq!(kind(&[0, 0, 0]), ErrorKind::MalformedRequest);
+        assert_eq!(kind(&framed(0, b"abc")[..6]), ErrorKind::MalformedRequest);
+        let mut two = framed(0, b"a");
+        two.extend(framed(0, b"b"));
+        assert_eq!(kind(&two), ErrorKind::MalformedRequest);
+        assert_eq!(kind(&framed(0x80, b"")), ErrorKind::MalformedRequest);
+        assert_eq!(kind(&framed(0, &[0; 11])), ErrorKind::PayloadTooLarge);
+        // The announced length is checked before the bytes arrive.
+        assert_eq!(kind(&[0, 0, 0, 0, 11]), ErrorKind::PayloadTooLarge);
+    }
+
+    #[test]
+    fn compressed_messages_are_refused_as_the_spec_says() {
+        let message = framed(FLAG_COMPRESSED, b"x");
+        let kind = |headers: &HeaderMap| unary_message(&message, 10, headers).unwrap_err().kind;
+        assert_eq!(kind(&HeaderMap::new()), ErrorKind::Internal);
+        assert_eq!(
+            kind(&headers(&[("grpc-encoding", "identity")])),
+            ErrorKind::Internal
+        );
+        assert_eq!(
+            kind(&headers(&[("grpc-encoding", "gzip")])),
+            ErrorKind::CompressionNotSupported
+        );
+        assert_eq!(grpc_code(ErrorKind::Internal.wire().connect_code), 13);
+        assert_eq!(
+            grpc_code(ErrorKind::CompressionNotSupported.wire().connect_code),
+            12
+        );
+    }
+
+    #[test]
+    fn timeouts_take_every_unit_and_refuse_the_rest() {
+        let ok = |text: &str| parse_timeout(text.as_bytes()).unwrap();
+        assert_eq!(ok("2H"), Duration::from_secs(7200));
+        assert_eq!(ok("3M"), Duration::from_secs(180));
+        assert_eq!(ok("4S"), Duration::from_secs(4));
+        assert_eq!(ok("200m"), Duration::from_millis(200));
+        assert_eq!(ok("5u"), Duration::from_micros(5));
+        assert_eq!(ok("99999999n"), Duration::from_nanos(99_999_999));
+        for bad in ["", "m", "200", "123456789m", "20x", "-5m", "1.5S", "5 m"] {
+            assert_eq!(
+                parse_timeout(bad.as_bytes()).unwrap_err().kind,
+                ErrorKind::MalformedRequest,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn text_bodies_decode_whole_or_chunked() {
+        let frame = framed(0, b"hello");
+        let whole = base64::engine::general_purpose::STANDARD.encode(&frame);
+        assert_eq!(decode_text(whole.as_bytes()).unwrap(), frame);
+
+        // 7 bytes: the first chunk ends in padding.
+        let mut two = framed(0, b"ab");
+        two.extend(framed(FLAG_TRAILERS, b"grpc-status:0\r\n"));
+        let chunked = format!(
+            "{}\r\n{}",
+            base64::engine::general_purpose::STANDARD.encode(framed(0, b"ab")),
+            base64::engine::general_purpose::STANDARD
+                .encode(framed(FLAG_TRAILERS, b"grpc-status:0\r\n"))
+        );
+        assert!(
+            chunked[..chunked.len() - 2].contains('='),
+            "padding mid-body"
+        );
+        assert_eq!(decode_text(chunked.as_bytes()).unwrap(), two);
+
+        assert_eq!(
+            decode_text(b"not base64!").unwrap_err().kind,
+            ErrorKind::MalformedRequest
+        );
+    }
+
+    #[test]
+    fn text_limit_leaves_room_for_base64() {
+        assert_eq!(raw_body_limit(Framing::Grpc, 10), 15);
+        assert_eq!(raw_body_limit(Framing::WebText, 10), 20);
+        let encoded = base64::engine::general_purpose::STANDARD.encode(framed(0, &[7; 10]));
+        assert!(encoded.len() <= raw_body_limit(Framing::WebText, 10));
+    }
+
+    #[test]
+    fn messages_are_percent_encoded() {
+        assert_eq!(percent_encode("no slot: 100% busy"), "no slot: 100%25 busy");
+        assert_eq!(percent_encode("naïve\n"), "na%C3%AFve%0A");
+    }
+
+    #[test]
+    fn every_table_code_has_its_grpc_number() {
+        for kind in ErrorKind::ALL {
+            let connect = kind.wire().connect_code;
+            assert_ne!(grpc_code(connect), 2, "{kind:?}: {connect}");
+        }
+        assert_eq!(grpc_code("resource_exhausted"), 8);
+        assert_eq!(grpc_code("permission_denied"), 7);
+    }
+
+    #[test]
+    fn trailer_frames_carry_the_status_lines() {
+        let error = ApiError::new(ErrorKind::DeadlineExceeded, "late: 5%");
+        let mut frame = BytesMut::new();
+        encode_trailer_frame(&status_fields(Err(&error)), &mut frame);
+        let block = b"grpc-status:4\r\ngrpc-message:late: 5%25\r\n";
+        assert_eq!(frame[0], 0x80);
+        assert_eq!(&frame[1..5], (block.len() as u32).to_be_bytes());
+        assert_eq!(&frame[5..], block);
+    }
+
+    #[test]
+    fn content_types_select_framing_and_encoding() {
+        let format = |content_type: &str| {
+            GrpcFormat::from_headers(&headers(&[("content-type", content_type)]))
+        };
+        assert_eq!(format("application/grpc").unwrap().framing, Framing::Grpc);
+        assert_eq!(
+            format("application/grpc+json").unwrap().encoding,
+            Encoding::Json
+        );
+        assert_eq!(
+            format("Application/gRPC-Web-Text; charset=x")
+                .unwrap()
+                .framing,
+            Framing::WebText
+        );
+        assert_eq!(
+            format("application/grpc+thrift").unwrap_err().kind,
+            ErrorKind::UnsupportedMediaType
+        );
+        assert!(is_grpc(&headers(&[(
+            "content-type",
+            "application/grpc+thrift"
+        )])));
+        assert!(!is_grpc(&headers(&[("content-type", "application/proto")])));
+        assert!(!is_grpc(&HeaderMap::new()));
+    }
+}
