@@ -234,7 +234,8 @@ pub struct Overview {
     pub running_tasks: Vec<RunningTaskRow>,
     pub environments: Vec<EnvironmentRow>,
     /// Peer IP address -> protocol of its latest call (`flare`, `http+pb`,
-    /// `http`, `connect`), for the servants' and requesters' protocol column.
+    /// `http`, `connect`, `grpc`, `grpc-web`), for the servants' and
+    /// requesters' protocol column.
     pub peer_protocols: std::collections::BTreeMap<String, String>,
 }
 

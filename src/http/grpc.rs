@@ -513,10 +513,7 @@ mod tests {
     fn a_frame_is_flags_length_and_payload() {
         assert_eq!(framed(0, b"abc"), [0, 0, 0, 0, 3, b'a', b'b', b'c']);
         let empty = HeaderMap::new();
-        assert_eq!(
-            unary_message(&framed(0, b"abc"), 10, &empty).unwrap(),
-            5..8
-        );
+        assert_eq!(unary_message(&framed(0, b"abc"), 10, &empty).unwrap(), 5..8);
         assert_eq!(unary_message(&framed(0, b""), 10, &empty).unwrap(), 5..5);
     }
 

@@ -665,3 +665,42 @@ async fn buf_curl_lists_and_calls_over_grpc_and_grpc_web_by_reflection_alone() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn metrics_count_grpc_and_grpc_web_calls_under_their_protocol() {
+    let server = server().await;
+    let ok = h2_call(
+        server.addr,
+        &rpc_path("GetConfig"),
+        GRPC,
+        frame(0, &get_config(USER_TOKEN)),
+    )
+    .await;
+    assert_eq!(ok.grpc_status(), "0");
+    let denied = grpc_web_call(
+        server.addr,
+        "application/grpc-web-text",
+        "",
+        base64::engine::general_purpose::STANDARD
+            .encode(frame(0, &get_config("wrong")))
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(denied.status, 200);
+    let text = http_client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // The code label is the error table's HTTP status, as for every protocol.
+    for line in [
+        r#"yadcc_scheduler_rpc_requests_total{protocol="grpc",method="GetConfig",encoding="binary",code="200"} 1"#,
+        r#"yadcc_scheduler_rpc_requests_total{protocol="grpc-web",method="GetConfig",encoding="binary",code="403"} 1"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+    server.stop().await;
+}
