@@ -5,8 +5,8 @@
 #
 #   scripts/bench_grpc.sh [rounds] [seconds]     (defaults: 3 rounds of 5 s)
 #
-# Needs target/release/yadcc-scheduler (cargo build --release) and h2load
-# (apt-get install nghttp2-client).
+# Needs target/release/yadcc-scheduler (cargo build --release) and h2load and
+# nghttp (apt-get install nghttp2-client).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -34,9 +34,11 @@ done
 # Both succeed before anything is measured (gRPC: grpc-status 0 in the trailers).
 curl -sf --http2-prior-knowledge -o /dev/null -H 'content-type: application/proto' \
   --data-binary @"$work/heartbeat.bin" "http://$addr$path"
-curl -s --http2-prior-knowledge -o /dev/null -D "$work/grpc-head" -H 'content-type: application/grpc' \
-  -H 'te: trailers' --data-binary @"$work/heartbeat.grpc" "http://$addr$path"
-grep -qi '^grpc-status: *0' "$work/grpc-head" || { echo "gRPC Heartbeat failed:"; cat "$work/grpc-head"; exit 1; }
+# curl does not show HTTP/2 trailers; nghttp (same package as h2load) does.
+nghttp -v -H 'content-type: application/grpc' -H 'te: trailers' -d "$work/heartbeat.grpc" \
+  "http://$addr$path" >"$work/grpc-frames" 2>&1 || true
+grep -aq 'grpc-status: 0' "$work/grpc-frames" ||
+  { echo "gRPC Heartbeat failed:"; grep -a 'grpc-' "$work/grpc-frames"; exit 1; }
 
 run() { # content-type body -> req/s
   h2load -c 8 -m 8 -t 1 -D "$seconds" --warm-up-time 1 \
