@@ -278,12 +278,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{trimmed:?} is not a duration like 10s, 500ms or 2m"))
 }
 
-fn split_tokens(list: &str) -> Vec<String> {
-    list.split(',')
-        .map(|token| token.trim().to_owned())
-        .collect()
-}
-
 /// Settings derived from the command line.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -360,8 +354,8 @@ impl Cli {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let engine = engine::Config {
-            user_tokens: split_tokens(user_tokens),
-            servant_tokens: split_tokens(servant_tokens),
+            user_tokens: engine::TokenSet::from_flag(user_tokens),
+            servant_tokens: engine::TokenSet::from_flag(servant_tokens),
             min_daemon_version: self.min_daemon_version,
             servant_min_memory_for_accepting_new_task: self
                 .servant_min_memory_for_accepting_new_task,
@@ -371,7 +365,7 @@ impl Cli {
             serving_daemon_token_secret: self
                 .serving_daemon_token_secret
                 .as_ref()
-                .map(|secret| secret.as_bytes().to_vec()),
+                .map(|secret| secret.as_bytes().to_vec().into()),
             adoption_window: Duration::from_secs(self.adoption_window),
             ..engine::Config::default()
         };
@@ -430,7 +424,7 @@ mod tests {
             "--min-daemon-version=3",
         ]);
         let (snake, kebab) = (snake.settings().unwrap(), kebab.settings().unwrap());
-        assert_eq!(snake.engine.user_tokens, vec!["u1", "u2"]);
+        assert_eq!(snake.engine.user_tokens, engine::TokenSet::new(["u1", "u2"]));
         assert_eq!(snake.engine.user_tokens, kebab.engine.user_tokens);
         assert_eq!(kebab.engine.min_daemon_version, 3);
         assert_eq!(snake.listen.port(), 8336);
@@ -494,16 +488,16 @@ mod tests {
         assert_eq!(settings.listen.to_string(), "127.0.0.1:8336");
         assert_eq!(
             settings.engine.user_tokens,
-            vec![crate::sim::DEMO_USER_TOKEN]
+            engine::TokenSet::new([crate::sim::DEMO_USER_TOKEN])
         );
         assert_eq!(
             settings.engine.servant_tokens,
-            vec![crate::sim::DEMO_SERVANT_TOKEN]
+            engine::TokenSet::new([crate::sim::DEMO_SERVANT_TOKEN])
         );
         let given = cli(&["--demo", "--port=9", "--acceptable_user_tokens=u"])
             .settings()
             .unwrap();
-        assert_eq!(given.engine.user_tokens, vec!["u"]);
+        assert_eq!(given.engine.user_tokens, engine::TokenSet::new(["u"]));
         assert_eq!(given.listen.port(), 9);
         assert!(!cli(&["--demo"]).settings().unwrap().bench_bare_route);
     }
@@ -513,6 +507,6 @@ mod tests {
         let settings = cli(&["--acceptable_user_tokens=", "--acceptable_servant_tokens="])
             .settings()
             .unwrap();
-        assert_eq!(settings.engine.user_tokens, vec![String::new()]);
+        assert_eq!(settings.engine.user_tokens, engine::TokenSet::anyone());
     }
 }

@@ -9,7 +9,7 @@ use tracing_subscriber::EnvFilter;
 use yadcc_scheduler::{
     AppState, app,
     config::{Cli, Settings},
-    engine::Scheduler,
+    engine::{self, Scheduler},
     limits, net, sim,
 };
 
@@ -82,7 +82,7 @@ async fn run(settings: Settings) -> std::io::Result<()> {
 /// `--demo`: a simulated cluster against this scheduler, and where to look.
 fn start_demo(settings: &Settings, local: SocketAddr) -> sim::Cluster {
     let target = sim::connect_address(local);
-    let first = |tokens: &[String]| tokens.first().cloned().unwrap_or_default();
+    let first = |tokens: &engine::TokenSet| tokens.first_entry().unwrap_or_default().to_owned();
     let (user_token, servant_token) = (
         first(&settings.engine.user_tokens),
         first(&settings.engine.servant_tokens),
@@ -109,11 +109,25 @@ fn start_demo(settings: &Settings, local: SocketAddr) -> sim::Cluster {
 }
 
 fn warn_about_open_doors(settings: &Settings) {
-    if settings.engine.user_tokens.iter().any(String::is_empty) {
-        tracing::warn!("an empty user token is accepted: ANYONE may request compile slots");
-    }
-    if settings.engine.servant_tokens.iter().any(String::is_empty) {
-        tracing::warn!("an empty servant token is accepted: ANYONE may register as a servant");
+    for (tokens, flag, who) in [
+        (
+            &settings.engine.user_tokens,
+            "--acceptable_user_tokens",
+            "request compile slots",
+        ),
+        (
+            &settings.engine.servant_tokens,
+            "--acceptable_servant_tokens",
+            "register as a servant",
+        ),
+    ] {
+        if tokens.accepts_anyone() {
+            tracing::warn!("{flag} is empty: ANYONE may {who}");
+        } else if tokens.accepts_empty_token() {
+            tracing::warn!(
+                "POSSIBLE SECURITY BREACH: {flag} has an empty entry: daemons without --token may {who}"
+            );
+        }
     }
     if settings.http.inspect_credential.is_none() {
         tracing::info!(

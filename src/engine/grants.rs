@@ -1,13 +1,14 @@
 //! Grants: ids, leases, renewals, frees and zombies.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::placement::{Effects, EnvId, sync};
+use super::requesters::Owner;
 use super::servants::ServantKey;
 use super::state::{State, later};
 use super::types::Grant;
@@ -16,8 +17,8 @@ use super::types::Grant;
 pub(crate) struct GrantRec {
     pub servant: ServantKey,
     pub servant_addr: SocketAddr,
-    /// `None` for adopted grants (the requester is not known).
-    pub requester: Option<IpAddr>,
+    /// Who received it; `None` for an adopted grant nobody renewed yet.
+    pub owner: Option<Owner>,
     /// `None` for adopted grants.
     pub environment: Option<Arc<str>>,
     pub granted_at: Instant,
@@ -197,7 +198,7 @@ impl State {
         &mut self,
         key: ServantKey,
         env: EnvId,
-        requester: IpAddr,
+        owner: Owner,
         lease: Duration,
         prefetch: bool,
         now: Instant,
@@ -212,7 +213,7 @@ impl State {
         let id = self.grants.insert_new(GrantRec {
             servant: key,
             servant_addr: servant,
-            requester: Some(requester),
+            owner: Some(owner),
             environment,
             granted_at: now,
             lease_until,
@@ -229,6 +230,7 @@ impl State {
         self.grant_deadlines.insert((lease_until, id));
         self.note_deadline(lease_until);
         self.counters.grants_issued += 1;
+        self.requesters.granted(owner.ip);
         Grant {
             id,
             servant,
@@ -236,16 +238,42 @@ impl State {
         }
     }
 
-    /// Rule "renew": true if the grant is live (lease = now + `lease`), false
-    /// if unknown or already a zombie. Adopted grants renew like any other.
-    pub(crate) fn renew(&mut self, id: u64, lease: Duration, now: Instant) -> bool {
+    /// Rule "renew": true if the grant is live and `caller` owns it (lease =
+    /// now + `lease`); false if unknown, a zombie, or owned by someone else
+    /// (rule "grant ownership": counted as refused). An adopted grant belongs
+    /// to its first renewer. Inside the adoption window an id no servant
+    /// reported yet is remembered and answered true (rule "early renewal").
+    pub(crate) fn renew(&mut self, id: u64, caller: Owner, lease: Duration, now: Instant) -> bool {
+        let until = later(now, lease);
         let Some(g) = self.grants.get_mut(&id) else {
-            return false;
+            return match self.adoption.renew_early(id, caller, until, now) {
+                Ok(remembered) => {
+                    if remembered {
+                        self.counters.early_renewals += 1;
+                    }
+                    remembered
+                }
+                Err(()) => {
+                    self.refuse(caller);
+                    false
+                }
+            };
         };
         if g.zombie {
             return false;
         }
-        let until = later(now, lease);
+        match g.owner {
+            Some(owner) if owner != caller => {
+                self.counters.renewals_refused += 1;
+                self.requesters.refused(caller.ip);
+                return false;
+            }
+            Some(_) => {}
+            None => {
+                g.owner = Some(caller);
+                self.requesters.adopted_by(caller.ip);
+            }
+        }
         if until != g.lease_until {
             self.grant_deadlines.remove(&(g.lease_until, id));
             self.grant_deadlines.insert((until, id));
@@ -256,13 +284,29 @@ impl State {
         true
     }
 
-    /// Rule "free": releases every known id (zombies too), skipping unknown
-    /// ones without stopping, then serves queued requests that the released
-    /// capacity can satisfy.
-    pub(crate) fn free_ids(&mut self, ids: &[u64], now: Instant) {
+    /// A renewal refused because `caller` does not own the id.
+    fn refuse(&mut self, caller: Owner) {
+        self.counters.renewals_refused += 1;
+        self.requesters.refused(caller.ip);
+    }
+
+    /// Rule "free": releases every known id (zombies too) that `caller` owns
+    /// (or that nobody owns: adopted and not renewed), skipping unknown ids
+    /// and, counted as refused, ids someone else owns, without stopping;
+    /// then serves queued requests that the released capacity can satisfy.
+    /// Inside the adoption window an unknown id is remembered as freed, so a
+    /// late report cannot bring it back (rule "early free").
+    pub(crate) fn free_ids(&mut self, ids: &[u64], caller: Owner, now: Instant) {
         let mut fx = Effects::default();
         for &id in ids {
-            if self.release(id, &mut fx) {
+            let allowed = match self.grants.get(&id) {
+                Some(g) => g.owner.is_none_or(|owner| owner == caller),
+                None => self.adoption.free_early(id, caller, now).is_ok(),
+            };
+            if !allowed {
+                self.counters.frees_refused += 1;
+                self.requesters.refused(caller.ip);
+            } else if self.release(id, &mut fx) {
                 self.counters.frees += 1;
             }
         }
@@ -271,19 +315,32 @@ impl State {
 
     /// Forgets one grant and returns its slot to the indexes; false if unknown.
     pub(crate) fn release(&mut self, id: u64, fx: &mut Effects) -> bool {
-        let Some(g) = self.grants.remove(&id) else {
+        let Some(g) = self.forget(id) else {
             return false;
         };
-        if !g.zombie {
-            self.grant_deadlines.remove(&(g.lease_until, id));
-        }
         if let Some(s) = self.servants.get_mut(&g.servant) {
             s.grants.remove(&id);
             s.zombies.remove(&id);
+            s.adopted.remove(&id);
             let (old, new) = s.repose();
             sync(&mut self.envs, &mut s.envs, old, new, fx);
         }
         true
+    }
+
+    /// The one way a grant leaves the table: its lease deadline, its owner's
+    /// count and, inside the adoption window, a note never to adopt the id.
+    /// The caller updates the servant.
+    pub(crate) fn forget(&mut self, id: u64) -> Option<GrantRec> {
+        let g = self.grants.remove(&id)?;
+        if !g.zombie {
+            self.grant_deadlines.remove(&(g.lease_until, id));
+        }
+        if let Some(owner) = g.owner {
+            self.requesters.released(owner.ip);
+        }
+        self.adoption.retire(id);
+        Some(g)
     }
 
     /// Rule "lease expiry": the grant becomes a zombie; it keeps counting

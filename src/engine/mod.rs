@@ -11,21 +11,27 @@
 //! - `types`: requests, replies and [`Rejection`].
 //! - `servants`: registry, admission and capacity rules, running-task reports.
 //! - `placement`: per-environment ordered indexes and the placement rule.
-//! - `grants`: ids, leases, renew, free, zombies.
-//! - `waiters`: fair FIFO queues, timeouts, cancellation.
-//! - `tokens`: constant-time token sets and the serving-daemon token ring.
+//! - `grants`: ids, leases, renew, free (by their owner only), zombies.
+//! - `adoption`: the window after start in which running tasks are adopted.
+//! - `requesters`: requesting machines: owners, last served, figures.
+//! - `waiters`: queues fair between machines, timeouts, cancellation.
+//! - `tokens`: token sets (the flag's splitting rule), constant-time checks,
+//!   [`Redacted`], the serving-daemon token ring.
 //! - `snapshot`: inspection data and the running-task list.
 //! - `state`: the state behind the lock and the expiry sweep.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+mod adoption;
 mod grants;
 mod placement;
+mod requesters;
 mod servants;
 mod snapshot;
 mod state;
@@ -36,29 +42,33 @@ mod waiters;
 #[cfg(test)]
 mod tests;
 
-pub use snapshot::{ClusterTotals, Counters, EnvironmentView, GrantView, ServantView, Snapshot};
+pub use snapshot::{
+    ClusterTotals, Counters, EnvironmentView, GrantView, RequesterView, ServantView, Snapshot,
+};
+pub use tokens::{Redacted, TokenSet};
 pub use types::{
     Grant, GrantRequest, Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask,
     RunningTask, ServantPriority,
 };
 
+use requesters::Owner;
 use snapshot::RunningParts;
 use state::State;
-use tokens::TokenSet;
+use tokens::TokenDigest;
 use waiters::{Admission, WaitGuard};
 
 /// Engine configuration, fixed for the life of a [`Scheduler`].
 ///
-/// Token lists: an empty list accepts nobody; an entry `""` accepts anyone
-/// (the service should warn loudly about that, as the reference does).
-/// `Debug` prints token counts, never token values or the secret.
-#[derive(Clone)]
+/// Token sets: see [`TokenSet`] (literal entries; an empty entry is the
+/// empty token; only [`TokenSet::anyone`] lets anyone in). `Debug` prints no
+/// token and no secret (they are [`Redacted`]).
+#[derive(Clone, Debug)]
 pub struct Config {
     /// Tokens of delegates (`--acceptable_user_tokens`); needed by every call
     /// except `Heartbeat`, which also takes them (servant then not verified).
-    pub user_tokens: Vec<String>,
+    pub user_tokens: TokenSet,
     /// Tokens of servants (`--acceptable_servant_tokens`).
-    pub servant_tokens: Vec<String>,
+    pub servant_tokens: TokenSet,
     /// Heartbeats from older daemons are rejected with `VersionTooOld`.
     pub min_daemon_version: u32,
     /// No new task goes to a servant reporting total memory and less than
@@ -69,10 +79,11 @@ pub struct Config {
     /// If set, the serving-daemon token ring is derived from this secret and the wall-clock epoch
     /// (epoch = unix_seconds / interval; token_k = hex(first 16 bytes of SHA-256(secret || k as u64 LE)))
     /// so tokens survive a scheduler restart. If None, a random 32-byte secret is drawn at start (same code path).
-    pub serving_daemon_token_secret: Option<Vec<u8>>,
-    /// After start, running tasks that servants report under unknown grant ids
-    /// are adopted instead of killed (default 15 s, a little longer than a
-    /// 10 s heartbeat expiry, so every live servant reports once).
+    pub serving_daemon_token_secret: Option<Redacted<Vec<u8>>>,
+    /// After start, running tasks that verified servants not behind NAT
+    /// report under grant ids this instance never issued are adopted instead
+    /// of killed (default 15 s, a little longer than a 10 s heartbeat
+    /// expiry, so every live servant reports once). See `adoption`.
     pub adoption_window: Duration,
     /// Lease given to adopted tasks (default 15 s); their owner renews them as usual.
     pub adopted_lease: Duration,
@@ -88,8 +99,8 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            user_tokens: Vec::new(),
-            servant_tokens: Vec::new(),
+            user_tokens: TokenSet::default(),
+            servant_tokens: TokenSet::default(),
             min_daemon_version: 0,
             servant_min_memory_for_accepting_new_task: 10 << 30,
             serving_daemon_token_rollout_interval: Duration::from_secs(3600),
@@ -102,42 +113,9 @@ impl Default for Config {
     }
 }
 
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field(
-                "user_tokens",
-                &format_args!("<{} redacted>", self.user_tokens.len()),
-            )
-            .field(
-                "servant_tokens",
-                &format_args!("<{} redacted>", self.servant_tokens.len()),
-            )
-            .field("min_daemon_version", &self.min_daemon_version)
-            .field(
-                "servant_min_memory_for_accepting_new_task",
-                &self.servant_min_memory_for_accepting_new_task,
-            )
-            .field(
-                "serving_daemon_token_rollout_interval",
-                &self.serving_daemon_token_rollout_interval,
-            )
-            .field(
-                "serving_daemon_token_secret",
-                &self
-                    .serving_daemon_token_secret
-                    .as_ref()
-                    .map(|_| "<redacted>"),
-            )
-            .field("adoption_window", &self.adoption_window)
-            .field("adopted_lease", &self.adopted_lease)
-            .field("limits", &self.limits)
-            .finish()
-    }
-}
-
-/// Bounds on what one request may ask, so no client can make a call cost
-/// more than a known amount. Exceeding one is `InvalidArgument`.
+/// Bounds on what one request, one client or the whole state may hold, so
+/// no client can make a call cost more than a known amount. Exceeding a
+/// request bound is `InvalidArgument`, except where noted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Longest `next_heartbeat_in` (30 s; the reference rejects > 30000 ms).
@@ -146,16 +124,38 @@ pub struct Limits {
     pub max_wait: Duration,
     /// Longest lease / keep-alive interval (30 s).
     pub max_keep_alive: Duration,
-    /// Most grants one request may ask for, immediate + prefetch (1024).
+    /// Most grants one request gets, immediate + prefetch (1024). A request
+    /// asking for more is capped, never refused (a delegate running
+    /// `make -j1100` asks for 1100).
     pub max_grants_per_request: u32,
     /// Most ids in one keep-alive or free request (65536).
     pub max_ids_per_request: usize,
     /// Most environments one heartbeat may list (1024).
     pub max_environments_per_servant: usize,
-    /// Most running tasks one heartbeat may list (65536).
+    /// Most running tasks one heartbeat may list (8192; a servant runs at
+    /// most about as many tasks as it has processors).
     pub max_running_tasks_per_servant: usize,
+    /// Most running tasks all servants' last reports may hold together
+    /// (1 Mi); a heartbeat that would pass it is refused.
+    pub max_reported_tasks: usize,
+    /// Longest compiler or task digest, in bytes (256; yadcc's are 64 hex
+    /// characters).
+    pub max_digest_bytes: usize,
     /// Most queued requests at once; beyond, `NoQuotaAvailable` at once (100000).
     pub max_waiters: usize,
+    /// Most queued requests of one requesting machine (IP); beyond,
+    /// `NoQuotaAvailable` at once (64; a delegate keeps one long poll per
+    /// compiler).
+    pub max_waiters_per_machine: usize,
+    /// Requesting machines remembered for the Requesters view; beyond, idle
+    /// ones are forgotten (65536).
+    pub max_requesters: usize,
+    /// Ids freed or expired during the adoption window that it remembers so
+    /// as never to adopt them (1 Mi); beyond, the window closes early.
+    pub max_adoption_retired_ids: usize,
+    /// Renewals during the adoption window of ids no servant reported yet
+    /// that it remembers (65536); beyond, such renewals answer false.
+    pub max_adoption_early_renewals: usize,
 }
 
 impl Default for Limits {
@@ -167,8 +167,14 @@ impl Default for Limits {
             max_grants_per_request: 1024,
             max_ids_per_request: 65536,
             max_environments_per_servant: 1024,
-            max_running_tasks_per_servant: 65536,
+            max_running_tasks_per_servant: 8192,
+            max_reported_tasks: 1 << 20,
+            max_digest_bytes: 256,
             max_waiters: 100_000,
+            max_waiters_per_machine: 64,
+            max_requesters: 65536,
+            max_adoption_retired_ids: 1 << 20,
+            max_adoption_early_renewals: 65536,
         }
     }
 }
@@ -203,9 +209,12 @@ impl Shared {
         result
     }
 
-    fn check_user(&self, token: &str) -> Result<(), Rejection> {
-        if self.user_tokens.accepts(&tokens::digest(token)) {
-            Ok(())
+    /// Rule "order of checks": the token comes first in every call. Returns
+    /// the digest, which identifies the caller as a grant's owner.
+    fn check_user(&self, token: &str) -> Result<TokenDigest, Rejection> {
+        let presented = tokens::digest(token);
+        if self.user_tokens.accepts(&presented) {
+            Ok(presented)
         } else {
             Err(Rejection::AccessDenied)
         }
@@ -262,6 +271,19 @@ fn check_count(field: &str, count: usize, limit: usize) -> Result<(), Rejection>
     }
 }
 
+/// Rule "limits": a digest longer than `max_digest_bytes` is
+/// `InvalidArgument` naming the wire field.
+fn check_digest(field: &str, digest: &str, limit: usize) -> Result<(), Rejection> {
+    if digest.len() > limit {
+        Err(Rejection::InvalidArgument(format!(
+            "{field} is {} bytes long, more than the {limit} byte limit",
+            digest.len()
+        )))
+    } else {
+        Ok(())
+    }
+}
+
 /// The one background task: sleeps until the earliest servant expiry or
 /// lease end (or until woken because an earlier one appeared), then sweeps.
 async fn run_expiry(shared: Arc<Shared>) {
@@ -295,8 +317,8 @@ impl Scheduler {
         let shared = Arc::new(Shared {
             limits: config.limits.clone(),
             min_daemon_version: config.min_daemon_version,
-            user_tokens: TokenSet::new(&config.user_tokens),
-            servant_tokens: TokenSet::new(&config.servant_tokens),
+            user_tokens: config.user_tokens.clone(),
+            servant_tokens: config.servant_tokens.clone(),
             state: Mutex::new(state),
             wake: Notify::new(),
         });
@@ -313,8 +335,9 @@ impl Scheduler {
     /// `Heartbeat`: registers or refreshes a servant and tells it which grant
     /// ids to kill and which serving-daemon tokens to accept.
     ///
-    /// Checked in order: token (user or servant), version, `next_heartbeat_in`,
-    /// list sizes.
+    /// Rule "order of checks": token (user or servant), version, `location`,
+    /// `next_heartbeat_in`, then the report's bounds (list sizes, digest
+    /// lengths, the cluster's total of reported tasks).
     pub fn heartbeat(&self, hb: Heartbeat) -> Result<HeartbeatReply, Rejection> {
         let sh = self.shared();
         let presented = tokens::digest(&hb.token);
@@ -329,6 +352,7 @@ impl Scheduler {
                 minimum: sh.min_daemon_version,
             });
         }
+        let reported = servants::parse_location(&hb.location)?;
         check_duration(
             "next_heartbeat_in_ms",
             hb.next_heartbeat_in,
@@ -344,7 +368,14 @@ impl Scheduler {
             hb.running_tasks.len(),
             sh.limits.max_running_tasks_per_servant,
         )?;
-        Ok(sh.with_state(|st, now| st.heartbeat(hb, verified, now)))
+        let limit = sh.limits.max_digest_bytes;
+        for env in &hb.environments {
+            check_digest("env_descs.compiler_digest", env, limit)?;
+        }
+        for task in &hb.running_tasks {
+            check_digest("running_tasks.task_digest", &task.task_digest, limit)?;
+        }
+        sh.with_state(|st, now| st.heartbeat(hb, reported, verified, now))
     }
 
     /// `GetConfig`: the active serving-daemon token (the middle of the three).
@@ -355,12 +386,15 @@ impl Scheduler {
     }
 
     /// `WaitForStartingTask`: up to `immediate` then `prefetch` grants. Only the
-    /// first grant may wait (up to `wait`, in fair arrival order); the rest come
-    /// from capacity free right now. Cancel-safe: dropping the future leaves
-    /// the queue and releases anything already handed to it.
+    /// first grant may wait (up to `wait`, fairly between machines); the rest
+    /// come from capacity free right now. Cancel-safe: dropping the future
+    /// leaves the queue and releases anything already handed to it.
+    ///
+    /// Rule "no upper bound on immediate_reqs": more than
+    /// `max_grants_per_request` is capped to it (immediate first), never refused.
     pub async fn wait_for_starting_task(&self, req: GrantRequest) -> Result<Vec<Grant>, Rejection> {
         let sh = self.shared();
-        sh.check_user(&req.token)?;
+        let presented = sh.check_user(&req.token)?;
         check_duration("milliseconds_to_wait", req.wait, sh.limits.max_wait)?;
         check_duration("next_keep_alive_in_ms", req.lease, sh.limits.max_keep_alive)?;
         if req.environment.is_empty() {
@@ -368,20 +402,21 @@ impl Scheduler {
                 "env_desc.compiler_digest is empty".to_owned(),
             ));
         }
-        let total = u64::from(req.immediate) + u64::from(req.prefetch);
+        check_digest(
+            "env_desc.compiler_digest",
+            &req.environment,
+            sh.limits.max_digest_bytes,
+        )?;
+        let limit = sh.limits.max_grants_per_request;
+        let total = req.immediate.saturating_add(req.prefetch).min(limit);
         if total == 0 {
             return Err(Rejection::InvalidArgument(
                 "immediate_reqs + prefetch_reqs is 0; ask for at least one grant".to_owned(),
             ));
         }
-        let limit = sh.limits.max_grants_per_request;
-        if total > u64::from(limit) {
-            return Err(Rejection::InvalidArgument(format!(
-                "immediate_reqs + prefetch_reqs is {total}, more than the {limit} limit"
-            )));
-        }
-        let total = u32::try_from(total).unwrap_or(limit);
-        match sh.with_state(|st, now| st.admit(&req, total, now))? {
+        let immediate = req.immediate.min(total);
+        let owner = Owner::new(req.requester_ip, &presented);
+        match sh.with_state(|st, now| st.admit(&req, owner, immediate, total, now))? {
             Admission::Granted(grants) => Ok(grants),
             Admission::Queued {
                 env,
@@ -401,15 +436,17 @@ impl Scheduler {
     }
 
     /// `KeepTaskAlive`: one status per id, in order: true if renewed
-    /// (lease = now + `lease`), false if unknown or a zombie.
+    /// (lease = now + `lease`), false if unknown, a zombie, or not received
+    /// by this caller (same token, same `requester` IP; see `grants`).
     pub fn keep_alive(
         &self,
         token: &str,
+        requester: IpAddr,
         grant_ids: &[u64],
         lease: Duration,
     ) -> Result<Vec<bool>, Rejection> {
         let sh = self.shared();
-        sh.check_user(token)?;
+        let caller = Owner::new(requester, &sh.check_user(token)?);
         check_duration("next_keep_alive_in_ms", lease, sh.limits.max_keep_alive)?;
         check_count(
             "task_grant_ids",
@@ -419,27 +456,28 @@ impl Scheduler {
         Ok(sh.with_state(|st, now| {
             grant_ids
                 .iter()
-                .map(|&id| st.renew(id, lease, now))
+                .map(|&id| st.renew(id, caller, lease, now))
                 .collect()
         }))
     }
 
-    /// `FreeTask`: releases every known id (unknown ids are skipped, never
-    /// stopping early) and serves waiting requests at once.
-    pub fn free(&self, token: &str, grant_ids: &[u64]) -> Result<(), Rejection> {
+    /// `FreeTask`: releases every known id this caller received (unknown ids
+    /// and other callers' grants are skipped, never stopping early) and
+    /// serves waiting requests at once.
+    pub fn free(&self, token: &str, requester: IpAddr, grant_ids: &[u64]) -> Result<(), Rejection> {
         let sh = self.shared();
-        sh.check_user(token)?;
+        let caller = Owner::new(requester, &sh.check_user(token)?);
         check_count(
             "task_grant_ids",
             grant_ids.len(),
             sh.limits.max_ids_per_request,
         )?;
-        sh.with_state(|st, now| st.free_ids(grant_ids, now));
+        sh.with_state(|st, now| st.free_ids(grant_ids, caller, now));
         Ok(())
     }
 
-    /// `GetRunningTasks`: every task servants reported, with the servant's
-    /// observed location. Cached; rebuilt (outside the lock) only after a
+    /// `GetRunningTasks`: the tasks verified servants not behind NAT reported
+    /// under grants live there, with the servant's observed location. Cached; rebuilt (outside the lock) only after a
     /// heartbeat or expiry changed it.
     pub fn running_tasks(&self) -> Arc<[RunningTask]> {
         let sh = self.shared();

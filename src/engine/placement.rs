@@ -25,7 +25,7 @@ use std::sync::Arc;
 use super::servants::ServantKey;
 use super::state::State;
 use super::types::ServantPriority;
-use super::waiters::Waiter;
+use super::waiters::WaitQueue;
 
 /// Index of an environment slot in [`Envs`].
 pub(crate) type EnvId = usize;
@@ -137,8 +137,8 @@ pub(crate) struct EnvEntry {
     /// Servants with a free slot, in placement order (held keys may lag
     /// below the true ones after grants; see the module documentation).
     pub free: BTreeSet<PlaceKey>,
-    /// Queued requests in arrival order (global sequence number).
-    pub waiters: BTreeMap<u64, Waiter>,
+    /// Queued requests, by machine (see `waiters`).
+    pub waiters: WaitQueue,
 }
 
 impl EnvEntry {
@@ -178,7 +178,7 @@ impl Envs {
             offering: 0,
             accepting: BTreeMap::new(),
             free: BTreeSet::new(),
-            waiters: BTreeMap::new(),
+            waiters: WaitQueue::default(),
         };
         let id = match self.vacant.pop() {
             Some(id) => {

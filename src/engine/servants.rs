@@ -12,7 +12,8 @@ use super::placement::{
 };
 use super::state::{State, later};
 use super::types::{
-    Heartbeat, HeartbeatReply, NotAcceptingReason, ReportedTask, RunningTask, ServantPriority,
+    Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask, RunningTask,
+    ServantPriority,
 };
 
 /// Registration sequence number: identifies a servant and orders ties
@@ -42,8 +43,14 @@ pub(crate) struct Servant {
     pub grants: HashSet<u64>,
     /// The zombie subset of `grants`.
     pub zombies: HashSet<u64>,
+    /// The adopted subset of `grants`: each ends when the servant stops listing it.
+    pub adopted: HashSet<u64>,
     pub ever_assigned: u64,
+    /// What `GetRunningTasks` shows of its last report (see
+    /// [`State::heartbeat`]).
     pub reported_tasks: Arc<[RunningTask]>,
+    /// Length of its last report as sent (counted against `max_reported_tasks`).
+    pub reported_count: usize,
     pub discovered_at: Instant,
     pub expires_at: Instant,
     pub leaving: bool,
@@ -69,8 +76,10 @@ impl Servant {
             memory_ok: true,
             grants: HashSet::new(),
             zombies: HashSet::new(),
+            adopted: HashSet::new(),
             ever_assigned: 0,
             reported_tasks: Arc::from(Vec::new()),
+            reported_count: 0,
             discovered_at: now,
             expires_at: now,
             leaving: false,
@@ -164,40 +173,55 @@ pub(crate) fn effective_processors(num_processors: u32, capacity: u32) -> u32 {
     }
 }
 
-/// Rule "location": the observed location is the peer IP plus the reported
-/// port; both sides are normalised (IPv4-mapped IPv6 becomes IPv4).
-pub(crate) fn locations(hb: &Heartbeat) -> (SocketAddr, SocketAddr) {
-    let port = hb.reported_location.port();
-    let observed = SocketAddr::new(hb.observed_ip.to_canonical(), port);
-    let reported = SocketAddr::new(hb.reported_location.ip().to_canonical(), port);
-    (observed, reported)
+/// Rule "location": `location` must be `a.b.c.d:port` or `[v6]:port`.
+pub(crate) fn parse_location(location: &str) -> Result<SocketAddr, Rejection> {
+    location.parse().map_err(|_| {
+        Rejection::InvalidArgument(format!(
+            "location {location:?} is not IP:port (a.b.c.d:port or [v6]:port)"
+        ))
+    })
 }
 
-fn same_report(old: &[RunningTask], new: &[ReportedTask]) -> bool {
-    old.len() == new.len()
-        && old.iter().zip(new).all(|(a, b)| {
-            a.grant_id == b.grant_id
-                && a.servant_task_id == b.servant_task_id
-                && a.task_digest == b.task_digest
-        })
+/// Rule "location": the observed location is the peer IP plus the reported
+/// port; both sides are normalised (IPv4-mapped IPv6 becomes IPv4).
+pub(crate) fn locations(hb: &Heartbeat, reported: SocketAddr) -> (SocketAddr, SocketAddr) {
+    let port = reported.port();
+    let observed = SocketAddr::new(hb.observed_ip.to_canonical(), port);
+    let reported = SocketAddr::new(reported.ip().to_canonical(), port);
+    (observed, reported)
 }
 
 impl State {
     /// Applies a validated heartbeat: upsert by observed location, replace the
     /// whole record, check the running tasks, move the servant in the indexes
     /// and serve queued requests if it gained capacity. O(environments +
-    /// reported tasks) x log n.
+    /// reported tasks) x log n. Fails only if the report would take the
+    /// cluster's reported tasks past `max_reported_tasks` (nothing changes then).
     pub(crate) fn heartbeat(
         &mut self,
         hb: Heartbeat,
+        reported: SocketAddr,
         verified: bool,
         now: Instant,
-    ) -> HeartbeatReply {
-        let (observed, reported) = locations(&hb);
+    ) -> Result<HeartbeatReply, Rejection> {
+        let (observed, reported) = locations(&hb, reported);
+        let previous = self
+            .by_addr
+            .get(&observed)
+            .map_or(0, |key| self.servants[key].reported_count);
+        let total = self.reported_total - previous + hb.running_tasks.len();
+        if total > self.max_reported_tasks {
+            return Err(Rejection::InvalidArgument(format!(
+                "running_tasks: the cluster would report {total} running tasks, more than the {} limit",
+                self.max_reported_tasks
+            )));
+        }
+        self.reported_total = total;
+        let behind_nat = observed != reported;
         let leaving = hb.next_heartbeat_in.is_zero();
         let (max_tasks, reason) = admission(
             verified,
-            observed != reported,
+            behind_nat,
             leaving,
             hb.capacity,
             hb.not_accepting_reason,
@@ -254,25 +278,19 @@ impl State {
         s.memory_available = hb.memory_available;
         s.memory_ok = hb.total_memory == 0 || hb.memory_available >= self.min_memory;
         s.leaving = leaving;
+        s.reported_count = hb.running_tasks.len();
         self.servant_deadlines.remove(&(s.expires_at, key));
         self.servant_deadlines.insert((expires_at, key));
         s.expires_at = expires_at;
         self.note_deadline(expires_at);
 
-        let expired = self.examine_running_tasks(key, &hb.running_tasks, now);
+        let trusted = verified && !behind_nat;
+        let expired = self.examine_running_tasks(key, &hb.running_tasks, trusted, now);
+        let shown = self.shown_running_tasks(key, observed, hb.running_tasks, trusted);
 
         let s = self.servants.get_mut(&key).expect("registered above");
-        if !same_report(&s.reported_tasks, &hb.running_tasks) {
-            s.reported_tasks = hb
-                .running_tasks
-                .into_iter()
-                .map(|t| RunningTask {
-                    servant: observed,
-                    servant_task_id: t.servant_task_id,
-                    grant_id: t.grant_id,
-                    task_digest: t.task_digest,
-                })
-                .collect();
+        if *s.reported_tasks != *shown {
+            s.reported_tasks = shown.into();
             self.running_version += 1;
         }
 
@@ -280,10 +298,41 @@ impl State {
         sync(&mut self.envs, &mut s.envs, old, new, &mut fx);
         self.apply(fx, now);
 
-        HeartbeatReply {
+        Ok(HeartbeatReply {
             acceptable_tokens: self.tokens.current(now).to_vec(),
             expired_grant_ids: expired,
+        })
+    }
+
+    /// Rule "what is kept for GetRunningTasks": only reported tasks whose
+    /// grant is live on this servant (ids returned as expired and zombies are
+    /// left out), and nothing from a servant behind NAT or not verified:
+    /// delegates attach to what this list names, so each entry must be a
+    /// task that will finish, on a machine they can reach.
+    fn shown_running_tasks(
+        &self,
+        key: ServantKey,
+        observed: SocketAddr,
+        tasks: Vec<ReportedTask>,
+        trusted: bool,
+    ) -> Vec<RunningTask> {
+        if !trusted {
+            return Vec::new();
         }
+        tasks
+            .into_iter()
+            .filter(|t| {
+                self.grants
+                    .get(&t.grant_id)
+                    .is_some_and(|g| g.servant == key && !g.zombie)
+            })
+            .map(|t| RunningTask {
+                servant: observed,
+                servant_task_id: t.servant_task_id,
+                grant_id: t.grant_id,
+                task_digest: t.task_digest,
+            })
+            .collect()
     }
 
     fn register(&mut self, observed: SocketAddr, now: Instant) -> ServantKey {
@@ -298,61 +347,80 @@ impl State {
 
     /// Rule "running-task report": a reported grant id that is not a live
     /// grant of this servant is returned as expired, except that during the
-    /// adoption window after start an id unknown everywhere is adopted as a
-    /// grant on this servant. Zombies of this servant that are no longer
-    /// reported are forgotten. Does not touch the indexes (the caller reindexes
-    /// once).
+    /// adoption window an id this instance never issued, reported by a
+    /// `trusted` servant (verified, not behind NAT), is adopted as a grant on
+    /// it (rule "adoption", see `adoption`). Zombies and adopted grants of
+    /// this servant that it no longer reports are forgotten. Does not touch
+    /// the indexes (the caller reindexes once).
     fn examine_running_tasks(
         &mut self,
         key: ServantKey,
         tasks: &[ReportedTask],
+        trusted: bool,
         now: Instant,
     ) -> Vec<u64> {
-        let adopting = now < self.adoption_until;
         let mut expired = Vec::new();
         for task in tasks {
             let id = task.grant_id;
             match self.grants.get(&id) {
                 Some(g) if g.servant == key && !g.zombie => {}
                 Some(_) => expired.push(id),
-                None if adopting && id != 0 => self.adopt(key, id, now),
+                None if trusted && self.adoption.may_adopt(id, now) => self.adopt(key, id, now),
                 None => expired.push(id),
             }
         }
 
         let s = self.servants.get_mut(&key).expect("caller registered it");
-        if !s.zombies.is_empty() {
+        if !s.zombies.is_empty() || !s.adopted.is_empty() {
             let mut listed: Vec<u64> = tasks.iter().map(|t| t.grant_id).collect();
             listed.sort_unstable();
-            let gone: Vec<u64> = s
+            let gone: Vec<(u64, bool)> = s
                 .zombies
                 .iter()
+                .chain(s.adopted.iter())
                 .copied()
-                .filter(|z| listed.binary_search(z).is_err())
+                .filter(|id| listed.binary_search(id).is_err())
+                .map(|id| (id, s.zombies.contains(&id)))
                 .collect();
-            for id in gone {
+            for (id, zombie) in gone {
+                let s = self.servants.get_mut(&key).expect("caller registered it");
+                if !s.grants.remove(&id) {
+                    continue; // both a zombie and adopted: done already
+                }
                 s.zombies.remove(&id);
-                s.grants.remove(&id);
-                self.grants.remove(&id);
-                self.counters.zombies_reaped += 1;
+                s.adopted.remove(&id);
+                self.forget(id);
+                if zombie {
+                    self.counters.zombies_reaped += 1;
+                } else {
+                    self.counters.adoptions_ended += 1;
+                }
             }
         }
         expired
     }
 
-    /// Rule "adoption": a task the servant runs under a grant this (restarted)
-    /// engine does not know becomes a grant with `adopted_lease`.
+    /// Rule "adoption": a task a trusted servant runs under a grant this
+    /// (restarted) engine never issued becomes a grant with `adopted_lease`,
+    /// or longer if its owner renewed it before the servant reported it; its
+    /// first renewer (that one, or a later one) owns it.
     fn adopt(&mut self, key: ServantKey, id: u64, now: Instant) {
-        let lease_until = later(now, self.adopted_lease);
+        let early = self.adoption.take_pending(id);
+        let mut lease_until = later(now, self.adopted_lease);
+        if let Some(p) = early {
+            lease_until = lease_until.max(p.lease_until);
+            self.requesters.adopted_by(p.owner.ip);
+        }
         let s = self.servants.get_mut(&key).expect("caller registered it");
         s.grants.insert(id);
+        s.adopted.insert(id);
         s.ever_assigned += 1;
         self.grants.insert_adopted(
             id,
             GrantRec {
                 servant: key,
                 servant_addr: s.observed,
-                requester: None,
+                owner: early.map(|p| p.owner),
                 environment: None,
                 granted_at: now,
                 lease_until,
@@ -374,12 +442,9 @@ impl State {
         };
         self.by_addr.remove(&s.observed);
         self.servant_deadlines.remove(&(s.expires_at, key));
+        self.reported_total -= s.reported_count;
         for id in &s.grants {
-            if let Some(g) = self.grants.remove(id) {
-                if !g.zombie {
-                    self.grant_deadlines.remove(&(g.lease_until, *id));
-                }
-            }
+            self.forget(*id);
         }
         detach(&mut self.envs, &s.envs, fx);
         if !s.reported_tasks.is_empty() {

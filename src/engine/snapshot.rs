@@ -22,6 +22,9 @@ pub struct Snapshot {
     pub grants: Vec<GrantView>,
     /// Environments, sorted by digest.
     pub environments: Vec<EnvironmentView>,
+    /// Requesting machines (holding or waiting for grants, or seen
+    /// recently), sorted by IP.
+    pub requesters: Vec<RequesterView>,
     /// Sums over the cluster.
     pub totals: ClusterTotals,
     /// Event counters since start.
@@ -106,12 +109,28 @@ pub struct EnvironmentView {
     pub digest: String,
     /// Live servants offering it.
     pub servants: usize,
-    /// Sum of `capacity_available` of those servants.
-    pub capacity_available: u32,
+    /// Sum of `capacity_available` of those servants (u64: a sum over
+    /// servants of u32 values cannot overflow it).
+    pub capacity_available: u64,
     /// Sum of grants counted against those servants.
-    pub running: u32,
+    pub running: u64,
     /// Requests queued for it.
     pub waiters: usize,
+}
+
+/// One requesting machine (a delegate's IP), for the Requesters view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequesterView {
+    /// Its IP as the scheduler sees it.
+    pub ip: IpAddr,
+    /// Grants it owns now (live and zombie).
+    pub grants_held: u64,
+    /// Its calls waiting for quota now.
+    pub waiting: u64,
+    /// Grants made to it since start.
+    pub grants_total: u64,
+    /// Its renewals and frees of grants it does not own, refused since start.
+    pub refused_total: u64,
 }
 
 /// Cluster-wide sums (the reference dump's totals, plus queue and grant counts).
@@ -152,6 +171,15 @@ pub struct Counters {
     pub zombies_reaped: u64,
     /// Unknown running tasks adopted during the adoption window.
     pub adoptions: u64,
+    /// Adopted grants that ended because their servant stopped listing them.
+    pub adoptions_ended: u64,
+    /// Renewals inside the adoption window of ids no servant had reported
+    /// yet, answered true and remembered.
+    pub early_renewals: u64,
+    /// Renewals refused because the grant belongs to another requester.
+    pub renewals_refused: u64,
+    /// Frees skipped because the grant belongs to another requester.
+    pub frees_refused: u64,
     /// Servants removed after expiry or leaving.
     pub servants_expired: u64,
     /// Requests answered `NoQuotaAvailable`.
@@ -239,7 +267,7 @@ impl State {
             .iter()
             .map(|(id, g)| GrantView {
                 id,
-                requester: g.requester,
+                requester: g.owner.map(|o| o.ip),
                 servant: g.servant_addr,
                 environment: g.environment.as_deref().map(str::to_owned),
                 age: now.saturating_duration_since(g.granted_at),
@@ -272,17 +300,31 @@ impl State {
                 if let Ok(i) = environments.binary_search_by(|e| e.digest.as_str().cmp(&link.name))
                 {
                     let e = &mut environments[i];
-                    e.capacity_available += s.capacity_available();
-                    e.running += s.granted();
+                    e.capacity_available += u64::from(s.capacity_available());
+                    e.running += u64::from(s.granted());
                 }
             }
         }
+
+        let mut requesters: Vec<RequesterView> = self
+            .requesters
+            .iter()
+            .map(|(&ip, r)| RequesterView {
+                ip,
+                grants_held: r.held,
+                waiting: r.waiting as u64,
+                grants_total: r.grants_total,
+                refused_total: r.refused_total,
+            })
+            .collect();
+        requesters.sort_unstable_by_key(|r| r.ip);
 
         Snapshot {
             uptime: now.saturating_duration_since(self.start),
             servants,
             grants,
             environments,
+            requesters,
             totals,
             counters: self.counters,
             serving_daemon_tokens_rollout_in: self.tokens.rollout_in(now),

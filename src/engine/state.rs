@@ -9,8 +9,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Config;
+use super::adoption::AdoptionWindow;
 use super::grants::GrantTable;
 use super::placement::{Effects, Envs};
+use super::requesters::Requesters;
 use super::servants::{Servant, ServantKey};
 use super::snapshot::Counters;
 use super::tokens::TokenRing;
@@ -27,11 +29,16 @@ pub(crate) fn later(now: Instant, d: Duration) -> Instant {
 /// is never held across an `.await`).
 pub(crate) struct State {
     pub start: Instant,
-    /// Unknown running tasks reported before this instant are adopted.
-    pub adoption_until: Instant,
+    /// What the adoption window after start remembers.
+    pub adoption: AdoptionWindow,
     pub adopted_lease: Duration,
     pub min_memory: u64,
     pub max_waiters: usize,
+    pub max_waiters_per_machine: usize,
+    /// Bound on the sum of all servants' reported running tasks.
+    pub max_reported_tasks: usize,
+    /// Sum of the lengths of the servants' last reports (as sent).
+    pub reported_total: usize,
 
     pub servants: HashMap<ServantKey, Servant>,
     pub by_addr: HashMap<SocketAddr, ServantKey>,
@@ -46,6 +53,8 @@ pub(crate) struct State {
 
     pub next_waiter_seq: u64,
     pub waiter_count: usize,
+    /// Requesting machines: ownership figures, last served, waiting.
+    pub requesters: Requesters,
 
     pub tokens: TokenRing,
     pub counters: Counters,
@@ -67,10 +76,18 @@ impl State {
     pub(crate) fn new(config: &Config, now: Instant) -> Self {
         State {
             start: now,
-            adoption_until: later(now, config.adoption_window),
+            adoption: AdoptionWindow::new(
+                later(now, config.adoption_window),
+                now,
+                config.limits.max_adoption_retired_ids,
+                config.limits.max_adoption_early_renewals,
+            ),
             adopted_lease: config.adopted_lease,
             min_memory: config.servant_min_memory_for_accepting_new_task,
             max_waiters: config.limits.max_waiters,
+            max_waiters_per_machine: config.limits.max_waiters_per_machine,
+            max_reported_tasks: config.limits.max_reported_tasks,
+            reported_total: 0,
             servants: HashMap::new(),
             by_addr: HashMap::new(),
             next_servant_key: 1,
@@ -80,8 +97,9 @@ impl State {
             grant_deadlines: BTreeSet::new(),
             next_waiter_seq: 1,
             waiter_count: 0,
+            requesters: Requesters::new(config.limits.max_requesters),
             tokens: TokenRing::new(
-                config.serving_daemon_token_secret.clone(),
+                config.serving_daemon_token_secret.clone().map(|s| s.0),
                 config.serving_daemon_token_rollout_interval,
                 now,
             ),
@@ -95,14 +113,12 @@ impl State {
         }
     }
 
-    /// The earliest servant expiry or lease end, for the expiry task.
+    /// The earliest servant expiry, lease end or end of the adoption
+    /// window, for the expiry task.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let s = self.servant_deadlines.first().map(|d| d.0);
         let g = self.grant_deadlines.first().map(|d| d.0);
-        match (s, g) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [s, g, self.adoption.deadline()].into_iter().flatten().min()
     }
 
     /// Records that a deadline `at` was just added; wakes the expiry task only
@@ -116,6 +132,8 @@ impl State {
     /// Rule "expiry": servants past their expiry are removed with everything
     /// on them, then grants past their lease become zombies.
     pub(crate) fn expire(&mut self, now: Instant) {
+        // Frees the window's memory once it is over.
+        self.adoption.is_open(now);
         let mut fx = Effects::default();
         while let Some(&(at, key)) = self.servant_deadlines.first() {
             if at > now {

@@ -15,6 +15,8 @@ use super::*;
 const USER: &str = "user-token-1";
 const SERVANT: &str = "servant-token-1";
 const ENV: &str = "gcc-12-digest";
+/// The requesting machine of `req()` (no servant there).
+const HOME: &str = "10.9.9.9";
 
 fn secs(n: u64) -> Duration {
     Duration::from_secs(n)
@@ -36,8 +38,8 @@ fn addr(s: &str) -> SocketAddr {
 /// reported ids are expired at once, as in the reference).
 fn config() -> Config {
     Config {
-        user_tokens: vec![USER.to_owned()],
-        servant_tokens: vec![SERVANT.to_owned()],
+        user_tokens: TokenSet::new([USER]),
+        servant_tokens: TokenSet::new([SERVANT]),
         adoption_window: Duration::ZERO,
         ..Config::default()
     }
@@ -48,9 +50,9 @@ fn config() -> Config {
 fn hb(location: &str, capacity: u32) -> Heartbeat {
     let a = addr(location);
     Heartbeat {
-        token: SERVANT.to_owned(),
+        token: SERVANT.into(),
         observed_ip: a.ip(),
-        reported_location: a,
+        location: location.to_owned(),
         next_heartbeat_in: secs(10),
         version: 1,
         num_processors: capacity,
@@ -84,8 +86,8 @@ fn req_from(requester: &str) -> GrantRequest {
 
 fn req() -> GrantRequest {
     GrantRequest {
-        token: USER.to_owned(),
-        requester_ip: ip("10.9.9.9"),
+        token: USER.into(),
+        requester_ip: ip(HOME),
         wait: Duration::ZERO,
         environment: ENV.to_owned(),
         immediate: 1,
@@ -119,7 +121,7 @@ async fn grant_one(s: &Scheduler, r: GrantRequest) -> Grant {
 }
 
 fn free_one(s: &Scheduler, id: u64) {
-    s.free(USER, &[id]).expect("free");
+    s.free(USER, ip(HOME), &[id]).expect("free");
 }
 
 fn servant_view(s: &Scheduler, location: &str) -> ServantView {
@@ -183,11 +185,11 @@ async fn full_lifecycle_heartbeat_grant_renew_free_expiry() {
 
     // Renew: unknown -> false, ours -> true.
     assert_eq!(
-        s.keep_alive(USER, &[12_345_678], secs(1)).unwrap(),
+        s.keep_alive(USER, ip("127.0.0.1"), &[12_345_678], secs(1)).unwrap(),
         vec![false]
     );
     assert_eq!(
-        s.keep_alive(USER, &grants, secs(1)).unwrap(),
+        s.keep_alive(USER, ip("127.0.0.1"), &grants, secs(1)).unwrap(),
         vec![true; 10]
     );
 
@@ -200,7 +202,7 @@ async fn full_lifecycle_heartbeat_grant_renew_free_expiry() {
     // Leases end: renewals fail, listed ids come back expired.
     advance(secs(2)).await;
     assert_eq!(
-        s.keep_alive(USER, &grants, secs(1)).unwrap(),
+        s.keep_alive(USER, ip("127.0.0.1"), &grants, secs(1)).unwrap(),
         vec![false; 10]
     );
     let mut beat = hb("127.0.0.1:1234", 10);
@@ -208,7 +210,7 @@ async fn full_lifecycle_heartbeat_grant_renew_free_expiry() {
     assert_eq!(s.heartbeat(beat).unwrap().expired_grant_ids, grants);
 
     // Free them all; the servant then expires.
-    s.free(USER, &grants).unwrap();
+    s.free(USER, ip("127.0.0.1"), &grants).unwrap();
     let mut beat = hb("127.0.0.1:1234", 10);
     beat.next_heartbeat_in = secs(1);
     s.heartbeat(beat).unwrap();
@@ -285,7 +287,7 @@ async fn placement_load_balance_sequence_is_a_b_c_b_a_b_c() {
         let g = grant_one(&s, req_from("127.0.0.3")).await;
         let (name, beat) = servants
             .iter_mut()
-            .find(|(_, b)| b.reported_location == g.servant)
+            .find(|(_, b)| addr(&b.location) == g.servant)
             .expect("one of the three");
         picks.push(*name);
         // The picked servant reports our task as one more unit of load.
@@ -431,14 +433,14 @@ async fn tokens_without_intersection() {
         Rejection::AccessDenied
     );
     assert_eq!(
-        s.keep_alive("nope", &[1], secs(1)).unwrap_err(),
+        s.keep_alive("nope", ip(HOME), &[1], secs(1)).unwrap_err(),
         Rejection::AccessDenied
     );
-    assert_eq!(s.free("nope", &[1]).unwrap_err(), Rejection::AccessDenied);
+    assert_eq!(s.free("nope", ip(HOME), &[1]).unwrap_err(), Rejection::AccessDenied);
 
     // A servant token is not a user token.
     assert_eq!(s.get_config(SERVANT).unwrap_err(), Rejection::AccessDenied);
-    assert_eq!(s.free(SERVANT, &[1]).unwrap_err(), Rejection::AccessDenied);
+    assert_eq!(s.free(SERVANT, ip(HOME), &[1]).unwrap_err(), Rejection::AccessDenied);
 
     // Heartbeat with only a user token: recorded, capacity 0, not verified.
     let mut user_only = hb("10.0.0.1:8335", 4);
@@ -466,8 +468,8 @@ async fn tokens_without_intersection() {
 #[tokio::test(start_paused = true)]
 async fn tokens_with_intersection() {
     let s = Scheduler::new(Config {
-        user_tokens: vec!["both".into(), USER.into()],
-        servant_tokens: vec!["both".into()],
+        user_tokens: TokenSet::new(["both", USER]),
+        servant_tokens: TokenSet::new(["both"]),
         ..config()
     });
     let mut b = hb("10.0.0.1:8335", 4);
@@ -483,31 +485,75 @@ async fn tokens_with_intersection() {
         },
     )
     .await;
-    s.free("both", &[g.id]).unwrap();
+    s.free("both", ip(HOME), &[g.id]).unwrap();
+}
+
+#[test]
+fn token_flag_entries_are_literal_and_an_empty_entry_is_the_empty_token() {
+    // `--acceptable_user_tokens="a, "`: the tokens `a` and ` `, nobody else.
+    let set = TokenSet::from_flag("a, ");
+    assert!(set.accepts_token("a"));
+    assert!(set.accepts_token(" "));
+    assert!(!set.accepts_token("anything"));
+    assert!(!set.accepts_token(""));
+    assert!(!set.accepts_anyone() && !set.accepts_empty_token());
+    // No trimming: " a" is not "a".
+    assert!(!TokenSet::from_flag(" a").accepts_token("a"));
+    // `a,` and `,a`: `a` and the empty token (daemons without --token).
+    for flag in ["a,", ",a"] {
+        let set = TokenSet::from_flag(flag);
+        assert!(set.accepts_token("a") && set.accepts_token(""), "{flag}");
+        assert!(!set.accepts_token("b"), "{flag}");
+        assert!(set.accepts_empty_token() && !set.accepts_anyone(), "{flag}");
+        assert_eq!(set.len(), 2);
+    }
+    // Only an explicitly empty whole flag is the open mode.
+    let open = TokenSet::from_flag("");
+    assert!(open.accepts_anyone() && open.accepts_token("whatever"));
+    // An empty list accepts nobody.
+    assert!(!TokenSet::new(Vec::<String>::new()).accepts_token(""));
+    assert!(!TokenSet::default().accepts_token("a"));
 }
 
 #[tokio::test(start_paused = true)]
-async fn tokens_empty_entry_means_anyone_and_empty_list_means_nobody() {
+async fn tokens_empty_entry_is_the_empty_token_open_flag_is_anyone() {
+    let listed = Scheduler::new(Config {
+        user_tokens: TokenSet::from_flag(","),
+        servant_tokens: TokenSet::from_flag("s,"),
+        ..config()
+    });
+    assert!(listed.get_config("").is_ok());
+    assert_eq!(
+        listed.get_config("whatever").unwrap_err(),
+        Rejection::AccessDenied
+    );
+    let mut b = hb("10.0.0.1:8335", 4);
+    b.token = "anything".into();
+    assert_eq!(listed.heartbeat(b).unwrap_err(), Rejection::AccessDenied);
+    let mut b = hb("10.0.0.1:8335", 4);
+    b.token = "".into();
+    listed.heartbeat(b).unwrap();
+    assert_eq!(servant_view(&listed, "10.0.0.1:8335").max_tasks, 4);
+
     let open = Scheduler::new(Config {
-        user_tokens: vec![String::new()],
-        servant_tokens: vec![String::new()],
+        user_tokens: TokenSet::from_flag(""),
+        servant_tokens: TokenSet::from_flag(""),
         ..config()
     });
     assert!(open.get_config("whatever").is_ok());
-    assert!(open.get_config("").is_ok());
     let mut b = hb("10.0.0.1:8335", 4);
     b.token = "anything".into();
     open.heartbeat(b).unwrap();
     assert_eq!(servant_view(&open, "10.0.0.1:8335").max_tasks, 4);
 
     let closed = Scheduler::new(Config {
-        user_tokens: Vec::new(),
-        servant_tokens: Vec::new(),
+        user_tokens: TokenSet::default(),
+        servant_tokens: TokenSet::default(),
         ..config()
     });
     assert_eq!(closed.get_config("").unwrap_err(), Rejection::AccessDenied);
     let mut b = hb("10.0.0.1:8335", 4);
-    b.token = String::new();
+    b.token = "".into();
     assert_eq!(closed.heartbeat(b).unwrap_err(), Rejection::AccessDenied);
 }
 
@@ -551,7 +597,7 @@ async fn token_rollout_ring_of_three() {
 async fn token_ring_survives_restart_with_the_same_secret() {
     let secret = b"a shared secret of the deployment".to_vec();
     let cfg = Config {
-        serving_daemon_token_secret: Some(secret.clone()),
+        serving_daemon_token_secret: Some(secret.clone().into()),
         ..config()
     };
     let a = Scheduler::new(cfg.clone());
@@ -585,7 +631,7 @@ async fn token_ring_survives_restart_with_the_same_secret() {
 
 #[test]
 fn token_set_compares_every_token() {
-    let set = tokens::TokenSet::new(&["alpha".into(), "beta".into()]);
+    let set = TokenSet::new(["alpha", "beta"]);
     assert!(set.accepts(&tokens::digest("alpha")));
     assert!(set.accepts(&tokens::digest("beta")));
     assert!(!set.accepts(&tokens::digest("alph")));
@@ -737,7 +783,7 @@ async fn heartbeat_leaving_servant_has_zero_capacity_and_is_removed() {
     assert!(snap.servants.is_empty());
     assert!(snap.grants.is_empty());
     assert_eq!(snap.counters.servants_expired, 1);
-    assert_eq!(s.keep_alive(USER, &[g.id], secs(1)).unwrap(), vec![false]);
+    assert_eq!(s.keep_alive(USER, ip(HOME), &[g.id], secs(1)).unwrap(), vec![false]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -810,11 +856,26 @@ async fn invalid_argument_limits() {
         "env_descs has 1025 entries, more than the 1024 limit",
     );
     let mut b = hb("10.0.0.1:8335", 4);
-    b.running_tasks = (1..=65_537).map(task).collect();
+    b.running_tasks = (1..=8193).map(task).collect();
     invalid(
         s.heartbeat(b),
-        "running_tasks has 65537 entries, more than the 65536 limit",
+        "running_tasks has 8193 entries, more than the 8192 limit",
     );
+    let mut b = hb("10.0.0.1:8335", 4);
+    b.environments = vec!["d".repeat(257)];
+    invalid(
+        s.heartbeat(b),
+        "env_descs.compiler_digest is 257 bytes long, more than the 256 byte limit",
+    );
+    let mut b = hb("10.0.0.1:8335", 4);
+    b.running_tasks = vec![ReportedTask {
+        task_digest: "t".repeat(257),
+        ..task(1)
+    }];
+    invalid(s.heartbeat(b), "running_tasks.task_digest is 257 bytes");
+    let mut b = hb("10.0.0.1:8335", 4);
+    b.location = "10.0.0.1".into();
+    invalid(s.heartbeat(b), "location \"10.0.0.1\" is not IP:port");
 
     invalid(
         s.wait_for_starting_task(req_wait(ms(20_000))).await,
@@ -847,33 +908,23 @@ async fn invalid_argument_limits() {
     );
     invalid(
         s.wait_for_starting_task(GrantRequest {
-            immediate: 1000,
-            prefetch: 25,
+            environment: "e".repeat(257),
             ..req()
         })
         .await,
-        "immediate_reqs + prefetch_reqs is 1025, more than the 1024 limit",
+        "env_desc.compiler_digest is 257 bytes long",
     );
     invalid(
-        s.wait_for_starting_task(GrantRequest {
-            immediate: u32::MAX,
-            prefetch: u32::MAX,
-            ..req()
-        })
-        .await,
-        "more than the 1024 limit",
-    );
-    invalid(
-        s.keep_alive(USER, &[1], ms(30_001)),
+        s.keep_alive(USER, ip(HOME), &[1], ms(30_001)),
         "next_keep_alive_in_ms 30001 exceeds the 30000 ms limit",
     );
     let ids: Vec<u64> = (1..=65_537).collect();
     invalid(
-        s.keep_alive(USER, &ids, secs(1)),
+        s.keep_alive(USER, ip(HOME), &ids, secs(1)),
         "task_grant_ids has 65537 entries, more than the 65536 limit",
     );
     invalid(
-        s.free(USER, &ids),
+        s.free(USER, ip(HOME), &ids),
         "task_grant_ids has 65537 entries, more than the 65536 limit",
     );
 }
@@ -899,7 +950,7 @@ async fn partial_grants_immediate_first_then_prefetch() {
     assert_eq!(ids.len(), 3);
 
     // Prefetch only: the first grant is a prefetch grant.
-    s.free(USER, &grants.iter().map(|g| g.id).collect::<Vec<_>>())
+    s.free(USER, ip(HOME), &grants.iter().map(|g| g.id).collect::<Vec<_>>())
         .unwrap();
     let grants = s
         .wait_for_starting_task(GrantRequest {
@@ -982,15 +1033,15 @@ async fn grant_lease_runs_from_the_moment_of_the_grant() {
     let view = s.snapshot().grants[0].clone();
     assert_eq!(view.lease_left, secs(3));
     advance(ms(2_900)).await;
-    assert_eq!(s.keep_alive(USER, &[g.id], secs(3)).unwrap(), vec![true]);
+    assert_eq!(s.keep_alive(USER, ip(HOME), &[g.id], secs(3)).unwrap(), vec![true]);
     advance(ms(2_900)).await;
     assert_eq!(
-        s.keep_alive(USER, &[g.id], secs(3)).unwrap(),
+        s.keep_alive(USER, ip(HOME), &[g.id], secs(3)).unwrap(),
         vec![true],
         "renewed lease"
     );
     advance(ms(3_100)).await;
-    assert_eq!(s.keep_alive(USER, &[g.id], secs(3)).unwrap(), vec![false]);
+    assert_eq!(s.keep_alive(USER, ip(HOME), &[g.id], secs(3)).unwrap(), vec![false]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -1009,7 +1060,7 @@ async fn keep_alive_one_status_per_id_in_order() {
     let b = grant_one(&s, req()).await;
     advance(secs(2)).await; // z becomes a zombie
     let statuses = s
-        .keep_alive(USER, &[a.id, 777, z.id, b.id, a.id], secs(10))
+        .keep_alive(USER, ip(HOME), &[a.id, 777, z.id, b.id, a.id], secs(10))
         .unwrap();
     assert_eq!(statuses, [true, false, false, true, true]);
 }
@@ -1028,7 +1079,7 @@ async fn free_with_unknown_ids_in_the_middle_frees_all_known_ones() {
         .iter()
         .map(|g| g.id)
         .collect();
-    s.free(USER, &[g[0], 999, g[1], 0, 12345, g[2]]).unwrap();
+    s.free(USER, ip(HOME), &[g[0], 999, g[1], 0, 12345, g[2]]).unwrap();
     let snap = s.snapshot();
     assert!(snap.grants.is_empty());
     assert_eq!(snap.counters.frees, 3);
@@ -1157,27 +1208,34 @@ async fn waiter_timeout_answers_no_quota() {
 
 #[tokio::test(start_paused = true)]
 async fn fairness_100_waiters_served_in_arrival_order() {
+    // One call each from 100 machines never served: arrival order.
     let s = Scheduler::new(config());
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
-    let mut held = grant_one(&s, req()).await;
+    let mut held = (grant_one(&s, req()).await, HOME.to_owned());
     let (tx, mut rx) = mpsc::unbounded_channel();
     for i in 0..100usize {
         let s = s.clone();
         let tx = tx.clone();
+        let machine = format!("10.1.0.{i}");
         tokio::spawn(async move {
-            let r = s.wait_for_starting_task(req_wait(secs(10))).await;
-            let _ = tx.send((i, r));
+            let r = s
+                .wait_for_starting_task(GrantRequest {
+                    wait: secs(10),
+                    ..req_from(&machine)
+                })
+                .await;
+            let _ = tx.send((i, machine, r));
         });
         settle().await; // arrival order = spawn order
     }
     assert_eq!(s.snapshot().totals.waiters, 100);
     for expected in 0..100usize {
-        free_one(&s, held.id);
-        let (i, r) = rx.recv().await.unwrap();
+        s.free(USER, ip(&held.1), &[held.0.id]).unwrap();
+        let (i, machine, r) = rx.recv().await.unwrap();
         assert_eq!(i, expected, "served in arrival order");
         let grants = r.unwrap();
         assert_eq!(grants.len(), 1);
-        held = grants[0];
+        held = (grants[0], machine);
         // Exactly one slot: nobody else got one.
         assert_eq!(s.snapshot().totals.grants, 1);
     }
@@ -1399,7 +1457,7 @@ async fn zombie_counts_until_the_servant_stops_listing_it() {
     )
     .await;
     advance(secs(6)).await;
-    assert_eq!(s.keep_alive(USER, &[g.id], secs(5)).unwrap(), vec![false]);
+    assert_eq!(s.keep_alive(USER, ip(HOME), &[g.id], secs(5)).unwrap(), vec![false]);
     let v = servant_view(&s, "10.0.0.1:8335");
     assert_eq!((v.running, v.zombies), (1, 1));
     assert_eq!(
@@ -1489,10 +1547,10 @@ async fn orphan_sweep_drops_grants_of_an_expired_servant() {
     );
     assert!(s.running_tasks().is_empty(), "reported tasks dropped");
     assert_eq!(
-        s.keep_alive(USER, &[live.id], secs(5)).unwrap(),
+        s.keep_alive(USER, ip(HOME), &[live.id], secs(5)).unwrap(),
         vec![false]
     );
-    s.free(USER, &[live.id, zombie.id]).unwrap();
+    s.free(USER, ip(HOME), &[live.id, zombie.id]).unwrap();
     assert_eq!(s.snapshot().counters.frees, 0);
 }
 
@@ -1533,7 +1591,7 @@ async fn adoption_window_adopts_unknown_tasks_then_expires_them() {
 
     // The owner renews 42 and frees nothing; 43 is never renewed.
     advance(secs(10)).await;
-    assert_eq!(s.keep_alive(USER, &[42], secs(15)).unwrap(), vec![true]);
+    assert_eq!(s.keep_alive(USER, ip(HOME), &[42], secs(15)).unwrap(), vec![true]);
     assert!(
         s.heartbeat(beat(&[42, 43]))
             .unwrap()
@@ -1546,11 +1604,11 @@ async fn adoption_window_adopts_unknown_tasks_then_expires_them() {
     let reply = s.heartbeat(beat(&[42, 43, 44])).unwrap();
     assert_eq!(reply.expired_grant_ids, vec![43, 44]);
     assert_eq!(
-        s.keep_alive(USER, &[42, 43], secs(15)).unwrap(),
+        s.keep_alive(USER, ip(HOME), &[42, 43], secs(15)).unwrap(),
         [true, false]
     );
     // Adopted grants are freeable.
-    s.free(USER, &[42]).unwrap();
+    s.free(USER, ip(HOME), &[42]).unwrap();
     assert_eq!(grant_one(&s, req()).await.servant.port(), 8335);
 }
 
@@ -1578,30 +1636,79 @@ async fn running_tasks_use_the_observed_location_and_are_cached() {
     let mut b = hb("10.0.0.1:8335", 4);
     b.running_tasks = vec![task(g.id)];
     s.heartbeat(b.clone()).unwrap();
-    // A NAT-ed servant: reported 10.0.0.7, seen as 172.16.0.7.
-    let mut nat = hb("10.0.0.7:8335", 4);
-    nat.observed_ip = ip("172.16.0.7");
-    nat.running_tasks = vec![task(5)];
-    s.heartbeat(nat.clone()).unwrap();
 
     let list = s.running_tasks();
-    assert_eq!(list.len(), 2);
+    assert_eq!(list.len(), 1);
     assert_eq!(list[0].servant, addr("10.0.0.1:8335"));
     assert_eq!(list[0].grant_id, g.id);
     assert_eq!(list[0].task_digest, format!("task-{}", g.id));
-    assert_eq!(list[1].servant, addr("172.16.0.7:8335"));
 
     // Unchanged reports: the same cached list.
-    s.heartbeat(b).unwrap();
+    s.heartbeat(b.clone()).unwrap();
     assert!(Arc::ptr_eq(&list, &s.running_tasks()));
     // A changed report is seen once the list is older than the refresh
     // interval: until then every caller shares the list already built.
-    nat.running_tasks.clear();
-    s.heartbeat(nat).unwrap();
+    b.running_tasks.clear();
+    s.heartbeat(b).unwrap();
     assert!(Arc::ptr_eq(&list, &s.running_tasks()));
     advance(config().running_tasks_refresh).await;
-    let list2 = s.running_tasks();
-    assert_eq!(list2.len(), 1);
+    assert!(s.running_tasks().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn running_tasks_list_only_live_grants_of_trusted_servants() {
+    let s = Scheduler::new(Config {
+        running_tasks_refresh: Duration::ZERO,
+        ..config()
+    });
+    let beat = |location: &str, tasks: &[u64]| {
+        let mut b = hb(location, 4);
+        b.next_heartbeat_in = secs(30);
+        b.running_tasks = tasks.iter().map(|&id| task(id)).collect();
+        b
+    };
+    s.heartbeat(beat("10.0.0.1:8335", &[])).unwrap();
+    s.heartbeat(beat("10.0.0.2:8335", &[])).unwrap();
+    let g1 = grant_one(&s, req()).await;
+    let g2 = grant_one(&s, req()).await;
+    let (on_a, on_b) = if g1.servant == addr("10.0.0.1:8335") {
+        (g1, g2)
+    } else {
+        (g2, g1)
+    };
+    assert_eq!(on_b.servant, addr("10.0.0.2:8335"));
+
+    // Ids returned as expired (unknown, or live on another servant) are left out.
+    let reply = s
+        .heartbeat(beat("10.0.0.1:8335", &[on_a.id, 999, on_b.id]))
+        .unwrap();
+    assert_eq!(reply.expired_grant_ids, vec![999, on_b.id]);
+    let ids = |s: &Scheduler| -> Vec<u64> { s.running_tasks().iter().map(|t| t.grant_id).collect() };
+    assert_eq!(ids(&s), vec![on_a.id]);
+
+    // A servant that turns out to be behind NAT (same observed location,
+    // another reported one) shows nothing, even its live grants.
+    let mut nat = beat("10.0.0.2:8335", &[on_b.id]);
+    s.heartbeat(nat.clone()).unwrap();
+    assert_eq!(ids(&s), vec![on_a.id, on_b.id]);
+    nat.location = "192.168.1.2:8335".into();
+    nat.observed_ip = ip("10.0.0.2");
+    s.heartbeat(nat).unwrap();
+    assert_eq!(ids(&s), vec![on_a.id]);
+
+    // A servant presenting only a user token (not verified) shows nothing.
+    let mut unverified = beat("10.0.0.1:8335", &[on_a.id]);
+    unverified.token = USER.into();
+    s.heartbeat(unverified).unwrap();
+    assert!(ids(&s).is_empty());
+    s.heartbeat(beat("10.0.0.1:8335", &[on_a.id])).unwrap();
+    assert_eq!(ids(&s), vec![on_a.id]);
+
+    // A zombie (lease ended, still reported) is left out.
+    advance(secs(16)).await;
+    let reply = s.heartbeat(beat("10.0.0.1:8335", &[on_a.id])).unwrap();
+    assert_eq!(reply.expired_grant_ids, vec![on_a.id]);
+    assert!(ids(&s).is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -1867,7 +1974,7 @@ async fn placement_indexes_agree_with_a_full_scan_under_random_operations() {
             }
             7 | 8 if !live.is_empty() => {
                 let id = live.swap_remove(rng.random_range(0..live.len()));
-                s.free(USER, &[id]).unwrap();
+                s.free(USER, ip(HOME), &[id]).unwrap();
             }
             _ => advance(ms(rng.random_range(100..3_000))).await,
         }
@@ -1888,7 +1995,7 @@ async fn grant_ids_look_random_even_when_a_slot_is_reused() {
         assert!(ids.insert(g.id));
         low_bits.insert(g.id & 0xff_ffff);
         free_one(&s, g.id);
-        assert_eq!(s.keep_alive(USER, &[g.id], secs(1)).unwrap(), [false]);
+        assert_eq!(s.keep_alive(USER, ip(HOME), &[g.id], secs(1)).unwrap(), [false]);
     }
     assert!(low_bits.len() > 1_900, "the slot does not show in the id");
 }
@@ -1899,7 +2006,7 @@ fn grant_table_slab_and_side_map_hold_distinct_ids() {
     let rec = |adopted: bool| GrantRec {
         servant: 1,
         servant_addr: addr("10.0.0.1:8335"),
-        requester: None,
+        owner: None,
         environment: None,
         granted_at: Instant::now(),
         lease_until: Instant::now(),

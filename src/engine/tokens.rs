@@ -1,9 +1,44 @@
 //! Token checks (user and servant sets) and the serving-daemon token ring.
 
+use std::fmt;
+use std::ops::Deref;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
+use subtle::{Choice, ConstantTimeEq};
 use tokio::time::Instant;
+
+/// A value that must never reach a log: its `Debug` prints `<redacted>`.
+/// Every type that holds a secret (tokens, the serving-daemon secret, the
+/// inspection credential) holds it in one of these, so a derived `Debug`,
+/// a `{:?}` in a log line or a panic message cannot leak it.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct Redacted<T>(pub T);
+
+impl<T> fmt::Debug for Redacted<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl<T> Deref for Redacted<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> From<T> for Redacted<T> {
+    fn from(value: T) -> Self {
+        Redacted(value)
+    }
+}
+
+impl From<&str> for Redacted<String> {
+    fn from(value: &str) -> Self {
+        Redacted(value.to_owned())
+    }
+}
 
 /// SHA-256 of a presented token. Comparing digests of fixed length means the
 /// comparison time does not depend on the lengths of the configured tokens.
@@ -16,52 +51,106 @@ pub(crate) fn digest(token: &str) -> TokenDigest {
 }
 
 /// An accepted set of tokens (`--acceptable_user_tokens` or
-/// `--acceptable_servant_tokens`). An empty list accepts nobody; an empty
-/// string in the list accepts anyone.
-#[derive(Clone)]
-pub(crate) struct TokenSet {
+/// `--acceptable_servant_tokens`).
+///
+/// Rule "token lists": entries are literal (no trimming); an empty entry
+/// accepts the empty token (daemons started without `--token`), never
+/// anyone; an empty list accepts nobody. Only [`TokenSet::anyone`] (an
+/// explicitly empty whole flag, see [`TokenSet::from_flag`]) accepts every
+/// token. `Debug` shows the shape, never a token or a digest.
+#[derive(Clone, Debug, Default)]
+pub struct TokenSet {
     anyone: bool,
-    digests: Vec<TokenDigest>,
+    digests: Redacted<Vec<TokenDigest>>,
+    entries: Redacted<Vec<String>>,
 }
 
-/// Shows how many tokens there are, never their digests.
-impl std::fmt::Debug for TokenSet {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenSet")
-            .field("anyone", &self.anyone)
-            .field("tokens", &self.digests.len())
-            .finish()
+/// Same configuration (for settings tests); never use it to check a token.
+impl PartialEq for TokenSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.anyone == other.anyone && self.entries == other.entries
     }
 }
+
+impl Eq for TokenSet {}
 
 impl TokenSet {
-    /// Precomputes the digests of the configured tokens.
-    pub(crate) fn new(tokens: &[String]) -> Self {
-        TokenSet {
-            anyone: tokens.iter().any(|t| t.is_empty()),
-            digests: tokens
-                .iter()
-                .filter(|t| !t.is_empty())
-                .map(|t| digest(t))
-                .collect(),
+    /// Rule "token flag": the one place a token flag is split. The value is
+    /// split on every `,` and each entry kept literally, as the original
+    /// reads it: `"a, "` is the tokens `a` and ` ` (a space), and `"a,"` is
+    /// `a` and the empty token. A flag that is empty as a whole keeps this
+    /// scheduler's documented open mode ([`TokenSet::anyone`]), where the
+    /// original refuses to start.
+    pub fn from_flag(flag: &str) -> TokenSet {
+        if flag.is_empty() {
+            TokenSet::anyone()
+        } else {
+            TokenSet::new(flag.split(','))
         }
     }
 
-    /// Rule "token check": constant-time comparison against every configured
-    /// token, without stopping at the first match, so timing tells neither
-    /// whether nor which token matched.
-    pub(crate) fn accepts(&self, presented: &TokenDigest) -> bool {
-        let mut matched = 0u8;
-        for known in &self.digests {
-            let mut diff = 0u8;
-            for (a, b) in known.iter().zip(presented.iter()) {
-                diff |= a ^ b;
-            }
-            // 1 when diff == 0, else 0, without a data-dependent branch.
-            let equal = ((u16::from(diff)).wrapping_sub(1) >> 8) as u8 & 1;
-            matched |= std::hint::black_box(equal);
+    /// Exactly these tokens, literally; an empty list accepts nobody.
+    pub fn new<I, S>(tokens: I) -> TokenSet
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let entries: Vec<String> = tokens.into_iter().map(Into::into).collect();
+        TokenSet {
+            anyone: false,
+            digests: Redacted(entries.iter().map(|t| digest(t)).collect()),
+            entries: Redacted(entries),
         }
-        self.anyone | (matched != 0)
+    }
+
+    /// Every token, whatever it is (the open mode; say so loudly at start).
+    pub fn anyone() -> TokenSet {
+        TokenSet {
+            anyone: true,
+            ..TokenSet::default()
+        }
+    }
+
+    /// True in the open mode.
+    pub fn accepts_anyone(&self) -> bool {
+        self.anyone
+    }
+
+    /// True if an empty entry lets daemons without `--token` in (warn at start).
+    pub fn accepts_empty_token(&self) -> bool {
+        self.anyone || self.entries.iter().any(String::is_empty)
+    }
+
+    /// Number of listed tokens (0 in the open mode).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True if no token is listed (nobody, or anyone in the open mode).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The first listed token: the demo's simulated daemons must present one.
+    pub fn first_entry(&self) -> Option<&str> {
+        self.entries.first().map(String::as_str)
+    }
+
+    /// Whether `token` is accepted (hashes it; the engine hashes once per
+    /// call and uses [`TokenSet::accepts`]).
+    pub fn accepts_token(&self, token: &str) -> bool {
+        self.accepts(&digest(token))
+    }
+
+    /// Rule "token check": constant-time comparison (`subtle`) against every
+    /// configured token, without stopping at the first match, so timing
+    /// tells neither whether nor which token matched.
+    pub(crate) fn accepts(&self, presented: &TokenDigest) -> bool {
+        let mut matched = Choice::from(0);
+        for known in self.digests.iter() {
+            matched |= known.ct_eq(presented);
+        }
+        self.anyone | bool::from(matched)
     }
 }
 
@@ -80,13 +169,14 @@ pub(crate) fn serving_token(secret: &[u8], epoch: u64) -> String {
 ///
 /// The wall clock is read once at start; afterwards time advances with
 /// `tokio::time`, so paused-time tests can roll tokens out.
+#[derive(Debug)]
 pub(crate) struct TokenRing {
-    secret: Vec<u8>,
+    secret: Redacted<Vec<u8>>,
     interval: Duration,
     wall_at_start: Duration,
     start: Instant,
     epoch: u64,
-    tokens: [String; 3],
+    tokens: Redacted<[String; 3]>,
 }
 
 impl TokenRing {
@@ -99,7 +189,7 @@ impl TokenRing {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         let mut ring = TokenRing {
-            secret,
+            secret: Redacted(secret),
             interval,
             wall_at_start,
             start,
@@ -121,7 +211,7 @@ impl TokenRing {
 
     fn fill(&mut self, epoch: u64) {
         self.epoch = epoch;
-        self.tokens = [
+        self.tokens.0 = [
             serving_token(&self.secret, epoch.wrapping_sub(1)),
             serving_token(&self.secret, epoch),
             serving_token(&self.secret, epoch.wrapping_add(1)),
@@ -134,7 +224,7 @@ impl TokenRing {
         if epoch != self.epoch {
             self.fill(epoch);
         }
-        &self.tokens
+        &self.tokens.0
     }
 
     /// Time until the next rollout, for the snapshot.

@@ -1,12 +1,15 @@
 //! Domain types the service layer translates to and from the wire.
 //!
-//! Nothing here knows about protobuf or HTTP: the service layer parses the
-//! request (for example the `location` string) and maps [`Rejection`] to the
-//! seed's `Status` codes.
+//! Nothing here knows about protobuf or HTTP: the service layer copies the
+//! wire fields into these types and maps [`Rejection`] to the seed's `Status`
+//! codes. Fields are checked here, by the engine, in the reference's order
+//! (token, version, arguments), so a request is moved over unparsed.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
+
+use super::tokens::Redacted;
 
 /// How eagerly the scheduler uses a servant: dedicated build machines are
 /// preferred over developers' desktops that volunteer spare cores.
@@ -106,15 +109,16 @@ pub struct ReportedTask {
     pub task_digest: String,
 }
 
-/// A servant's periodic report, already parsed by the service layer.
+/// A servant's periodic report, as received.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat {
     /// Token presented by the daemon (user or servant token).
-    pub token: String,
+    pub token: Redacted<String>,
     /// Peer IP of the connection; IPv4-mapped IPv6 is normalised by the engine.
     pub observed_ip: IpAddr,
-    /// `location` from the request, parsed by the service layer.
-    pub reported_location: SocketAddr,
+    /// `location` as sent (`a.b.c.d:port` or `[v6]:port`); the engine parses
+    /// it after the token and version checks (rule "order of checks").
+    pub location: String,
     /// When the next heartbeat is due; zero means the servant is leaving.
     pub next_heartbeat_in: Duration,
     /// Daemon version, checked against `Config::min_daemon_version`.
@@ -152,14 +156,15 @@ pub struct HeartbeatReply {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GrantRequest {
     /// User token.
-    pub token: String,
+    pub token: Redacted<String>,
     /// Peer IP of the requester, used to keep its tasks off its own machine.
     pub requester_ip: IpAddr,
     /// How long the first grant may wait for capacity (at most `Limits::max_wait`).
     pub wait: Duration,
     /// Compiler digest the tasks need; must not be empty.
     pub environment: String,
-    /// Grants for tasks ready to run now (served first).
+    /// Grants for tasks ready to run now (served first). With `prefetch`,
+    /// capped (not refused) at `Limits::max_grants_per_request`.
     pub immediate: u32,
     /// Grants the requester may use soon (marked `prefetch`).
     pub prefetch: u32,
@@ -180,14 +185,16 @@ pub struct Grant {
     pub prefetch: bool,
 }
 
-/// A task running somewhere in the cluster, for `GetRunningTasks`.
+/// A task running somewhere in the cluster, for `GetRunningTasks`: only
+/// tasks whose grant is live on a verified servant not behind NAT.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RunningTask {
     /// Observed location of the servant running it.
     pub servant: SocketAddr,
-    /// The servant's own task id.
+    /// The servant's own task id (what a delegate attaches to).
     pub servant_task_id: u64,
-    /// Grant the task runs under.
+    /// Grant the task runs under. For credentialed readers only: the open
+    /// `GetRunningTasks` RPC leaves it out (see `service`).
     pub grant_id: u64,
     /// Digest of the compilation.
     pub task_digest: String,

@@ -1,16 +1,26 @@
 //! Requests waiting for capacity: admission, the fair serving pass, timeouts
 //! and cancellation.
 //!
-//! Each environment keeps its queued requests in a `BTreeMap` keyed by one
-//! global arrival sequence number. Whenever capacity appears (a free, a zombie
-//! reaped, a servant gaining capacity or joining) the engine, still under the
-//! lock, walks the queues of the affected environments merged in arrival
-//! order and hands each request it can satisfy its first grant through a
-//! oneshot channel. So capacity that is free at any moment is capacity no
-//! queued request can use, and a new call may take it at once.
+//! Rule "fair shares per machine": each environment keeps its queued
+//! requests grouped by requesting machine (IP). When capacity appears (a
+//! free, a zombie reaped, a servant gaining capacity or joining) the engine,
+//! still under the lock, hands it to the waiting machine that was served
+//! least recently (ties: the machine whose oldest waiting call came first),
+//! and within one machine to its oldest call. A machine just served goes
+//! behind every machine waiting longer, so a build with hundreds of calls
+//! queued takes turns with a colleague's single compile instead of going
+//! first, and one machine's waiters are capped (`max_waiters_per_machine`).
+//! Capacity free at any moment is capacity no queued request can use, so a
+//! new call may take it at once.
+//!
+//! The machines are ordered by the key `(last served, oldest call, ip)`. A
+//! machine's true key only grows (it is served, or its oldest call leaves),
+//! so the ordered set may hold a key below the true one and fixes it when
+//! met, as the placement indexes do: a grant costs O(log n), not an update
+//! of every environment the machine waits in.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::net::IpAddr;
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
@@ -20,7 +30,8 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::Shared;
-use super::placement::EnvId;
+use super::placement::{Effects, EnvId};
+use super::requesters::Owner;
 use super::state::{State, later};
 use super::types::{Grant, GrantRequest, Rejection};
 
@@ -30,12 +41,125 @@ pub(crate) type Answer = Result<Vec<Grant>, Rejection>;
 /// A queued `WaitForStartingTask` call.
 pub(crate) struct Waiter {
     pub env: EnvId,
-    pub requester: IpAddr,
+    pub owner: Owner,
     pub min_version: u32,
     pub lease: Duration,
     pub immediate: u32,
     pub total: u32,
     pub tx: oneshot::Sender<Answer>,
+}
+
+/// Where a machine stands in an environment's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct MachineKey {
+    /// The machine's serve-clock stamp (see `Requesters::granted`).
+    pub served: u64,
+    /// Arrival number of its oldest call queued here.
+    pub head: u64,
+    pub ip: IpAddr,
+}
+
+/// One machine's calls in one environment, oldest first.
+struct MachineQueue {
+    seqs: BTreeSet<u64>,
+    /// The key the ordered set holds for it (never above the true key).
+    held: MachineKey,
+}
+
+/// The queued requests of one environment.
+#[derive(Default)]
+pub(crate) struct WaitQueue {
+    by_seq: BTreeMap<u64, Waiter>,
+    order: BTreeSet<MachineKey>,
+    machines: HashMap<IpAddr, MachineQueue>,
+}
+
+impl WaitQueue {
+    pub(crate) fn len(&self) -> usize {
+        self.by_seq.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_seq.is_empty()
+    }
+
+    /// Queues a call; `served` is its machine's stamp now.
+    fn insert(&mut self, seq: u64, waiter: Waiter, served: u64) {
+        let ip = waiter.owner.ip;
+        self.by_seq.insert(seq, waiter);
+        match self.machines.get_mut(&ip) {
+            Some(m) => {
+                m.seqs.insert(seq);
+            }
+            None => {
+                let held = MachineKey {
+                    served,
+                    head: seq,
+                    ip,
+                };
+                self.order.insert(held);
+                self.machines.insert(
+                    ip,
+                    MachineQueue {
+                        seqs: BTreeSet::from([seq]),
+                        held,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Takes a call out of the queue.
+    fn remove(&mut self, seq: u64) -> Option<Waiter> {
+        let w = self.by_seq.remove(&seq)?;
+        let ip = w.owner.ip;
+        if let Some(m) = self.machines.get_mut(&ip) {
+            m.seqs.remove(&seq);
+            if m.seqs.is_empty() {
+                self.order.remove(&m.held);
+                self.machines.remove(&ip);
+            }
+        }
+        Some(w)
+    }
+
+    /// Every call, oldest first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&u64, &Waiter)> {
+        self.by_seq.iter()
+    }
+
+    /// The first held key after `cursor` (from the start if `None`).
+    fn next_after(&self, cursor: Option<MachineKey>) -> Option<MachineKey> {
+        match cursor {
+            None => self.order.first().copied(),
+            Some(k) => self.order.range((Excluded(k), Unbounded)).next().copied(),
+        }
+    }
+
+    /// The machine's true key given its stamp now.
+    fn true_key(&self, ip: IpAddr, served: u64) -> Option<MachineKey> {
+        let head = *self.machines.get(&ip)?.seqs.first()?;
+        Some(MachineKey { served, head, ip })
+    }
+
+    /// Moves a machine from its held key to its true one.
+    fn rekey(&mut self, ip: IpAddr, truth: MachineKey) {
+        if let Some(m) = self.machines.get_mut(&ip) {
+            if m.held != truth {
+                self.order.remove(&m.held);
+                self.order.insert(truth);
+                m.held = truth;
+            }
+        }
+    }
+
+    /// A machine's calls here, oldest first.
+    fn calls_of(&self, ip: IpAddr) -> Vec<u64> {
+        self.machines
+            .get(&ip)
+            .map(|m| m.seqs.iter().copied().collect())
+            .unwrap_or_default()
+    }
 }
 
 /// Outcome of admitting a request under the lock.
@@ -53,12 +177,17 @@ pub(crate) enum Admission {
 
 impl State {
     /// Rule "WaitForStartingTask" (the part under the lock): environment not
-    /// available fails at once; otherwise take what is free now (immediate
-    /// grants first, then prefetch); if nothing is free, queue the request
-    /// for its first grant unless it may not wait.
+    /// available fails at once (rule "prefetch-only calls": `NoQuotaAvailable`
+    /// when `immediate` is 0, as the daemon expects for its idle prefetch);
+    /// otherwise take what is free now (immediate grants first, then
+    /// prefetch); if nothing is free, queue the request for its first grant
+    /// unless it may not wait or its machine has `max_waiters_per_machine`
+    /// calls queued already.
     pub(crate) fn admit(
         &mut self,
         req: &GrantRequest,
+        owner: Owner,
+        immediate: u32,
         total: u32,
         now: Instant,
     ) -> Result<Admission, Rejection> {
@@ -71,19 +200,14 @@ impl State {
             {
                 id
             }
-            _ => {
-                return Err(Rejection::EnvironmentNotAvailable {
-                    environment: req.environment.clone(),
-                });
-            }
+            _ => return Err(self.unavailable(&req.environment, immediate)),
         };
-        let requester = req.requester_ip.to_canonical();
         let grants = self.grant_now(
             env,
-            requester,
+            owner,
             req.min_version,
             req.lease,
-            req.immediate,
+            immediate,
             total,
             Vec::new(),
             now,
@@ -91,7 +215,12 @@ impl State {
         if !grants.is_empty() {
             return Ok(Admission::Granted(grants));
         }
-        if self.shutting_down || req.wait.is_zero() || self.waiter_count >= self.max_waiters {
+        let machine_waiting = self.requesters.get(&owner.ip).map_or(0, |r| r.waiting);
+        if self.shutting_down
+            || req.wait.is_zero()
+            || self.waiter_count >= self.max_waiters
+            || machine_waiting >= self.max_waiters_per_machine
+        {
             self.counters.no_quota += 1;
             return Err(Rejection::NoQuotaAvailable);
         }
@@ -100,18 +229,21 @@ impl State {
         let (tx, rx) = oneshot::channel();
         let waiter = Waiter {
             env,
-            requester,
+            owner,
             min_version: req.min_version,
             lease: req.lease,
-            immediate: req.immediate,
+            immediate,
             total,
             tx,
         };
+        let requester = self.requesters.entry(owner.ip);
+        requester.waiting += 1;
+        let served = requester.last_served;
         self.envs
             .get_mut(env)
             .expect("looked up above")
             .waiters
-            .insert(seq, waiter);
+            .insert(seq, waiter, served);
         self.waiter_count += 1;
         Ok(Admission::Queued {
             env,
@@ -121,13 +253,25 @@ impl State {
         })
     }
 
+    /// Rule "environment not available", with the prefetch-only exception.
+    fn unavailable(&mut self, environment: &str, immediate: u32) -> Rejection {
+        if immediate == 0 {
+            self.counters.no_quota += 1;
+            Rejection::NoQuotaAvailable
+        } else {
+            Rejection::EnvironmentNotAvailable {
+                environment: environment.to_owned(),
+            }
+        }
+    }
+
     /// Grants one by one from capacity free right now until `total` grants
     /// are held or nothing fits. Grant `i` is a prefetch grant if `i >= immediate`.
     #[allow(clippy::too_many_arguments)]
     fn grant_now(
         &mut self,
         env: EnvId,
-        requester: IpAddr,
+        owner: Owner,
         min_version: u32,
         lease: Duration,
         immediate: u32,
@@ -136,20 +280,23 @@ impl State {
         now: Instant,
     ) -> Vec<Grant> {
         while grants.len() < total as usize {
-            let Some(key) = self.pick(env, requester, min_version) else {
+            let Some(key) = self.pick(env, owner.ip, min_version) else {
                 break;
             };
             let prefetch = grants.len() >= immediate as usize;
-            grants.push(self.grant_on(key, env, requester, lease, prefetch, now));
+            grants.push(self.grant_on(key, env, owner, lease, prefetch, now));
         }
         grants
     }
 
-    /// Rule "fairness": serves queued requests of the given environments in
-    /// global arrival order, skipping (not blocking on) those that the free
-    /// capacity cannot satisfy (min_version). Each served request gets its
-    /// first grant in that order; only then do served requests take their
-    /// extra grants, from capacity no queued request can use.
+    /// Rule "fair shares per machine" (see the module documentation): hands
+    /// free capacity of the given environments to queued requests, one
+    /// first grant per visit, visiting machines least recently served first
+    /// (across the environments merged by that key) and a machine's calls
+    /// oldest first, skipping (not blocking on) calls the free capacity
+    /// cannot satisfy (min_version). A machine just served goes to the back.
+    /// Only then do served requests take their extra grants, from capacity
+    /// no queued request can use.
     pub(crate) fn serve(&mut self, mut ids: Vec<EnvId>, now: Instant) {
         ids.sort_unstable();
         ids.dedup();
@@ -157,8 +304,8 @@ impl State {
         for (i, &id) in ids.iter().enumerate() {
             if let Some(entry) = self.envs.get(id) {
                 if !entry.free.is_empty() {
-                    if let Some((&seq, _)) = entry.waiters.first_key_value() {
-                        heap.push(Reverse((seq, i)));
+                    if let Some(key) = entry.waiters.next_after(None) {
+                        heap.push(Reverse((key, i)));
                     }
                 }
             }
@@ -167,40 +314,53 @@ impl State {
         // Per environment, the lowest min_version that found nothing: capacity
         // only shrinks during the pass, so higher ones are skipped unasked.
         let mut failed_at: Vec<Option<u32>> = vec![None; ids.len()];
-        while let Some(Reverse((seq, i))) = heap.pop() {
+        while let Some(Reverse((held, i))) = heap.pop() {
             let id = ids[i];
-            let Some(entry) = self.envs.get(id) else {
+            let stamp = self.requesters.last_served(&held.ip);
+            let Some(entry) = self.envs.get_mut(id) else {
                 continue;
             };
             if entry.free.is_empty() {
                 continue;
             }
-            if let Some(w) = entry.waiters.get(&seq) {
-                let (requester, min_version) = (w.requester, w.min_version);
-                let hopeless = failed_at[i].is_some_and(|v| min_version >= v);
-                let picked = if hopeless {
-                    None
-                } else {
-                    self.pick(id, requester, min_version)
-                };
-                if picked.is_none() && !hopeless {
-                    failed_at[i] = Some(min_version);
+            match entry.waiters.true_key(held.ip, stamp) {
+                Some(truth) if truth != held => {
+                    // Stale: put the machine in its true place, look again.
+                    entry.waiters.rekey(held.ip, truth);
                 }
-                if let Some(key) = picked {
-                    let w = self
-                        .envs
-                        .get_mut(id)
-                        .and_then(|e| e.waiters.remove(&seq))
-                        .expect("seen above");
-                    self.waiter_count -= 1;
-                    let first = self.grant_on(key, id, w.requester, w.lease, w.immediate == 0, now);
-                    served.push((w, vec![first]));
+                Some(_) => {
+                    for seq in entry.waiters.calls_of(held.ip) {
+                        let Some(w) = self.envs.get(id).and_then(|e| e.waiters.by_seq.get(&seq))
+                        else {
+                            continue;
+                        };
+                        let min_version = w.min_version;
+                        if failed_at[i].is_some_and(|v| min_version >= v) {
+                            continue;
+                        }
+                        let Some(key) = self.pick(id, held.ip, min_version) else {
+                            failed_at[i] = Some(min_version);
+                            continue;
+                        };
+                        let w = self.take_waiter(id, seq).expect("seen above");
+                        let first =
+                            self.grant_on(key, id, w.owner, w.lease, w.immediate == 0, now);
+                        served.push((w, vec![first]));
+                        // Its stamp just grew: behind every machine waiting longer.
+                        let stamp = self.requesters.last_served(&held.ip);
+                        if let Some(entry) = self.envs.get_mut(id) {
+                            if let Some(truth) = entry.waiters.true_key(held.ip, stamp) {
+                                entry.waiters.rekey(held.ip, truth);
+                            }
+                        }
+                        break;
+                    }
                 }
+                None => {}
             }
             if let Some(entry) = self.envs.get(id) {
                 if !entry.free.is_empty() {
-                    if let Some((&next, _)) = entry.waiters.range((Excluded(seq), Unbounded)).next()
-                    {
+                    if let Some(next) = entry.waiters.next_after(Some(held)) {
                         heap.push(Reverse((next, i)));
                     }
                 }
@@ -210,7 +370,7 @@ impl State {
         for (w, first) in served {
             let grants = self.grant_now(
                 w.env,
-                w.requester,
+                w.owner,
                 w.min_version,
                 w.lease,
                 w.immediate,
@@ -225,14 +385,30 @@ impl State {
             }
         }
         if !undelivered.is_empty() {
-            self.free_ids(&undelivered, now);
+            let mut fx = Effects::default();
+            for id in undelivered {
+                if self.release(id, &mut fx) {
+                    self.counters.frees += 1;
+                }
+            }
+            self.apply(fx, now);
         }
     }
 
+    /// Takes a call out of its queue and its machine's count.
+    fn take_waiter(&mut self, env: EnvId, seq: u64) -> Option<Waiter> {
+        let w = self.envs.get_mut(env)?.waiters.remove(seq)?;
+        self.waiter_count -= 1;
+        let r = self.requesters.entry(w.owner.ip);
+        r.waiting = r.waiting.saturating_sub(1);
+        Some(w)
+    }
+
     /// Rule "environment not available mid-wait": queued requests that no
-    /// accepting servant can satisfy any more are answered at once.
+    /// accepting servant can satisfy any more are answered at once (a
+    /// prefetch-only call with `NoQuotaAvailable`, as at admission).
     pub(crate) fn fail_unavailable(&mut self, id: EnvId) {
-        let Some(entry) = self.envs.get_mut(id) else {
+        let Some(entry) = self.envs.get(id) else {
             return;
         };
         let failing: Vec<u64> = entry
@@ -241,25 +417,19 @@ impl State {
             .filter(|(_, w)| !entry.available_for(w.min_version))
             .map(|(seq, _)| *seq)
             .collect();
+        let name = entry.name.clone();
         for seq in failing {
-            if let Some(w) = entry.waiters.remove(&seq) {
-                self.waiter_count -= 1;
-                let _ = w.tx.send(Err(Rejection::EnvironmentNotAvailable {
-                    environment: entry.name.to_string(),
-                }));
+            if let Some(w) = self.take_waiter(id, seq) {
+                let answer = self.unavailable(&name, w.immediate);
+                let _ = w.tx.send(Err(answer));
             }
         }
     }
 
     /// Takes a request out of its queue; false if it was already answered.
     pub(crate) fn remove_waiter(&mut self, env: EnvId, seq: u64) -> bool {
-        let removed = self
-            .envs
-            .get_mut(env)
-            .and_then(|e| e.waiters.remove(&seq))
-            .is_some();
+        let removed = self.take_waiter(env, seq).is_some();
         if removed {
-            self.waiter_count -= 1;
             self.envs.drop_if_unused(env);
         }
         removed
@@ -270,14 +440,16 @@ impl State {
     pub(crate) fn shutdown(&mut self) {
         self.shutting_down = true;
         for id in self.envs.ids() {
-            let Some(entry) = self.envs.get_mut(id) else {
-                continue;
-            };
-            let waiters = std::mem::take(&mut entry.waiters);
-            for (_, w) in waiters {
-                self.waiter_count -= 1;
-                self.counters.no_quota += 1;
-                let _ = w.tx.send(Err(Rejection::NoQuotaAvailable));
+            let seqs: Vec<u64> = self
+                .envs
+                .get(id)
+                .map(|e| e.waiters.iter().map(|(seq, _)| *seq).collect())
+                .unwrap_or_default();
+            for seq in seqs {
+                if let Some(w) = self.take_waiter(id, seq) {
+                    self.counters.no_quota += 1;
+                    let _ = w.tx.send(Err(Rejection::NoQuotaAvailable));
+                }
             }
             self.envs.drop_if_unused(id);
         }
@@ -337,8 +509,13 @@ impl Drop for WaitGuard {
         self.shared.with_state(|st, now| {
             if !st.remove_waiter(self.env, self.seq) {
                 if let Ok(Ok(grants)) = rx.try_recv() {
-                    let ids: Vec<u64> = grants.iter().map(|g| g.id).collect();
-                    st.free_ids(&ids, now);
+                    let mut fx = Effects::default();
+                    for g in &grants {
+                        if st.release(g.id, &mut fx) {
+                            st.counters.frees += 1;
+                        }
+                    }
+                    st.apply(fx, now);
                 }
             }
         });
