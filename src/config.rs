@@ -424,7 +424,10 @@ mod tests {
             "--min-daemon-version=3",
         ]);
         let (snake, kebab) = (snake.settings().unwrap(), kebab.settings().unwrap());
-        assert_eq!(snake.engine.user_tokens, engine::TokenSet::new(["u1", "u2"]));
+        assert_eq!(
+            snake.engine.user_tokens,
+            engine::TokenSet::new(["u1", "u2"])
+        );
         assert_eq!(snake.engine.user_tokens, kebab.engine.user_tokens);
         assert_eq!(kebab.engine.min_daemon_version, 3);
         assert_eq!(snake.listen.port(), 8336);

@@ -251,7 +251,8 @@ impl SchedulerService {
         request: pb::FreeTaskRequest,
         ctx: &CallContext,
     ) -> Result<pb::FreeTaskResponse, RpcStatus> {
-        self.engine.free(&request.token, ctx.peer, &request.task_grant_ids)?;
+        self.engine
+            .free(&request.token, ctx.peer, &request.task_grant_ids)?;
         Ok(pb::FreeTaskResponse {})
     }
 

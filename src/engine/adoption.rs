@@ -35,7 +35,12 @@ pub(crate) struct AdoptionWindow {
 }
 
 impl AdoptionWindow {
-    pub(crate) fn new(until: Instant, now: Instant, max_retired: usize, max_pending: usize) -> Self {
+    pub(crate) fn new(
+        until: Instant,
+        now: Instant,
+        max_retired: usize,
+        max_pending: usize,
+    ) -> Self {
         AdoptionWindow {
             until,
             open: now < until,
@@ -112,7 +117,8 @@ impl AdoptionWindow {
         if self.pending.len() >= self.max_pending {
             return Ok(false);
         }
-        self.pending.insert(id, PendingRenewal { owner, lease_until });
+        self.pending
+            .insert(id, PendingRenewal { owner, lease_until });
         Ok(true)
     }
 

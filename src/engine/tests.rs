@@ -185,11 +185,13 @@ async fn full_lifecycle_heartbeat_grant_renew_free_expiry() {
 
     // Renew: unknown -> false, ours -> true.
     assert_eq!(
-        s.keep_alive(USER, ip("127.0.0.1"), &[12_345_678], secs(1)).unwrap(),
+        s.keep_alive(USER, ip("127.0.0.1"), &[12_345_678], secs(1))
+            .unwrap(),
         vec![false]
     );
     assert_eq!(
-        s.keep_alive(USER, ip("127.0.0.1"), &grants, secs(1)).unwrap(),
+        s.keep_alive(USER, ip("127.0.0.1"), &grants, secs(1))
+            .unwrap(),
         vec![true; 10]
     );
 
@@ -202,7 +204,8 @@ async fn full_lifecycle_heartbeat_grant_renew_free_expiry() {
     // Leases end: renewals fail, listed ids come back expired.
     advance(secs(2)).await;
     assert_eq!(
-        s.keep_alive(USER, ip("127.0.0.1"), &grants, secs(1)).unwrap(),
+        s.keep_alive(USER, ip("127.0.0.1"), &grants, secs(1))
+            .unwrap(),
         vec![false; 10]
     );
     let mut beat = hb("127.0.0.1:1234", 10);
@@ -436,11 +439,17 @@ async fn tokens_without_intersection() {
         s.keep_alive("nope", ip(HOME), &[1], secs(1)).unwrap_err(),
         Rejection::AccessDenied
     );
-    assert_eq!(s.free("nope", ip(HOME), &[1]).unwrap_err(), Rejection::AccessDenied);
+    assert_eq!(
+        s.free("nope", ip(HOME), &[1]).unwrap_err(),
+        Rejection::AccessDenied
+    );
 
     // A servant token is not a user token.
     assert_eq!(s.get_config(SERVANT).unwrap_err(), Rejection::AccessDenied);
-    assert_eq!(s.free(SERVANT, ip(HOME), &[1]).unwrap_err(), Rejection::AccessDenied);
+    assert_eq!(
+        s.free(SERVANT, ip(HOME), &[1]).unwrap_err(),
+        Rejection::AccessDenied
+    );
 
     // Heartbeat with only a user token: recorded, capacity 0, not verified.
     let mut user_only = hb("10.0.0.1:8335", 4);
@@ -783,7 +792,10 @@ async fn heartbeat_leaving_servant_has_zero_capacity_and_is_removed() {
     assert!(snap.servants.is_empty());
     assert!(snap.grants.is_empty());
     assert_eq!(snap.counters.servants_expired, 1);
-    assert_eq!(s.keep_alive(USER, ip(HOME), &[g.id], secs(1)).unwrap(), vec![false]);
+    assert_eq!(
+        s.keep_alive(USER, ip(HOME), &[g.id], secs(1)).unwrap(),
+        vec![false]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -950,8 +962,12 @@ async fn partial_grants_immediate_first_then_prefetch() {
     assert_eq!(ids.len(), 3);
 
     // Prefetch only: the first grant is a prefetch grant.
-    s.free(USER, ip(HOME), &grants.iter().map(|g| g.id).collect::<Vec<_>>())
-        .unwrap();
+    s.free(
+        USER,
+        ip(HOME),
+        &grants.iter().map(|g| g.id).collect::<Vec<_>>(),
+    )
+    .unwrap();
     let grants = s
         .wait_for_starting_task(GrantRequest {
             immediate: 0,
@@ -1033,7 +1049,10 @@ async fn grant_lease_runs_from_the_moment_of_the_grant() {
     let view = s.snapshot().grants[0].clone();
     assert_eq!(view.lease_left, secs(3));
     advance(ms(2_900)).await;
-    assert_eq!(s.keep_alive(USER, ip(HOME), &[g.id], secs(3)).unwrap(), vec![true]);
+    assert_eq!(
+        s.keep_alive(USER, ip(HOME), &[g.id], secs(3)).unwrap(),
+        vec![true]
+    );
     advance(ms(2_900)).await;
     assert_eq!(
         s.keep_alive(USER, ip(HOME), &[g.id], secs(3)).unwrap(),
@@ -1041,7 +1060,10 @@ async fn grant_lease_runs_from_the_moment_of_the_grant() {
         "renewed lease"
     );
     advance(ms(3_100)).await;
-    assert_eq!(s.keep_alive(USER, ip(HOME), &[g.id], secs(3)).unwrap(), vec![false]);
+    assert_eq!(
+        s.keep_alive(USER, ip(HOME), &[g.id], secs(3)).unwrap(),
+        vec![false]
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -1079,7 +1101,8 @@ async fn free_with_unknown_ids_in_the_middle_frees_all_known_ones() {
         .iter()
         .map(|g| g.id)
         .collect();
-    s.free(USER, ip(HOME), &[g[0], 999, g[1], 0, 12345, g[2]]).unwrap();
+    s.free(USER, ip(HOME), &[g[0], 999, g[1], 0, 12345, g[2]])
+        .unwrap();
     let snap = s.snapshot();
     assert!(snap.grants.is_empty());
     assert_eq!(snap.counters.frees, 3);
@@ -1457,7 +1480,10 @@ async fn zombie_counts_until_the_servant_stops_listing_it() {
     )
     .await;
     advance(secs(6)).await;
-    assert_eq!(s.keep_alive(USER, ip(HOME), &[g.id], secs(5)).unwrap(), vec![false]);
+    assert_eq!(
+        s.keep_alive(USER, ip(HOME), &[g.id], secs(5)).unwrap(),
+        vec![false]
+    );
     let v = servant_view(&s, "10.0.0.1:8335");
     assert_eq!((v.running, v.zombies), (1, 1));
     assert_eq!(
@@ -1591,7 +1617,10 @@ async fn adoption_window_adopts_unknown_tasks_then_expires_them() {
 
     // The owner renews 42 and frees nothing; 43 is never renewed.
     advance(secs(10)).await;
-    assert_eq!(s.keep_alive(USER, ip(HOME), &[42], secs(15)).unwrap(), vec![true]);
+    assert_eq!(
+        s.keep_alive(USER, ip(HOME), &[42], secs(15)).unwrap(),
+        vec![true]
+    );
     assert!(
         s.heartbeat(beat(&[42, 43]))
             .unwrap()
@@ -1683,7 +1712,8 @@ async fn running_tasks_list_only_live_grants_of_trusted_servants() {
         .heartbeat(beat("10.0.0.1:8335", &[on_a.id, 999, on_b.id]))
         .unwrap();
     assert_eq!(reply.expired_grant_ids, vec![999, on_b.id]);
-    let ids = |s: &Scheduler| -> Vec<u64> { s.running_tasks().iter().map(|t| t.grant_id).collect() };
+    let ids =
+        |s: &Scheduler| -> Vec<u64> { s.running_tasks().iter().map(|t| t.grant_id).collect() };
     assert_eq!(ids(&s), vec![on_a.id]);
 
     // A servant that turns out to be behind NAT (same observed location,
@@ -1995,7 +2025,10 @@ async fn grant_ids_look_random_even_when_a_slot_is_reused() {
         assert!(ids.insert(g.id));
         low_bits.insert(g.id & 0xff_ffff);
         free_one(&s, g.id);
-        assert_eq!(s.keep_alive(USER, ip(HOME), &[g.id], secs(1)).unwrap(), [false]);
+        assert_eq!(
+            s.keep_alive(USER, ip(HOME), &[g.id], secs(1)).unwrap(),
+            [false]
+        );
     }
     assert!(low_bits.len() > 1_900, "the slot does not show in the id");
 }
@@ -2035,4 +2068,563 @@ fn grant_table_slab_and_side_map_hold_distinct_ids() {
     let again = t.insert_new(rec(false));
     assert!(!ids.contains(&again));
     assert!(t.get_mut(&again).is_some());
+}
+
+// ---------------------------------------------------------------- issue 10: fidelity
+
+#[tokio::test(start_paused = true)]
+async fn grants_above_the_per_call_limit_are_capped_never_refused() {
+    let s = Scheduler::new(config());
+    s.heartbeat(hb("10.0.0.1:8335", 2000)).unwrap();
+    // A delegate running `make -j1100` asks for 1100 + 1.
+    let grants = s
+        .wait_for_starting_task(GrantRequest {
+            immediate: 1100,
+            prefetch: 1,
+            ..req()
+        })
+        .await
+        .expect("capped, not refused");
+    assert_eq!(grants.len(), 1024);
+    assert!(grants.iter().all(|g| !g.prefetch), "immediate ones first");
+    // Absurd values are capped the same way.
+    let grants = s
+        .wait_for_starting_task(GrantRequest {
+            immediate: u32::MAX,
+            prefetch: u32::MAX,
+            ..req()
+        })
+        .await
+        .unwrap();
+    assert_eq!(grants.len(), 2000 - 1024, "what the cluster has");
+}
+
+#[tokio::test(start_paused = true)]
+async fn prefetch_only_call_for_an_unoffered_environment_gets_no_quota() {
+    let s = Scheduler::new(config());
+    let prefetch_only = GrantRequest {
+        immediate: 0,
+        prefetch: 1,
+        environment: "nobody-offers-this".into(),
+        ..req_wait(secs(5))
+    };
+    assert_eq!(
+        s.wait_for_starting_task(prefetch_only.clone())
+            .await
+            .unwrap_err(),
+        Rejection::NoQuotaAvailable
+    );
+    // With immediate requests it is still "environment not available".
+    assert!(matches!(
+        s.wait_for_starting_task(GrantRequest {
+            immediate: 1,
+            ..prefetch_only
+        })
+        .await
+        .unwrap_err(),
+        Rejection::EnvironmentNotAvailable { .. }
+    ));
+
+    // The same when the environment disappears while the call waits.
+    s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
+    let _held = grant_one(&s, req()).await;
+    let waiting = tokio::spawn({
+        let s = s.clone();
+        async move {
+            s.wait_for_starting_task(GrantRequest {
+                immediate: 0,
+                prefetch: 1,
+                ..req_wait(secs(10))
+            })
+            .await
+        }
+    });
+    settle().await;
+    let mut b = hb("10.0.0.1:8335", 1);
+    b.environments = vec!["other".into()];
+    s.heartbeat(b).unwrap();
+    assert_eq!(
+        waiting.await.unwrap().unwrap_err(),
+        Rejection::NoQuotaAvailable
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn token_is_checked_before_version_and_arguments_in_every_call() {
+    let s = Scheduler::new(Config {
+        min_daemon_version: 5,
+        ..config()
+    });
+    let bad_everything = || {
+        let mut b = hb("10.0.0.1:8335", 4);
+        b.version = 1;
+        b.location = "not-a-location".into();
+        b.next_heartbeat_in = secs(40);
+        b.running_tasks = (1..=10_000).map(task).collect();
+        b
+    };
+    // Heartbeat: token -> min_daemon_version -> location -> next_heartbeat_in_ms.
+    let mut b = bad_everything();
+    b.token = "nope".into();
+    assert_eq!(s.heartbeat(b).unwrap_err(), Rejection::AccessDenied);
+    assert!(matches!(
+        s.heartbeat(bad_everything()).unwrap_err(),
+        Rejection::VersionTooOld { .. }
+    ));
+    let mut b = bad_everything();
+    b.version = 5;
+    match s.heartbeat(b).unwrap_err() {
+        Rejection::InvalidArgument(msg) => assert!(msg.starts_with("location"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    let mut b = bad_everything();
+    b.version = 5;
+    b.location = "10.0.0.1:8335".into();
+    match s.heartbeat(b).unwrap_err() {
+        Rejection::InvalidArgument(msg) => {
+            assert!(msg.starts_with("next_heartbeat_in_ms"), "{msg}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // The other calls: the token before any argument.
+    let bad_wait = GrantRequest {
+        token: "nope".into(),
+        environment: String::new(),
+        immediate: 0,
+        prefetch: 0,
+        ..req_wait(secs(20))
+    };
+    assert_eq!(
+        s.wait_for_starting_task(bad_wait).await.unwrap_err(),
+        Rejection::AccessDenied
+    );
+    let too_many: Vec<u64> = (1..=70_000).collect();
+    assert_eq!(
+        s.keep_alive("nope", ip(HOME), &too_many, secs(40))
+            .unwrap_err(),
+        Rejection::AccessDenied
+    );
+    assert_eq!(
+        s.free("nope", ip(HOME), &too_many).unwrap_err(),
+        Rejection::AccessDenied
+    );
+}
+
+// ---------------------------------------------------------------- issue 10: adoption
+
+/// A restarted engine with a 15 s adoption window.
+fn restarted() -> Config {
+    Config {
+        adoption_window: secs(15),
+        adopted_lease: secs(15),
+        ..config()
+    }
+}
+
+fn beat_with(location: &str, tasks: &[u64]) -> Heartbeat {
+    let mut b = hb(location, 2);
+    b.next_heartbeat_in = secs(30);
+    b.running_tasks = tasks.iter().map(|&id| task(id)).collect();
+    b
+}
+
+#[tokio::test(start_paused = true)]
+async fn adoption_only_from_verified_servants_not_behind_nat() {
+    let s = Scheduler::new(restarted());
+    let mut unverified = beat_with("10.0.0.1:8335", &[41]);
+    unverified.token = USER.into();
+    assert_eq!(s.heartbeat(unverified).unwrap().expired_grant_ids, [41]);
+    let mut nat = beat_with("192.168.0.2:8335", &[42]);
+    nat.observed_ip = ip("10.0.0.2");
+    assert_eq!(s.heartbeat(nat).unwrap().expired_grant_ids, [42]);
+    assert!(
+        s.heartbeat(beat_with("10.0.0.3:8335", &[43]))
+            .unwrap()
+            .expired_grant_ids
+            .is_empty()
+    );
+    let snap = s.snapshot();
+    assert_eq!(snap.counters.adoptions, 1);
+    assert_eq!(snap.grants.len(), 1);
+    assert_eq!(snap.grants[0].id, 43);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_id_this_instance_issued_freed_or_expired_is_never_adopted() {
+    let s = Scheduler::new(restarted());
+    s.heartbeat(beat_with("10.0.0.1:8335", &[])).unwrap();
+    let freed = grant_one(&s, req()).await;
+    let expired = grant_one(
+        &s,
+        GrantRequest {
+            lease: secs(2),
+            ..req()
+        },
+    )
+    .await;
+    s.heartbeat(beat_with("10.0.0.1:8335", &[freed.id, expired.id]))
+        .unwrap();
+    // A heartbeat sent just before the FreeTask arrives after it.
+    s.free(USER, ip(HOME), &[freed.id]).unwrap();
+    let reply = s
+        .heartbeat(beat_with("10.0.0.1:8335", &[freed.id, expired.id]))
+        .unwrap();
+    assert_eq!(reply.expired_grant_ids, [freed.id], "not brought back");
+    // The other lease ends; the servant stops listing it (reaped), then a
+    // late heartbeat lists it again.
+    advance(secs(3)).await;
+    s.heartbeat(beat_with("10.0.0.1:8335", &[])).unwrap();
+    let reply = s
+        .heartbeat(beat_with("10.0.0.1:8335", &[expired.id]))
+        .unwrap();
+    assert_eq!(reply.expired_grant_ids, [expired.id]);
+    let snap = s.snapshot();
+    assert_eq!(snap.counters.adoptions, 0);
+    assert_eq!(snap.totals.grants, 0, "both slots are free");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_adopted_grant_ends_when_its_servant_stops_listing_it() {
+    let s = Scheduler::new(restarted());
+    s.heartbeat(beat_with("10.0.0.1:8335", &[42, 43])).unwrap();
+    assert_eq!(servant_view(&s, "10.0.0.1:8335").running, 2);
+    s.heartbeat(beat_with("10.0.0.1:8335", &[43])).unwrap();
+    let snap = s.snapshot();
+    assert_eq!(snap.servants[0].running, 1, "the slot came back at once");
+    assert_eq!(snap.counters.adoptions_ended, 1);
+    // It does not come back later in the window.
+    let reply = s.heartbeat(beat_with("10.0.0.1:8335", &[42, 43])).unwrap();
+    assert_eq!(reply.expired_grant_ids, [42]);
+    assert_eq!(grant_one(&s, req()).await.servant.port(), 8335);
+}
+
+#[tokio::test(start_paused = true)]
+async fn early_renewal_inside_the_window_is_true_and_honoured_on_report() {
+    let s = Scheduler::new(restarted());
+    // The delegate renews before its servant has reported after the restart.
+    assert_eq!(
+        s.keep_alive(USER, ip(HOME), &[42], secs(30)).unwrap(),
+        [true]
+    );
+    assert_eq!(s.snapshot().counters.early_renewals, 1);
+    // Another machine cannot take it over.
+    assert_eq!(
+        s.keep_alive(USER, ip("10.7.7.7"), &[42], secs(30)).unwrap(),
+        [false]
+    );
+    advance(secs(5)).await;
+    s.heartbeat(beat_with("10.0.0.1:8335", &[42])).unwrap();
+    let g = s.snapshot().grants[0].clone();
+    assert!(g.adopted);
+    assert_eq!(g.requester, Some(ip(HOME)), "owned by its renewer");
+    // The renewal (30 s from t=0) is honoured, not the 15 s adopted lease.
+    assert_eq!(g.lease_left, secs(25));
+    // After the window, an id nobody reported is unknown.
+    advance(secs(11)).await;
+    assert_eq!(
+        s.keep_alive(USER, ip(HOME), &[77, 42], secs(30)).unwrap(),
+        [false, true]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn adoption_memory_is_bounded() {
+    let s = Scheduler::new(Config {
+        limits: Limits {
+            max_adoption_early_renewals: 2,
+            max_adoption_retired_ids: 2,
+            ..Limits::default()
+        },
+        ..restarted()
+    });
+    assert_eq!(
+        s.keep_alive(USER, ip(HOME), &[1, 2, 3], secs(10)).unwrap(),
+        [true, true, false]
+    );
+    assert_eq!(s.shared().lock().adoption.remembered(), 2);
+    // Past the bound of retired ids the window closes early: nothing more
+    // is adopted (safe), and its memory is gone.
+    s.heartbeat(beat_with("10.0.0.1:8335", &[])).unwrap();
+    for _ in 0..3 {
+        let g = grant_one(&s, req()).await;
+        free_one(&s, g.id);
+    }
+    assert_eq!(s.shared().lock().adoption.remembered(), 0);
+    let reply = s.heartbeat(beat_with("10.0.0.1:8335", &[99])).unwrap();
+    assert_eq!(reply.expired_grant_ids, [99]);
+}
+
+// ---------------------------------------------------------------- issue 10: trust
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_belongs_to_whoever_received_it() {
+    let s = Scheduler::new(Config {
+        user_tokens: TokenSet::new([USER, "other-user"]),
+        ..config()
+    });
+    s.heartbeat(hb("10.0.0.1:8335", 2)).unwrap();
+    let g = grant_one(&s, req()).await;
+    // Same token, another machine; same machine, another token.
+    assert_eq!(
+        s.keep_alive(USER, ip("10.7.7.7"), &[g.id], secs(10))
+            .unwrap(),
+        [false]
+    );
+    assert_eq!(
+        s.keep_alive("other-user", ip(HOME), &[g.id], secs(10))
+            .unwrap(),
+        [false]
+    );
+    s.free(USER, ip("10.7.7.7"), &[g.id]).unwrap();
+    let snap = s.snapshot();
+    assert_eq!(snap.totals.grants, 1, "the free was skipped");
+    assert_eq!(snap.counters.renewals_refused, 2);
+    assert_eq!(snap.counters.frees_refused, 1);
+    assert_eq!(snap.counters.frees, 0);
+    let thief = snap
+        .requesters
+        .iter()
+        .find(|r| r.ip == ip("10.7.7.7"))
+        .unwrap();
+    assert_eq!(thief.refused_total, 2);
+    // The owner still renews and frees it (IPv4-mapped IPv6 is the same machine).
+    let mapped: IpAddr = "::ffff:10.9.9.9".parse().unwrap();
+    assert_eq!(
+        s.keep_alive(USER, mapped, &[g.id], secs(10)).unwrap(),
+        [true]
+    );
+    s.free(USER, ip(HOME), &[g.id]).unwrap();
+    assert_eq!(s.snapshot().totals.grants, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_adopted_grant_belongs_to_its_first_renewer() {
+    let s = Scheduler::new(restarted());
+    s.heartbeat(beat_with("10.0.0.1:8335", &[42])).unwrap();
+    assert_eq!(
+        s.keep_alive(USER, ip("10.5.5.5"), &[42], secs(10)).unwrap(),
+        [true]
+    );
+    assert_eq!(
+        s.keep_alive(USER, ip(HOME), &[42], secs(10)).unwrap(),
+        [false]
+    );
+    s.free(USER, ip(HOME), &[42]).unwrap();
+    assert_eq!(s.snapshot().totals.grants, 1);
+    s.free(USER, ip("10.5.5.5"), &[42]).unwrap();
+    assert_eq!(s.snapshot().totals.grants, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn servant_reports_are_bounded_in_total() {
+    let s = Scheduler::new(Config {
+        limits: Limits {
+            max_reported_tasks: 3,
+            ..Limits::default()
+        },
+        ..config()
+    });
+    s.heartbeat(beat_with("10.0.0.1:8335", &[1, 2])).unwrap();
+    match s.heartbeat(beat_with("10.0.0.2:8335", &[3, 4])) {
+        Err(Rejection::InvalidArgument(msg)) => assert!(msg.contains("3 limit"), "{msg}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        s.snapshot().servants.len(),
+        1,
+        "the refused report changed nothing"
+    );
+    // A servant replacing its own report is counted once.
+    s.heartbeat(beat_with("10.0.0.1:8335", &[5, 6])).unwrap();
+    s.heartbeat(beat_with("10.0.0.2:8335", &[7])).unwrap();
+    // A servant that leaves for good gives its share back.
+    let mut leaving = beat_with("10.0.0.1:8335", &[]);
+    leaving.next_heartbeat_in = Duration::ZERO;
+    s.heartbeat(leaving).unwrap();
+    s.heartbeat(beat_with("10.0.0.2:8335", &[7, 8, 9])).unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn sums_over_servants_cannot_overflow() {
+    let s = Scheduler::new(config());
+    for i in 1..=3 {
+        let mut b = hb(&format!("10.0.0.{i}:8335"), u32::MAX);
+        b.num_processors = u32::MAX;
+        s.heartbeat(b).unwrap();
+    }
+    let snap = s.snapshot();
+    let per_servant = u64::from(snap.servants[0].capacity_available);
+    assert_eq!(per_servant, (1 << 31) - 1);
+    assert_eq!(snap.environments[0].capacity_available, 3 * per_servant);
+    assert_eq!(snap.totals.capacity_available, 3 * per_servant);
+}
+
+#[test]
+fn secrets_never_show_in_debug_output() {
+    let secret = b"the-serving-secret".to_vec();
+    let config = Config {
+        serving_daemon_token_secret: Some(secret.into()),
+        ..config()
+    };
+    let mut b = hb("10.0.0.1:8335", 1);
+    b.token = "hb-secret-token".into();
+    let r = GrantRequest {
+        token: "req-secret-token".into(),
+        ..req()
+    };
+    let ring = tokens::TokenRing::new(Some(b"ring-secret".to_vec()), secs(60), Instant::now());
+    let shown = format!(
+        "{config:?} {b:?} {r:?} {ring:?} {:?} {:?}",
+        TokenSet::from_flag("flag-secret,"),
+        Redacted("plain-secret")
+    );
+    for secret in [
+        USER,
+        SERVANT,
+        "the-serving-secret",
+        "hb-secret-token",
+        "req-secret-token",
+        "ring-secret",
+        "flag-secret",
+        "plain-secret",
+    ] {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+    assert!(shown.contains("<redacted>"));
+}
+
+// ---------------------------------------------------------------- issue 10: fair shares
+
+#[tokio::test(start_paused = true)]
+async fn a_freed_slot_goes_to_the_machine_served_least_recently() {
+    let s = Scheduler::new(config());
+    s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
+    let mut held = (grant_one(&s, req_from("10.3.3.3")).await, "10.3.3.3");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let queue = |machine: &'static str, n: usize| {
+        for _ in 0..n {
+            let s = s.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let r = s
+                    .wait_for_starting_task(GrantRequest {
+                        wait: secs(10),
+                        ..req_from(machine)
+                    })
+                    .await;
+                let _ = tx.send((machine, r));
+            });
+        }
+    };
+    // One machine queues 40 long polls, then a colleague's machine one.
+    queue("10.1.1.1", 40);
+    settle().await;
+    queue("10.2.2.2", 1);
+    settle().await;
+    assert_eq!(s.snapshot().totals.waiters, 41);
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        s.free(USER, ip(held.1), &[held.0.id]).unwrap();
+        let (machine, r) = rx.recv().await.unwrap();
+        held = (r.unwrap()[0], machine);
+        order.push(machine);
+    }
+    // The first slot goes to the first in line; the second to the machine
+    // not served yet, not to the 40-poll build; then the build again.
+    assert_eq!(order, ["10.1.1.1", "10.2.2.2", "10.1.1.1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_machine_s_waiters_are_capped() {
+    let s = Scheduler::new(Config {
+        limits: Limits {
+            max_waiters_per_machine: 2,
+            ..Limits::default()
+        },
+        ..config()
+    });
+    s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
+    let _held = grant_one(&s, req()).await;
+    let mut queued = Vec::new();
+    for machine in ["10.1.1.1", "10.1.1.1", "10.2.2.2"] {
+        queued.push(tokio::spawn({
+            let s = s.clone();
+            async move {
+                s.wait_for_starting_task(GrantRequest {
+                    wait: secs(10),
+                    ..req_from(machine)
+                })
+                .await
+            }
+        }));
+        settle().await;
+    }
+    assert_eq!(s.snapshot().totals.waiters, 3);
+    let t0 = Instant::now();
+    assert_eq!(
+        s.wait_for_starting_task(GrantRequest {
+            wait: secs(10),
+            ..req_from("10.1.1.1")
+        })
+        .await
+        .unwrap_err(),
+        Rejection::NoQuotaAvailable
+    );
+    assert_eq!(t0.elapsed(), Duration::ZERO, "at once");
+    let by_ip = |ip_: &str| {
+        s.snapshot()
+            .requesters
+            .into_iter()
+            .find(|r| r.ip == ip(ip_))
+            .unwrap()
+    };
+    assert_eq!(by_ip("10.1.1.1").waiting, 2);
+    assert_eq!(by_ip("10.2.2.2").waiting, 1);
+    assert_eq!(by_ip(HOME).grants_held, 1);
+    assert_eq!(by_ip(HOME).grants_total, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fair_shares_hold_across_environments_and_versions() {
+    // Two environments on one servant; machine A waits in both, B in one.
+    // Freed slots alternate between machines, whatever the environment.
+    let s = Scheduler::new(config());
+    let mut b = hb("10.0.0.1:8335", 1);
+    b.environments = vec!["x".into(), "y".into()];
+    s.heartbeat(b).unwrap();
+    let env = |e: &str, machine: &str| GrantRequest {
+        environment: e.into(),
+        wait: secs(10),
+        ..req_from(machine)
+    };
+    let mut held = (
+        grant_one(&s, env("x", "10.3.3.3")).await,
+        "10.3.3.3".to_owned(),
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    for (e, machine) in [
+        ("x", "10.1.1.1"),
+        ("y", "10.1.1.1"),
+        ("x", "10.1.1.1"),
+        ("y", "10.2.2.2"),
+    ] {
+        let s = s.clone();
+        let tx = tx.clone();
+        let r = env(e, machine);
+        tokio::spawn(async move {
+            let _ = tx.send((
+                r.requester_ip.to_string(),
+                s.wait_for_starting_task(r).await,
+            ));
+        });
+        settle().await;
+    }
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        s.free(USER, ip(&held.1), &[held.0.id]).unwrap();
+        let (machine, r) = rx.recv().await.unwrap();
+        held = (r.unwrap()[0], machine.clone());
+        order.push(machine);
+    }
+    assert_eq!(order, ["10.1.1.1", "10.2.2.2", "10.1.1.1", "10.1.1.1"]);
 }

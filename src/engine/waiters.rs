@@ -343,8 +343,7 @@ impl State {
                             continue;
                         };
                         let w = self.take_waiter(id, seq).expect("seen above");
-                        let first =
-                            self.grant_on(key, id, w.owner, w.lease, w.immediate == 0, now);
+                        let first = self.grant_on(key, id, w.owner, w.lease, w.immediate == 0, now);
                         served.push((w, vec![first]));
                         // Its stamp just grew: behind every machine waiting longer.
                         let stamp = self.requesters.last_served(&held.ip);
