@@ -11,8 +11,10 @@
 //! 100,000 at the largest size, plus the 64 in flight). After criterion, a plain timed loop measures
 //! the mean ns/op per size and prints `RATIO` lines against the 2.0 limit.
 //!
-//! - `fairness`: 100 requesters compete for 10 slots on a paused-time runtime;
-//!   prints `RATIO fairness max/min grants per requester` against 1.2.
+//! - `fairness`: 100 requesting machines, with 1 to 50 waiting calls each,
+//!   compete for 10 slots on a paused-time runtime; prints `RATIO fairness
+//!   max/min grants per machine` against 1.2 (fair shares are per machine,
+//!   not per call).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -29,6 +31,7 @@ use criterion::{BatchSize, BenchmarkId, Criterion};
 use tokio::runtime::Runtime;
 use yadcc_scheduler::engine::{
     Config, Grant, GrantRequest, Heartbeat, Limits, ReportedTask, Scheduler, ServantPriority,
+    TokenSet,
 };
 
 const USER: &str = "bench-user-token";
@@ -39,8 +42,8 @@ const DAY: Duration = Duration::from_secs(86_400);
 
 fn config() -> Config {
     Config {
-        user_tokens: vec![USER.to_owned()],
-        servant_tokens: vec![SERVANT.to_owned()],
+        user_tokens: TokenSet::new([USER]),
+        servant_tokens: TokenSet::new([SERVANT]),
         adoption_window: Duration::ZERO,
         // Real time passes during the bench: keep everything alive.
         limits: Limits {
@@ -66,9 +69,9 @@ fn servant_addr(i: usize) -> SocketAddr {
 fn heartbeat(i: usize, load: u32, tasks: Vec<ReportedTask>) -> Heartbeat {
     let location = servant_addr(i);
     Heartbeat {
-        token: SERVANT.to_owned(),
+        token: SERVANT.into(),
         observed_ip: location.ip(),
-        reported_location: location,
+        location: location.to_string(),
         next_heartbeat_in: DAY,
         version: 10,
         num_processors: 40,
@@ -83,10 +86,13 @@ fn heartbeat(i: usize, load: u32, tasks: Vec<ReportedTask>) -> Heartbeat {
     }
 }
 
+/// The machine the benchmarked grants go to (and are freed by).
+const REQUESTER: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 255, 255, 254));
+
 fn grant_request(immediate: u32) -> GrantRequest {
     GrantRequest {
-        token: USER.to_owned(),
-        requester_ip: IpAddr::V4(Ipv4Addr::new(127, 255, 255, 254)),
+        token: USER.into(),
+        requester_ip: REQUESTER,
         wait: Duration::ZERO,
         environment: environments()[2].clone(),
         immediate,
@@ -120,7 +126,7 @@ fn grant_free(c: &Cluster, req: GrantRequest) {
     let mut ring = c.in_flight.borrow_mut();
     ring.push_back(g[0].id);
     let oldest = ring.pop_front().expect("never empty");
-    c.sched.free(USER, &[oldest]).unwrap();
+    c.sched.free(USER, REQUESTER, &[oldest]).unwrap();
 }
 
 /// A cluster of `n` servants with `GRANTS_PER_SERVANT * n` live grants.
@@ -301,10 +307,16 @@ fn print_ratios(clusters: &[Cluster]) -> bool {
     ok
 }
 
-/// 100 requesters, 10 slots, paused time: each loops wait -> hold -> free.
-/// Returns grants per requester.
+/// Requesting machines in the fairness run, and the calls machine `m` keeps
+/// waiting: 1 to 50, so a build with 50 long polls meets a colleague's one.
+const MACHINES: usize = 100;
+fn waiters_of(machine: usize) -> usize {
+    1 + machine % 50
+}
+
+/// 100 machines (1 to 50 waiting calls each), 10 slots, paused time: each
+/// call loops wait -> hold -> free. Returns grants per machine.
 fn fairness_run(total_grants: u64) -> Vec<u64> {
-    const REQUESTERS: usize = 100;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -318,41 +330,48 @@ fn fairness_run(total_grants: u64) -> Vec<u64> {
         sched.heartbeat(beat).unwrap();
         let issued = Arc::new(AtomicU64::new(0));
         let mut tasks = Vec::new();
-        for r in 0..REQUESTERS {
-            let sched = sched.clone();
-            let issued = issued.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut mine = 0u64;
-                // Every requester draws its hold times (1..=20 ms) from the
-                // same distribution, with its own seed: differences in the
-                // grants they get are the scheduler's doing.
-                let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ (r as u64 + 1);
-                let req = GrantRequest {
-                    wait: Duration::from_secs(10),
-                    ..grant_request(1)
-                };
-                while issued.load(Ordering::Relaxed) < total_grants {
-                    match sched.wait_for_starting_task(req.clone()).await {
-                        Ok(grants) => {
-                            mine += grants.len() as u64;
-                            issued.fetch_add(grants.len() as u64, Ordering::Relaxed);
-                            seed ^= seed << 13;
-                            seed ^= seed >> 7;
-                            seed ^= seed << 17;
-                            let hold = Duration::from_millis(1 + seed % 20);
-                            tokio::time::sleep(hold).await;
-                            let ids: Vec<u64> = grants.iter().map(|g| g.id).collect();
-                            sched.free(USER, &ids).unwrap();
+        for m in 0..MACHINES {
+            let machine = IpAddr::V4(Ipv4Addr::new(10, 1, 0, m as u8));
+            for w in 0..waiters_of(m) {
+                let sched = sched.clone();
+                let issued = issued.clone();
+                tasks.push((
+                    m,
+                    tokio::spawn(async move {
+                        let mut mine = 0u64;
+                        // Every call draws its hold times (1..=20 ms) from the
+                        // same distribution, with its own seed: differences in
+                        // the grants machines get are the scheduler's doing.
+                        let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ ((m * 64 + w) as u64 + 1);
+                        let req = GrantRequest {
+                            wait: Duration::from_secs(10),
+                            requester_ip: machine,
+                            ..grant_request(1)
+                        };
+                        while issued.load(Ordering::Relaxed) < total_grants {
+                            match sched.wait_for_starting_task(req.clone()).await {
+                                Ok(grants) => {
+                                    mine += grants.len() as u64;
+                                    issued.fetch_add(grants.len() as u64, Ordering::Relaxed);
+                                    seed ^= seed << 13;
+                                    seed ^= seed >> 7;
+                                    seed ^= seed << 17;
+                                    let hold = Duration::from_millis(1 + seed % 20);
+                                    tokio::time::sleep(hold).await;
+                                    let ids: Vec<u64> = grants.iter().map(|g| g.id).collect();
+                                    sched.free(USER, machine, &ids).unwrap();
+                                }
+                                Err(_) => tokio::task::yield_now().await,
+                            }
                         }
-                        Err(_) => tokio::task::yield_now().await,
-                    }
-                }
-                mine
-            }));
+                        mine
+                    }),
+                ));
+            }
         }
-        let mut counts = Vec::new();
-        for t in tasks {
-            counts.push(t.await.unwrap());
+        let mut counts = vec![0u64; MACHINES];
+        for (m, t) in tasks {
+            counts[m] += t.await.unwrap();
         }
         counts
     })
@@ -363,7 +382,7 @@ fn bench_fairness(c: &mut Criterion, ratios_only: bool) -> bool {
     if !ratios_only {
         let mut group = c.benchmark_group("fairness");
         group.sample_size(10);
-        group.bench_function("100_requesters_10_slots_2000_grants", |b| {
+        group.bench_function("100_machines_1_to_50_calls_10_slots_2000_grants", |b| {
             b.iter(|| black_box(fairness_run(2_000)))
         });
         group.finish();
@@ -375,12 +394,13 @@ fn bench_fairness(c: &mut Criterion, ratios_only: bool) -> bool {
     let ratio = max as f64 / min.max(1) as f64;
     let pass = ratio <= LIMIT;
     println!(
-        "FAIRNESS requesters={} grants={} min={min} max={max}",
+        "FAIRNESS machines={} calls={} grants={} min={min} max={max}",
         counts.len(),
+        (0..MACHINES).map(waiters_of).sum::<usize>(),
         counts.iter().sum::<u64>()
     );
     println!(
-        "RATIO fairness max/min grants per requester = {ratio:.2} (limit {LIMIT:.1}) {}",
+        "RATIO fairness max/min grants per machine = {ratio:.2} (limit {LIMIT:.1}) {}",
         if pass { "PASS" } else { "FAIL" }
     );
     pass

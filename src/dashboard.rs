@@ -182,8 +182,8 @@ impl Dashboard {
                 .map(|environment| EnvironmentRow {
                     digest: environment.digest.clone(),
                     servants: environment.servants as u64,
-                    capacity_available: u64::from(environment.capacity_available),
-                    running: u64::from(environment.running),
+                    capacity_available: environment.capacity_available,
+                    running: environment.running,
                     waiters: environment.waiters as u64,
                 })
                 .collect(),
@@ -192,6 +192,17 @@ impl Dashboard {
                 .labels()
                 .into_iter()
                 .map(|(ip, label)| (ip, label.to_owned()))
+                .collect(),
+            requesters: snapshot
+                .requesters
+                .iter()
+                .map(|requester| RequesterRow {
+                    ip: requester.ip.to_string(),
+                    grants_held: requester.grants_held,
+                    waiting: requester.waiting,
+                    grants_total: requester.grants_total,
+                    refused_total: requester.refused_total,
+                })
                 .collect(),
         }
     }
@@ -237,6 +248,8 @@ pub struct Overview {
     /// `http`, `connect`, `grpc`, `grpc-web`), for the servants' and
     /// requesters' protocol column.
     pub peer_protocols: std::collections::BTreeMap<String, String>,
+    /// Requesting machines (delegates by IP), sorted by IP.
+    pub requesters: Vec<RequesterRow>,
 }
 
 /// Cluster totals.
@@ -422,6 +435,25 @@ pub struct RunningTaskRow {
     pub task_digest: String,
 }
 
+/// One requesting machine: what it holds, waits for, got and was refused.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequesterRow {
+    pub ip: String,
+    /// Grants it owns now (live and zombie).
+    pub grants_held: u64,
+    /// Its calls waiting for quota now.
+    pub waiting: u64,
+    /// Grants made to it since start.
+    #[serde(serialize_with = "as_string")]
+    #[schema(value_type = String, pattern = "^[0-9]+$")]
+    pub grants_total: u64,
+    /// Its renewals and frees of grants it does not own, refused since start.
+    #[serde(serialize_with = "as_string")]
+    #[schema(value_type = String, pattern = "^[0-9]+$")]
+    pub refused_total: u64,
+}
+
 /// One compiler environment across the cluster.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -482,6 +514,7 @@ async fn history(State(dashboard): State<Arc<Dashboard>>) -> Json<HistoryView> {
     paths(overview, history),
     components(schemas(
         Overview,
+        RequesterRow,
         TotalsView,
         ReasonView,
         ServantRow,

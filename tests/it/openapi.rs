@@ -216,8 +216,8 @@ fn every_message_and_enum_has_a_schema_and_every_ref_resolves() {
 /// The server, on a real socket, as `main` serves it.
 async fn start_server() -> SocketAddr {
     let engine = Scheduler::new(Config {
-        user_tokens: vec![TOKEN.into()],
-        servant_tokens: vec![TOKEN.into()],
+        user_tokens: yadcc_scheduler::engine::TokenSet::new([TOKEN]),
+        servant_tokens: yadcc_scheduler::engine::TokenSet::new([TOKEN]),
         ..Config::default()
     });
     let state = AppState::new(engine, HttpSettings::default());

@@ -30,8 +30,8 @@ pub const STEP: Duration = Duration::from_secs(10);
 
 pub fn engine_config() -> engine::Config {
     engine::Config {
-        user_tokens: vec![USER_TOKEN.into()],
-        servant_tokens: vec![SERVANT_TOKEN.into()],
+        user_tokens: engine::TokenSet::new([USER_TOKEN]),
+        servant_tokens: engine::TokenSet::new([SERVANT_TOKEN]),
         ..engine::Config::default()
     }
 }

@@ -167,8 +167,13 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
     .await
     .decode();
     assert_eq!(running.running_tasks.len(), 1);
-    assert_eq!(running.running_tasks[0].task_grant_id, ids[0]);
+    assert_eq!(running.running_tasks[0].servant_task_id, 1);
+    assert_eq!(running.running_tasks[0].task_digest, "task-a");
     assert_eq!(running.running_tasks[0].servant_location, "127.0.0.1:8335");
+    assert_eq!(
+        running.running_tasks[0].task_grant_id, 0,
+        "grant ids stay out of the open RPC"
+    );
 
     let renewed: pb::KeepTaskAliveResponse = call_raw(
         server.addr,
