@@ -5,6 +5,7 @@ mod dashboard;
 mod dialects;
 mod edge;
 mod errors;
+mod fidelity;
 mod flare;
 mod grpc;
 mod long_poll;

@@ -1,0 +1,344 @@
+//! Issue 10 on the wire: what stock daemons notice (capped grants, the
+//! prefetch-only answer, the order of checks, what `GetRunningTasks` lists),
+//! trust between clients, fair shares between machines, a quiet restart and
+//! the Requesters data of the overview.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use prost::Message;
+use tokio::time::Instant;
+use yadcc_scheduler::{engine, http::routes::HttpSettings, pb};
+
+use crate::support::*;
+
+/// Polls `condition` until it holds or `STEP` passes.
+async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + STEP;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    condition()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// One raw `http+pb` call from the machine at `from` (a 127.0.0.x address).
+async fn call_from(
+    server: &Server,
+    from: &str,
+    method: &str,
+    message: &impl Message,
+) -> RawResponse {
+    let mut connection = RawConnection::open_from(server.addr, Some(ip(from))).await;
+    connection
+        .send(&http_pb_request(method, 1, &message.encode_to_vec(), &[]))
+        .await;
+    connection.read_response().await
+}
+
+fn error_code(response: &RawResponse) -> Option<&str> {
+    response.header("rpc-error-code")
+}
+
+#[tokio::test]
+async fn a_call_asking_for_more_than_the_per_call_limit_is_capped_not_refused() {
+    let server = Server::start().await;
+    register_servant(&server, 8335, 4).await;
+    // A delegate running `make -j1100`.
+    let response = call_raw(
+        server.addr,
+        "WaitForStartingTask",
+        &wait_request(1000, 1100, 1),
+    )
+    .await;
+    assert_eq!(response.status, 200, "{:?}", error_code(&response));
+    let granted: pb::WaitForStartingTaskResponse = response.decode();
+    assert_eq!(granted.grants.len(), 4, "what the cluster has");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_prefetch_only_call_for_an_environment_nobody_offers_gets_no_quota() {
+    let server = Server::start().await;
+    let mut idle_prefetch = wait_request(0, 0, 1);
+    idle_prefetch.env_desc = Some(pb::EnvironmentDesc {
+        compiler_digest: "nobody-offers-this".into(),
+    });
+    let response = call_raw(server.addr, "WaitForStartingTask", &idle_prefetch).await;
+    assert_eq!(error_code(&response), Some("1001"));
+    idle_prefetch.immediate_reqs = 1;
+    let response = call_raw(server.addr, "WaitForStartingTask", &idle_prefetch).await;
+    assert_eq!(error_code(&response), Some("1006"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_token_is_checked_before_anything_else() {
+    let server = Server::start_with(
+        engine::Config {
+            min_daemon_version: 5,
+            ..engine_config()
+        },
+        HttpSettings::default(),
+        "127.0.0.1:0",
+    )
+    .await;
+    let mut beat = heartbeat("not-a-location", 4);
+    beat.version = 1;
+    beat.next_heartbeat_in_ms = 40_000;
+    beat.token = "outsider".into();
+    let response = call_raw(server.addr, "Heartbeat", &beat).await;
+    assert_eq!(error_code(&response), Some("1003"), "access denied first");
+    beat.token = SERVANT_TOKEN.into();
+    let response = call_raw(server.addr, "Heartbeat", &beat).await;
+    assert_eq!(error_code(&response), Some("1005"), "then the version");
+    beat.version = 5;
+    let response = call_raw(server.addr, "Heartbeat", &beat).await;
+    assert_eq!(error_code(&response), Some("1004"));
+    assert!(
+        response
+            .header("rpc-error-reason")
+            .unwrap()
+            .contains("location"),
+        "then the location"
+    );
+
+    // A wait without env_desc and with a bad token learns only "denied".
+    let mut wait = wait_request(20_000, 0, 0);
+    wait.env_desc = None;
+    wait.token = "outsider".into();
+    let response = call_raw(server.addr, "WaitForStartingTask", &wait).await;
+    assert_eq!(error_code(&response), Some("1003"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn get_running_tasks_lists_live_grants_of_trusted_servants_without_grant_ids() {
+    // Not just restarted: unknown ids are killed, not adopted.
+    let server = Server::start_with(
+        engine::Config {
+            adoption_window: Duration::ZERO,
+            ..engine_config()
+        },
+        HttpSettings::default(),
+        "127.0.0.1:0",
+    )
+    .await;
+    register_servant(&server, 8335, 4).await;
+    let granted = acquire(&server, 1, 0).await;
+    let id = granted.grants[0].task_grant_id;
+    let task = |grant: u64, servant_task_id: u64| pb::RunningTask {
+        servant_task_id,
+        task_grant_id: grant,
+        servant_location: String::new(),
+        task_digest: format!("digest-{servant_task_id}"),
+    };
+    // The servant reports our task and one this scheduler never granted.
+    let mut beat = heartbeat(&servant_location("127.0.0.1", 8335), 4);
+    beat.running_tasks = vec![task(id, 1), task(12_345, 2)];
+    let reply: pb::HeartbeatResponse = call_raw(server.addr, "Heartbeat", &beat).await.decode();
+    assert_eq!(reply.expired_tasks, [12_345]);
+    // A servant behind NAT (reports 127.0.0.9, seen as 127.0.0.2) and one
+    // with only a user token report tasks too.
+    let mut nat = heartbeat(&servant_location("127.0.0.9", 8336), 4);
+    nat.running_tasks = vec![task(id, 3)];
+    assert_eq!(
+        call_from(&server, "127.0.0.2", "Heartbeat", &nat)
+            .await
+            .status,
+        200
+    );
+    let mut unverified = heartbeat(&servant_location("127.0.0.3", 8337), 4);
+    unverified.token = USER_TOKEN.into();
+    unverified.running_tasks = vec![task(id, 4)];
+    assert_eq!(
+        call_from(&server, "127.0.0.3", "Heartbeat", &unverified)
+            .await
+            .status,
+        200
+    );
+
+    let running: pb::GetRunningTasksResponse = call_raw(
+        server.addr,
+        "GetRunningTasks",
+        &pb::GetRunningTasksRequest {},
+    )
+    .await
+    .decode();
+    assert_eq!(
+        running.running_tasks,
+        [pb::RunningTask {
+            servant_task_id: 1,
+            task_grant_id: 0,
+            servant_location: "127.0.0.1:8335".into(),
+            task_digest: "digest-1".into(),
+        }]
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn another_machine_can_neither_renew_nor_free_a_grant() {
+    let server = Server::start().await;
+    register_servant(&server, 8335, 4).await;
+    let id = acquire(&server, 1, 0).await.grants[0].task_grant_id;
+    let renew = pb::KeepTaskAliveRequest {
+        token: USER_TOKEN.into(),
+        task_grant_ids: vec![id],
+        next_keep_alive_in_ms: 10_000,
+    };
+    let free = pb::FreeTaskRequest {
+        token: USER_TOKEN.into(),
+        task_grant_ids: vec![id],
+    };
+    let reply: pb::KeepTaskAliveResponse = call_from(&server, "127.0.0.2", "KeepTaskAlive", &renew)
+        .await
+        .decode();
+    assert_eq!(reply.statuses, [false]);
+    assert_eq!(
+        call_from(&server, "127.0.0.2", "FreeTask", &free)
+            .await
+            .status,
+        200
+    );
+    let reply: pb::KeepTaskAliveResponse = call_from(&server, "127.0.0.1", "KeepTaskAlive", &renew)
+        .await
+        .decode();
+    assert_eq!(reply.statuses, [true], "still there, still the owner's");
+    let counters = server.engine.snapshot().counters;
+    assert_eq!((counters.renewals_refused, counters.frees_refused), (1, 1));
+    server.stop().await;
+}
+
+/// Starts a long poll from `from` on its own connection; returns once the
+/// engine counts `queued` waiters.
+async fn long_poll_from(server: &Server, from: &str, queued: usize) -> RawConnection {
+    let mut connection = RawConnection::open_from(server.addr, Some(ip(from))).await;
+    connection
+        .send(&http_pb_request(
+            "WaitForStartingTask",
+            1,
+            &wait_request(8000, 1, 0).encode_to_vec(),
+            &[],
+        ))
+        .await;
+    assert!(eventually(|| server.engine.snapshot().totals.waiters == queued).await);
+    connection
+}
+
+/// The id of the one grant `machine` holds, once it holds one.
+async fn grant_of(server: &Server, machine: &str) -> u64 {
+    let mut found = None;
+    assert!(
+        eventually(|| {
+            found = server
+                .engine
+                .snapshot()
+                .grants
+                .iter()
+                .find(|g| g.requester == Some(ip(machine)))
+                .map(|g| g.id);
+            found.is_some()
+        })
+        .await,
+        "{machine} was never served"
+    );
+    found.unwrap()
+}
+
+#[tokio::test]
+async fn a_freed_slot_goes_to_the_machine_served_least_recently() {
+    let server = Server::start().await;
+    register_servant(&server, 8335, 1).await;
+    let held = acquire(&server, 1, 0).await.grants[0].task_grant_id;
+    // A build queues five long polls, then a colleague's machine one.
+    let mut build = Vec::new();
+    for queued in 1..=5 {
+        build.push(long_poll_from(&server, "127.0.0.11", queued).await);
+    }
+    let mut colleague = long_poll_from(&server, "127.0.0.12", 6).await;
+    let free = |id: u64| pb::FreeTaskRequest {
+        token: USER_TOKEN.into(),
+        task_grant_ids: vec![id],
+    };
+    call_from(&server, "127.0.0.1", "FreeTask", &free(held)).await;
+    let first = grant_of(&server, "127.0.0.11").await;
+    call_from(&server, "127.0.0.11", "FreeTask", &free(first)).await;
+    // The second slot goes to the colleague, not to the build's next poll.
+    let second = grant_of(&server, "127.0.0.12").await;
+    let answer: pb::WaitForStartingTaskResponse = colleague.read_response().await.decode();
+    assert_eq!(answer.grants[0].task_grant_id, second);
+    assert_eq!(server.engine.snapshot().totals.waiters, 4);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn after_a_restart_running_tasks_are_adopted_quietly() {
+    let first = Server::start().await;
+    register_servant(&first, 8335, 4).await;
+    let id = acquire(&first, 1, 0).await.grants[0].task_grant_id;
+    first.stop().await;
+
+    let second = Server::start().await;
+    // The delegate renews before the servant has reported: true.
+    let renew = pb::KeepTaskAliveRequest {
+        token: USER_TOKEN.into(),
+        task_grant_ids: vec![id],
+        next_keep_alive_in_ms: 10_000,
+    };
+    let reply: pb::KeepTaskAliveResponse = call_raw(second.addr, "KeepTaskAlive", &renew)
+        .await
+        .decode();
+    assert_eq!(reply.statuses, [true]);
+    // The servant reports it: adopted, not killed, owned by the renewer.
+    let mut beat = heartbeat(&servant_location("127.0.0.1", 8335), 4);
+    beat.running_tasks = vec![pb::RunningTask {
+        servant_task_id: 1,
+        task_grant_id: id,
+        servant_location: String::new(),
+        task_digest: "d".into(),
+    }];
+    let reply: pb::HeartbeatResponse = call_raw(second.addr, "Heartbeat", &beat).await.decode();
+    assert!(reply.expired_tasks.is_empty());
+    let grants = second.engine.snapshot().grants;
+    assert_eq!(grants.len(), 1);
+    assert!(grants[0].adopted);
+    assert_eq!(grants[0].requester, Some(ip("127.0.0.1")));
+    let reply: pb::KeepTaskAliveResponse = call_raw(second.addr, "KeepTaskAlive", &renew)
+        .await
+        .decode();
+    assert_eq!(reply.statuses, [true]);
+    second.stop().await;
+}
+
+#[tokio::test]
+async fn the_overview_lists_requesters() {
+    let server = Server::start().await;
+    register_servant(&server, 8335, 4).await;
+    acquire(&server, 2, 0).await;
+    let overview: serde_json::Value = http_client()
+        .get(server.url("/api/v1/overview"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        overview["requesters"],
+        serde_json::json!([{
+            "ip": "127.0.0.1",
+            "grantsHeld": 2,
+            "waiting": 0,
+            "grantsTotal": "2",
+            "refusedTotal": "0"
+        }])
+    );
+    server.stop().await;
+}
