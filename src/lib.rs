@@ -25,9 +25,12 @@
 //!
 //! Inside the engine (`src/engine/`): `mod.rs` is the cheap-to-clone handle
 //! over one `Mutex<State>` and the one expiry task; `servants.rs` (registry,
-//! capacity rules), `placement.rs` (per-environment indexes, picking a
-//! servant), `grants.rs` (ids, leases, zombies), `waiters.rs` (fair FIFO
-//! queues), `tokens.rs` (token sets, serving-daemon ring), `snapshot.rs`
+//! capacity rules, running-task reports), `placement.rs` (per-environment
+//! indexes, picking a servant), `grants.rs` (ids, leases, zombies, renew and
+//! free by the owner only), `adoption.rs` (the adoption window after start),
+//! `requesters.rs` (requesting machines: owners, last served, figures),
+//! `waiters.rs` (queues fair between machines), `tokens.rs` (token sets and
+//! the flag's splitting rule, `Redacted`, serving-daemon ring), `snapshot.rs`
 //! (totals and inspection views), `types.rs` (the domain types), `tests.rs`.
 //!
 //! The edge's limits (timeouts, caps, the budget for buffered bodies) are
