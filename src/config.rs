@@ -383,7 +383,7 @@ impl Cli {
             http: HttpSettings {
                 max_body_bytes,
                 trusted_proxies: self.trusted_proxies.clone(),
-                inspect_credential: self.inspect_credential.clone(),
+                inspect_credential: self.inspect_credential.clone().map(Into::into),
                 edge,
                 cors_allowed_origins,
             },

@@ -326,6 +326,26 @@ impl Collector for EngineCollector {
                 counters.adoptions,
             ),
             (
+                "adoptions_ended",
+                "Adopted tasks that ended when their servant stopped listing them",
+                counters.adoptions_ended,
+            ),
+            (
+                "early_renewals",
+                "Renewals after a restart of tasks no servant had reported yet",
+                counters.early_renewals,
+            ),
+            (
+                "renewals_refused",
+                "Renewals refused: the grant belongs to another requester",
+                counters.renewals_refused,
+            ),
+            (
+                "frees_refused",
+                "Frees skipped: the grant belongs to another requester",
+                counters.frees_refused,
+            ),
+            (
                 "servants_expired",
                 "Servants removed after missing heartbeats",
                 counters.servants_expired,

@@ -47,7 +47,7 @@ pub struct HttpSettings {
     /// Peers whose `X-Forwarded-For` is believed. Empty: the socket address is the caller.
     pub trusted_proxies: Vec<IpAddr>,
     /// `user:password` guarding the dashboard and inspection API; None: open.
-    pub inspect_credential: Option<String>,
+    pub inspect_credential: Option<crate::engine::Redacted<String>>,
     /// Timeouts, connection caps and the budget for buffered bodies.
     pub edge: EdgeSettings,
     /// Origins whose browser pages may call the RPCs (CORS); `*` for any.
@@ -134,7 +134,7 @@ impl AppState {
             metrics: Metrics::new(engine.clone()),
             dashboard: Dashboard::start(
                 engine.clone(),
-                settings.inspect_credential.clone(),
+                settings.inspect_credential.clone().map(|c| c.0),
                 Arc::clone(&peer_protocols),
             ),
             peer_protocols,

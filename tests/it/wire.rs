@@ -2,7 +2,7 @@
 //! byte as their framework's client writes them.
 
 use prost::Message;
-use yadcc_scheduler::pb;
+use yadcc_scheduler::{engine, http::routes::HttpSettings, pb};
 
 use crate::support::*;
 
@@ -128,7 +128,16 @@ async fn failures_are_non_200_with_rpc_error_code_and_a_one_line_reason() {
 
 #[tokio::test]
 async fn the_full_lifecycle_works_over_binary_http_pb() {
-    let server = Server::start().await;
+    // As long after start: unknown ids are neither adopted nor renewed early.
+    let server = Server::start_with(
+        engine::Config {
+            adoption_window: std::time::Duration::ZERO,
+            ..engine_config()
+        },
+        HttpSettings::default(),
+        "127.0.0.1:0",
+    )
+    .await;
     register_servant(&server, 8335, 4).await;
 
     let granted = acquire(&server, 2, 1).await;
