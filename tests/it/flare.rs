@@ -188,7 +188,7 @@ impl FlareConnection {
 
 fn server_for_vectors() -> engine::Config {
     engine::Config {
-        servant_tokens: vec!["secret".into()],
+        servant_tokens: engine::TokenSet::new(["secret"]),
         ..engine_config()
     }
 }
