@@ -14,6 +14,17 @@ const PROTO_FILES: &[&str] = &["yadcc/api/env_desc.proto", "yadcc/api/scheduler.
 /// document nor reflection lists it, and it has no JSON mapping.
 const FRAMEWORK_PROTO_FILES: &[&str] = &["flare/rpc/rpc_meta.proto"];
 
+/// Messages with a token or a serving-daemon token in them.
+const SECRET_MESSAGES: [&str; 7] = [
+    ".yadcc.scheduler.HeartbeatRequest",
+    ".yadcc.scheduler.HeartbeatResponse",
+    ".yadcc.scheduler.GetConfigRequest",
+    ".yadcc.scheduler.GetConfigResponse",
+    ".yadcc.scheduler.WaitForStartingTaskRequest",
+    ".yadcc.scheduler.KeepTaskAliveRequest",
+    ".yadcc.scheduler.FreeTaskRequest",
+];
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={PROTO_ROOT}");
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
@@ -28,6 +39,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     prost_build::Config::new()
         .out_dir(&out_dir)
+        // Messages that carry a token get a redacting `Debug` in `src/pb.rs`.
+        .skip_debug(SECRET_MESSAGES)
         .compile_fds(descriptors)?;
 
     pbjson_build::Builder::new()

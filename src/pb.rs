@@ -44,11 +44,142 @@ pub static DESCRIPTOR_POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
         .expect("descriptor set produced by build.rs must decode")
 });
 
+/// `Debug` for the messages that carry a secret (`build.rs` skips prost's):
+/// every field as usual, tokens as [`Redacted`](crate::engine::Redacted).
+mod redacted_debug {
+    use std::fmt;
+
+    use super::*;
+    use crate::engine::Redacted;
+
+    impl fmt::Debug for HeartbeatRequest {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("HeartbeatRequest")
+                .field("token", &Redacted(&self.token))
+                .field("next_heartbeat_in_ms", &self.next_heartbeat_in_ms)
+                .field("version", &self.version)
+                .field("location", &self.location)
+                .field("num_processors", &self.num_processors)
+                .field("current_load", &self.current_load)
+                .field("servant_priority", &self.servant_priority)
+                .field("not_accepting_task_reason", &self.not_accepting_task_reason)
+                .field("capacity", &self.capacity)
+                .field("total_memory_in_bytes", &self.total_memory_in_bytes)
+                .field("memory_available_in_bytes", &self.memory_available_in_bytes)
+                .field("env_descs", &self.env_descs)
+                .field("running_tasks", &self.running_tasks)
+                .finish()
+        }
+    }
+
+    impl fmt::Debug for HeartbeatResponse {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("HeartbeatResponse")
+                .field("acceptable_tokens", &Redacted(&self.acceptable_tokens))
+                .field("expired_tasks", &self.expired_tasks)
+                .finish()
+        }
+    }
+
+    impl fmt::Debug for GetConfigRequest {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("GetConfigRequest")
+                .field("token", &Redacted(&self.token))
+                .finish()
+        }
+    }
+
+    impl fmt::Debug for GetConfigResponse {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("GetConfigResponse")
+                .field(
+                    "serving_daemon_token",
+                    &Redacted(&self.serving_daemon_token),
+                )
+                .finish()
+        }
+    }
+
+    impl fmt::Debug for WaitForStartingTaskRequest {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("WaitForStartingTaskRequest")
+                .field("token", &Redacted(&self.token))
+                .field("milliseconds_to_wait", &self.milliseconds_to_wait)
+                .field("env_desc", &self.env_desc)
+                .field("immediate_reqs", &self.immediate_reqs)
+                .field("prefetch_reqs", &self.prefetch_reqs)
+                .field("next_keep_alive_in_ms", &self.next_keep_alive_in_ms)
+                .field("min_version", &self.min_version)
+                .finish()
+        }
+    }
+
+    impl fmt::Debug for KeepTaskAliveRequest {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("KeepTaskAliveRequest")
+                .field("token", &Redacted(&self.token))
+                .field("task_grant_ids", &self.task_grant_ids)
+                .field("next_keep_alive_in_ms", &self.next_keep_alive_in_ms)
+                .finish()
+        }
+    }
+
+    impl fmt::Debug for FreeTaskRequest {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.debug_struct("FreeTaskRequest")
+                .field("token", &Redacted(&self.token))
+                .field("task_grant_ids", &self.task_grant_ids)
+                .finish()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use prost::Message;
 
     use super::flare::rpc::{MethodType, RpcMeta, RpcResponseMeta};
+
+    /// Every message with a token prints it redacted, its other fields as usual.
+    #[test]
+    fn messages_with_secrets_redact_them_in_debug() {
+        let secret = "pb-secret-token";
+        let shown = format!(
+            "{:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+            super::HeartbeatRequest {
+                token: secret.into(),
+                location: "10.0.0.1:8335".into(),
+                ..Default::default()
+            },
+            super::HeartbeatResponse {
+                acceptable_tokens: vec![secret.into()],
+                expired_tasks: vec![7],
+            },
+            super::GetConfigRequest {
+                token: secret.into()
+            },
+            super::GetConfigResponse {
+                serving_daemon_token: secret.into()
+            },
+            super::WaitForStartingTaskRequest {
+                token: secret.into(),
+                immediate_reqs: 3,
+                ..Default::default()
+            },
+            super::KeepTaskAliveRequest {
+                token: secret.into(),
+                ..Default::default()
+            },
+            super::FreeTaskRequest {
+                token: secret.into(),
+                ..Default::default()
+            },
+        );
+        assert!(!shown.contains(secret), "{shown}");
+        assert_eq!(shown.matches("<redacted>").count(), 7, "{shown}");
+        assert!(shown.contains("10.0.0.1:8335") && shown.contains("immediate_reqs: 3"));
+        assert!(shown.contains("expired_tasks: [7]"));
+    }
 
     /// The daemons' decoder closes the connection when a proto2 `required`
     /// field is missing, so a zero status must still be on the wire
