@@ -220,6 +220,11 @@ pub struct Cli {
     #[arg(long)]
     pub demo: bool,
 
+    /// Demo: the wire protocol of the simulated daemons: flare (what stock
+    /// daemons use), http+pb or json.
+    #[arg(long, default_value = "flare")]
+    pub protocol: crate::sim::Protocol,
+
     /// Benchmarks only: also serve `POST /bench/bare` (fixed bytes, no RPC
     /// work) on the same server stack, as the baseline of `yadcc-loadgen hammer`.
     #[arg(
@@ -286,6 +291,8 @@ pub struct Settings {
     pub http: HttpSettings,
     /// Run the simulated demo cluster against this scheduler.
     pub demo: bool,
+    /// What the demo's simulated daemons speak.
+    pub demo_protocol: crate::sim::Protocol,
     /// Mount the benchmark's bare route.
     pub bench_bare_route: bool,
 }
@@ -388,6 +395,7 @@ impl Cli {
                 cors_allowed_origins,
             },
             demo: self.demo,
+            demo_protocol: self.protocol,
             bench_bare_route: self.bench_bare_route,
         })
     }
@@ -503,6 +511,12 @@ mod tests {
         assert_eq!(given.engine.user_tokens, engine::TokenSet::new(["u"]));
         assert_eq!(given.listen.port(), 9);
         assert!(!cli(&["--demo"]).settings().unwrap().bench_bare_route);
+        // Stock daemons speak flare: so does the demo unless told otherwise.
+        assert_eq!(settings.demo_protocol, crate::sim::Protocol::Flare);
+        let over_http = cli(&["--demo", "--protocol=http+pb"]).settings().unwrap();
+        assert_eq!(over_http.demo_protocol, crate::sim::Protocol::HttpPb);
+        assert!(cli(&["--demo"]).settings().is_ok());
+        assert!(Cli::try_parse_from(["yadcc-scheduler", "--demo", "--protocol=grpc"]).is_err());
     }
 
     #[test]

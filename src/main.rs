@@ -87,7 +87,8 @@ fn start_demo(settings: &Settings, local: SocketAddr) -> sim::Cluster {
         first(&settings.engine.user_tokens),
         first(&settings.engine.servant_tokens),
     );
-    let config = sim::ClusterConfig::demo(target, &user_token, &servant_token);
+    let mut config = sim::ClusterConfig::demo(target, &user_token, &servant_token);
+    config.protocol = settings.demo_protocol;
     // Only the demo's own, public tokens are printed: tokens an operator
     // passed stay out of the log.
     let shown = if user_token == sim::DEMO_USER_TOKEN && servant_token == sim::DEMO_SERVANT_TOKEN {
@@ -96,9 +97,10 @@ fn start_demo(settings: &Settings, local: SocketAddr) -> sim::Cluster {
         "with the configured tokens".to_owned()
     };
     tracing::info!(
-        "demo: {} simulated servants and {} delegates are joining ({shown})",
-        config.servants,
-        config.delegates
+        "demo: {} simulated daemons ({} of them compiling) are joining over {} ({shown})",
+        config.servants.max(config.delegates),
+        config.delegates,
+        config.protocol
     );
     tracing::info!("demo: dashboard at http://{target}/");
     tracing::info!("demo: API docs at http://{target}/docs");

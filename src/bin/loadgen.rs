@@ -1,38 +1,49 @@
-//! `yadcc-loadgen`: drives a yadcc scheduler with simulated daemons over real
-//! sockets and reports, per RPC, throughput, latency percentiles and errors.
+//! `yadcc-loadgen`: drives a scheduler with simulated daemons over real
+//! sockets, speaking `flare://` (the daemons' default), `http+pb` or JSON,
+//! and reports per RPC throughput, latency percentiles and errors.
 //!
-//! - `cluster`: servants heartbeating every second and delegates acquiring,
-//!   renewing and freeing grants at a chosen rate (benchmark P3).
-//! - `hammer`: one call as fast as possible over N connections: Heartbeat in
-//!   binary and JSON against the bare route (benchmark P1; the scheduler must
-//!   run with `--bench_bare_route` for `bare`).
+//! - `hammer` (benchmark P1): Heartbeat as fast as possible over N
+//!   connections, over flare, http+pb and JSON, against the bare route (the
+//!   scheduler must run with `--bench_bare_route` for `bare`).
+//! - `cluster` (benchmark P3): servants heartbeating every second and
+//!   delegates acquiring, renewing and freeing grants at a chosen rate.
+//! - `mix` (benchmark P5): the real daemon mix, every machine servant and
+//!   delegate, `GetRunningTasks` every second.
+//!
+//! A person reads the report on stderr; each run also prints one JSON object
+//! per line on stdout for scripts (`scripts/bench.sh` plots them).
 
 use std::{
+    collections::BTreeMap,
     net::{SocketAddr, ToSocketAddrs},
     process::ExitCode,
     sync::atomic::Ordering::Relaxed,
     time::{Duration, Instant},
 };
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use yadcc_scheduler::{
-    http::codec::Encoding,
-    sim::{
-        self, Cluster, ClusterConfig, Workload,
-        hammer::{self, HammerConfig, Target},
-        process::{self, ProcessSample},
-        stats::{millis, quantile_of},
-    },
+use clap::{Args, Parser, Subcommand};
+use serde_json::{Value, json};
+use yadcc_scheduler::sim::{
+    self, Cluster, ClusterConfig, Protocol, Workload,
+    hammer::{self, HammerConfig, Target},
+    process::{self, ProcessSample},
+    stats::{Report, Row, millis, quantile_of},
 };
 
-/// Load generator for the yadcc scheduler: simulated servants and delegates
-/// speaking http+pb (or JSON), each machine from its own 127.x.y.z address.
+/// Load generator for the yadcc scheduler: simulated daemons (servant and
+/// delegate in one) speaking flare (default), http+pb or JSON, each machine
+/// from its own 127.x.y.z address with at most two connections.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Cli {
-    /// Scheduler address: HOST:PORT, http://HOST:PORT or http+pb://HOST:PORT.
+    /// Scheduler: HOST:PORT, flare://HOST:PORT, http+pb://HOST:PORT or
+    /// http://HOST:PORT (the scheme picks the protocol unless --protocol is given).
     #[arg(long, global = true, default_value = "127.0.0.1:8336")]
     scheduler: String,
+
+    /// Wire protocol of the simulated daemons: flare, http+pb or json.
+    #[arg(long, global = true)]
+    protocol: Option<Protocol>,
 
     /// User token (what delegates present). Default: the demo's.
     #[arg(long, global = true, default_value = sim::DEMO_USER_TOKEN)]
@@ -46,8 +57,8 @@ struct Cli {
     #[arg(long, global = true)]
     scheduler_pid: Option<u32>,
 
-    /// Exit with status 1 if any call failed (or, for `cluster`, any task was
-    /// killed or refused a renewal).
+    /// Exit with status 1 if any call failed (or, for `cluster` and `mix`,
+    /// any task was killed or refused a renewal).
     #[arg(long, global = true)]
     fail_on_errors: bool,
 
@@ -57,32 +68,17 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// A simulated cluster at a steady rate (benchmark P3).
+    /// Servants plus delegates at a steady grant rate (benchmark P3).
     Cluster(ClusterArgs),
-    /// One call as fast as possible over N connections (benchmark P1).
+    /// The real daemon mix: every machine servant and delegate (benchmark P5).
+    Mix(MixArgs),
+    /// Heartbeat as fast as possible per protocol (benchmark P1).
     Hammer(HammerArgs),
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum EncodingArg {
-    Binary,
-    Json,
-}
-
+/// What `cluster` and `mix` share.
 #[derive(Debug, Args)]
-struct ClusterArgs {
-    /// Simulated servants, each heartbeating once a second on its own connection.
-    #[arg(long, default_value_t = 100)]
-    servants: usize,
-
-    /// Simulated delegates.
-    #[arg(long, default_value_t = 10)]
-    delegates: usize,
-
-    /// Grant cycles (acquire, renew, free) started per second, over all delegates.
-    #[arg(long, default_value_t = 100.0)]
-    cycles_per_second: f64,
-
+struct RunArgs {
     /// Measured seconds.
     #[arg(long, default_value_t = 30)]
     duration: u64,
@@ -90,10 +86,6 @@ struct ClusterArgs {
     /// Seconds run before measuring (after every servant registered).
     #[arg(long, default_value_t = 5)]
     warmup: u64,
-
-    /// Body encoding.
-    #[arg(long, value_enum, default_value = "binary")]
-    encoding: EncodingArg,
 
     /// Shortest compilation, in milliseconds (at least a renewal interval, so
     /// every cycle renews).
@@ -103,10 +95,6 @@ struct ClusterArgs {
     /// Longest compilation, in milliseconds.
     #[arg(long, default_value_t = 3000)]
     task_max_ms: u64,
-
-    /// Between a delegate's GetRunningTasks calls, in milliseconds (0: never).
-    #[arg(long, default_value_t = 1000)]
-    running_tasks_interval_ms: u64,
 
     /// `prefetch_reqs` of each WaitForStartingTask.
     #[arg(long, default_value_t = 1)]
@@ -123,6 +111,43 @@ struct ClusterArgs {
     /// Seed for the machines' shapes.
     #[arg(long)]
     seed: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+struct ClusterArgs {
+    /// Simulated servants (machines 0..N), each heartbeating once a second.
+    #[arg(long, default_value_t = 100)]
+    servants: usize,
+
+    /// Machines that also compile (machines 0..N; delegate role).
+    #[arg(long, default_value_t = 10)]
+    delegates: usize,
+
+    /// Grant cycles (acquire, renew, free) started per second, over all delegates.
+    #[arg(long, default_value_t = 100.0)]
+    cycles_per_second: f64,
+
+    /// Between a delegate's GetRunningTasks calls, in milliseconds (0: never).
+    #[arg(long, default_value_t = 1000)]
+    running_tasks_interval_ms: u64,
+
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+struct MixArgs {
+    /// Machines, each servant and delegate, calling Heartbeat and
+    /// GetRunningTasks every second and GetConfig every 10 s.
+    #[arg(long, default_value_t = 100)]
+    machines: usize,
+
+    /// Compilations each machine starts per second (Poisson).
+    #[arg(long, default_value_t = 0.2)]
+    jobs_per_machine: f64,
+
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Debug, Args)]
@@ -143,8 +168,8 @@ struct HammerArgs {
     #[arg(long, default_value_t = 2)]
     rounds: usize,
 
-    /// Comma-separated: bare (needs --bench_bare_route), binary, json.
-    #[arg(long, default_value = "bare,binary,json", value_delimiter = ',')]
+    /// Comma-separated: flare, http+pb, json, bare (needs --bench_bare_route).
+    #[arg(long, default_value = "flare,http+pb,json,bare", value_delimiter = ',')]
     targets: Vec<String>,
 
     /// Environments in each heartbeat.
@@ -156,47 +181,78 @@ struct HammerArgs {
     tasks: usize,
 }
 
-fn resolve(text: &str) -> Result<SocketAddr, String> {
-    let bare = text
-        .trim()
-        .trim_start_matches("http+pb://")
-        .trim_start_matches("http://")
-        .trim_end_matches('/');
-    bare.to_socket_addrs()
+/// The scheduler's address, and the protocol its URI names, if any.
+fn resolve(text: &str) -> Result<(SocketAddr, Option<Protocol>), String> {
+    let text = text.trim();
+    let (scheme, rest) = match text.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, text),
+    };
+    let protocol = match scheme {
+        None => None,
+        Some("flare") => Some(Protocol::Flare),
+        Some("http+pb" | "http") => Some(Protocol::HttpPb),
+        Some(other) => return Err(format!("--scheduler: unknown scheme {other:?}")),
+    };
+    let address = rest
+        .trim_end_matches('/')
+        .to_socket_addrs()
         .map_err(|error| format!("--scheduler {text:?}: {error}"))?
         .next()
-        .ok_or_else(|| format!("--scheduler {text:?} resolves to nothing"))
+        .ok_or_else(|| format!("--scheduler {text:?} resolves to nothing"))?;
+    Ok((address, protocol))
 }
 
-fn cpu_line(
-    name: &str,
-    before: Option<ProcessSample>,
-    after: Option<ProcessSample>,
-    wall: Duration,
-) -> Option<String> {
-    let (before, after) = (before?, after?);
+/// CPU-seconds per second between two samples, and the later sample's memory.
+fn cpu_json(before: Option<ProcessSample>, after: Option<ProcessSample>, wall: Duration) -> Value {
+    let (Some(before), Some(after)) = (before, after) else {
+        return Value::Null;
+    };
     let used = after.cpu.saturating_sub(before.cpu);
-    Some(format!(
-        "{name}: {:.2} CPU-seconds per second over the window; RSS {:.1} MiB, peak RSS (VmHWM) {:.1} MiB",
-        used.as_secs_f64() / wall.as_secs_f64().max(1e-9),
-        after.rss_kib as f64 / 1024.0,
-        after.peak_rss_kib as f64 / 1024.0
-    ))
+    json!({
+        "cpu_seconds_per_second": round3(used.as_secs_f64() / wall.as_secs_f64().max(1e-9)),
+        "rss_mib": round3(after.rss_kib as f64 / 1024.0),
+        "peak_rss_mib": round3(after.peak_rss_kib as f64 / 1024.0),
+    })
+}
+
+fn round3(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
+}
+
+fn ms(duration: Duration) -> f64 {
+    round3(duration.as_secs_f64() * 1e3)
+}
+
+fn row_json(row: &Row) -> Value {
+    json!({
+        "ok": row.ok,
+        "per_second": round3(row.per_second),
+        "p50_ms": ms(row.p50),
+        "p99_ms": ms(row.p99),
+        "p999_ms": ms(row.p999),
+        "max_ms": ms(row.max),
+        "no_quota": row.no_quota,
+        "errors": row.error_count(),
+        "error_kinds": row.errors,
+    })
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let target = match resolve(&cli.scheduler) {
-        Ok(target) => target,
+    let (target, named) = match resolve(&cli.scheduler) {
+        Ok(resolved) => resolved,
         Err(message) => {
             eprintln!("yadcc-loadgen: {message}");
             return ExitCode::from(2);
         }
     };
+    let protocol = cli.protocol.or(named).unwrap_or_default();
     let outcome = match &cli.command {
-        Command::Cluster(args) => run_cluster(&cli, args, target).await,
-        Command::Hammer(args) => run_hammer(&cli, args, target).await,
+        Command::Cluster(args) => run_cluster(&cli, args, target, protocol).await,
+        Command::Mix(args) => run_mix(&cli, args, target, protocol).await,
+        Command::Hammer(args) => run_hammer(&cli, args, target, protocol).await,
     };
     match outcome {
         Ok(failures) if failures > 0 && cli.fail_on_errors => {
@@ -211,8 +267,23 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Applies the options `cluster` and `mix` share.
+fn apply(config: &mut ClusterConfig, run: &RunArgs, protocol: Protocol) {
+    config.protocol = protocol;
+    config.environments = run.environments;
+    config.seed = run.seed;
+    config.delegate.prefetch = run.prefetch;
+    config.delegate.task_duration = Duration::from_millis(run.task_min_ms)
+        ..=Duration::from_millis(run.task_max_ms.max(run.task_min_ms));
+}
+
 /// Runs `cluster`; returns the number of failures.
-async fn run_cluster(cli: &Cli, args: &ClusterArgs, target: SocketAddr) -> Result<u64, String> {
+async fn run_cluster(
+    cli: &Cli,
+    args: &ClusterArgs,
+    target: SocketAddr,
+    protocol: Protocol,
+) -> Result<u64, String> {
     if args.delegates == 0 && args.cycles_per_second > 0.0 {
         return Err("--cycles-per-second needs at least one delegate".to_owned());
     }
@@ -227,50 +298,97 @@ async fn run_cluster(cli: &Cli, args: &ClusterArgs, target: SocketAddr) -> Resul
             jobs_per_second: per_delegate,
         },
     );
-    config.encoding = match args.encoding {
-        EncodingArg::Binary => Encoding::Binary,
-        EncodingArg::Json => Encoding::Json,
-    };
-    config.environments = args.environments;
-    config.seed = args.seed;
-    config.delegate.prefetch = args.prefetch;
-    config.delegate.task_duration = Duration::from_millis(args.task_min_ms)
-        ..=Duration::from_millis(args.task_max_ms.max(args.task_min_ms));
+    apply(&mut config, &args.run, protocol);
     config.delegate.running_tasks_interval = (args.running_tasks_interval_ms > 0)
         .then(|| Duration::from_millis(args.running_tasks_interval_ms));
-    println!(
-        "cluster: {} servants, {} delegates, {:.0} grant cycles/s ({:.2}/s per delegate), tasks {}..{} ms, {} encoding, against {target}",
+    eprintln!(
+        "cluster: {} servants, {} of them also delegates, {:.0} grant cycles/s ({:.2}/s per delegate), tasks {}..{} ms, over {protocol}, against {target}",
         args.servants,
         args.delegates,
         args.cycles_per_second,
         per_delegate,
-        args.task_min_ms,
-        args.task_max_ms,
-        config.encoding.label()
+        args.run.task_min_ms,
+        args.run.task_max_ms,
     );
+    let header = json!({
+        "bench": "cluster",
+        "servants": args.servants,
+        "delegates": args.delegates,
+        "cycles_per_second": args.cycles_per_second,
+        "running_tasks_interval_ms": args.running_tasks_interval_ms,
+    });
+    measure(cli, &args.run, config, header).await
+}
+
+/// Runs `mix`; returns the number of failures.
+async fn run_mix(
+    cli: &Cli,
+    args: &MixArgs,
+    target: SocketAddr,
+    protocol: Protocol,
+) -> Result<u64, String> {
+    let mut config = ClusterConfig::new(
+        target,
+        &cli.user_token,
+        &cli.servant_token,
+        args.machines,
+        args.machines,
+        Workload::Rate {
+            jobs_per_second: args.jobs_per_machine,
+        },
+    );
+    apply(&mut config, &args.run, protocol);
+    config.delegate.running_tasks_interval = Some(Duration::from_secs(1));
+    eprintln!(
+        "mix: {} machines, each servant and delegate, {:.2} compilations/s each ({:.0} in all), over {protocol}, against {target}",
+        args.machines,
+        args.jobs_per_machine,
+        args.jobs_per_machine * args.machines as f64,
+    );
+    let header = json!({
+        "bench": "mix",
+        "machines": args.machines,
+        "jobs_per_machine": args.jobs_per_machine,
+    });
+    measure(cli, &args.run, config, header).await
+}
+
+/// Starts the cluster, warms up, measures, prints the report (stderr) and
+/// one JSON line (stdout), stops. Returns the number of failures.
+async fn measure(
+    cli: &Cli,
+    run: &RunArgs,
+    config: ClusterConfig,
+    mut result: Value,
+) -> Result<u64, String> {
+    let protocol = config.protocol;
     let cluster = Cluster::start(config);
-    println!("addressing: {:?}", cluster.addressing());
+    eprintln!(
+        "{} machines; addressing: {:?}",
+        cluster.machines(),
+        cluster.addressing()
+    );
     let registering = Instant::now();
     if !cluster.wait_ready(Duration::from_secs(30)).await {
         cluster.stop().await;
         return Err("servants did not register within 30 s".to_owned());
     }
     let stats = cluster.stats().clone();
-    println!(
-        "{} of {} servants registered in {:.2} s; warming up {} s",
-        stats.events.servants_registered.load(Relaxed),
-        args.servants,
+    let registered = stats.events.servants_registered.load(Relaxed);
+    eprintln!(
+        "{registered} of {} servants registered in {:.2} s; warming up {} s",
+        cluster.servants().len(),
         registering.elapsed().as_secs_f64(),
-        args.warmup
+        run.warmup
     );
-    tokio::time::sleep(Duration::from_secs(args.warmup)).await;
+    tokio::time::sleep(Duration::from_secs(run.warmup)).await;
 
     stats.reset();
     let scheduler_before = cli.scheduler_pid.and_then(process::sample);
     let own_before = process::sample(std::process::id());
     let started = Instant::now();
-    let window = Duration::from_secs(args.duration);
-    let every = Duration::from_secs(args.progress_every);
+    let window = Duration::from_secs(run.duration);
+    let every = Duration::from_secs(run.progress_every);
     let mut last = (stats.reading(), Instant::now());
     while started.elapsed() < window {
         let left = window.saturating_sub(started.elapsed());
@@ -286,7 +404,7 @@ async fn run_cluster(cli: &Cli, args: &ClusterArgs, target: SocketAddr) -> Resul
             let slice: Vec<u64> = now.0.0.iter().zip(&last.0.0).map(|(a, b)| a - b).collect();
             let calls = now.0.1 - last.0.1;
             let seconds = (now.1 - last.1).as_secs_f64();
-            println!(
+            eprintln!(
                 "  {:>5.1} s: {:>8.0} calls/s, p50 {} ms, p99 {} ms, max <= {} ms; errors so far {}, tasks running {}",
                 started.elapsed().as_secs_f64(),
                 calls as f64 / seconds.max(1e-9),
@@ -300,42 +418,67 @@ async fn run_cluster(cli: &Cli, args: &ClusterArgs, target: SocketAddr) -> Resul
         }
     }
     let wall = started.elapsed();
-    let report = stats.report();
+    let report: Report = stats.report();
     let scheduler_after = cli.scheduler_pid.and_then(process::sample);
     let own_after = process::sample(std::process::id());
-    println!();
-    print!("{report}");
+    let connections = cluster.connections();
+    eprintln!();
+    eprint!("{report}");
     let completed = stats.events.tasks_completed.load(Relaxed);
-    println!(
-        "grant cycles completed: {completed} ({:.1}/s); tasks running at the end: {}",
+    eprintln!(
+        "grant cycles completed: {completed} ({:.1}/s); tasks running at the end: {}; connections open: {connections}",
         completed as f64 / wall.as_secs_f64(),
         cluster.running_tasks()
     );
-    if let Some(line) = cpu_line("scheduler", scheduler_before, scheduler_after, wall) {
-        println!("{line}");
+    let scheduler = cpu_json(scheduler_before, scheduler_after, wall);
+    let loadgen = cpu_json(own_before, own_after, wall);
+    eprintln!("scheduler: {scheduler}");
+    eprintln!("loadgen: {loadgen}");
+    let anomalies = stats.events.anomalies();
+    let failures = report.total_errors() + anomalies;
+    eprintln!("errors: {} (anomalies: {anomalies})", report.total_errors());
+
+    let rpcs: BTreeMap<&str, Value> = report
+        .rows
+        .iter()
+        .map(|row| (row.name, row_json(row)))
+        .collect();
+    let events: BTreeMap<&str, u64> = report.events.iter().copied().collect();
+    if let Value::Object(fields) = &mut result {
+        fields.insert("protocol".into(), json!(protocol.label()));
+        fields.insert("machines_simulated".into(), json!(cluster.machines()));
+        fields.insert("duration_s".into(), json!(round3(wall.as_secs_f64())));
+        fields.insert("all".into(), row_json(&report.total));
+        fields.insert("rpcs".into(), json!(rpcs));
+        fields.insert("events".into(), json!(events));
+        fields.insert("anomalies".into(), json!(anomalies));
+        fields.insert(
+            "grant_cycles_per_second".into(),
+            json!(round3(completed as f64 / wall.as_secs_f64())),
+        );
+        fields.insert("connections".into(), json!(connections));
+        fields.insert("scheduler".into(), scheduler);
+        fields.insert("loadgen".into(), loadgen);
     }
-    if let Some(line) = cpu_line("loadgen", own_before, own_after, wall) {
-        println!("{line}");
-    }
-    let failures = report.total_errors() + stats.events.anomalies();
-    println!(
-        "errors: {} (anomalies: {})",
-        report.total_errors(),
-        stats.events.anomalies()
-    );
-    println!("stopping: servants leave, delegates free their grants");
+    println!("{result}");
+    eprintln!("stopping: servants leave, delegates free their grants");
     cluster.stop().await;
     Ok(failures)
 }
 
 /// Runs `hammer`; returns the number of failed calls.
-async fn run_hammer(cli: &Cli, args: &HammerArgs, target: SocketAddr) -> Result<u64, String> {
+async fn run_hammer(
+    cli: &Cli,
+    args: &HammerArgs,
+    target: SocketAddr,
+    protocol: Protocol,
+) -> Result<u64, String> {
     let targets = args
         .targets
         .iter()
         .map(|name| {
             Target::parse(name)
-                .ok_or_else(|| format!("unknown target {name:?}; use bare, binary or json"))
+                .ok_or_else(|| format!("unknown target {name:?}; use flare, http+pb, json or bare"))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let config = HammerConfig {
@@ -350,18 +493,16 @@ async fn run_hammer(cli: &Cli, args: &HammerArgs, target: SocketAddr) -> Result<
         environments: args.environments,
         tasks_per_servant: args.tasks,
         scheduler_pid: cli.scheduler_pid,
+        setup_protocol: protocol,
     };
-    println!(
-        "hammer: {} connections, {} round(s) of {} s per target (after {} s warm-up), against {target}",
+    eprintln!(
+        "hammer: {} connections, {} round(s) of {} s per target (after {} s warm-up), set up over {protocol}, against {target}",
         args.connections, args.rounds, args.duration, args.warmup
     );
-    let scheduler_before = cli.scheduler_pid.and_then(process::sample);
-    let started = Instant::now();
-    let results = hammer::run(&config, |line| println!("  {line}")).await?;
-    let scheduler_after = cli.scheduler_pid.and_then(process::sample);
-    println!();
-    println!(
-        "{:<18} {:>9} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>9} {:>7}",
+    let results = hammer::run(&config, |line| eprintln!("  {line}")).await?;
+    eprintln!();
+    eprintln!(
+        "{:<18} {:>9} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>7}",
         "target",
         "req bytes",
         "ok",
@@ -372,43 +513,28 @@ async fn run_hammer(cli: &Cli, args: &HammerArgs, target: SocketAddr) -> Result<
         "vs bare",
         "server us",
         "client us",
-        "cpu ratio",
         "errors"
     );
-    let bare = results.iter().find(|result| result.target == Target::Bare);
+    let find = |wanted: Target| results.iter().find(|result| result.target == wanted);
+    let bare = find(Target::Bare);
+    let http_pb = find(Target::HeartbeatHttpPb);
+    let micros = |cpu: Option<Duration>| cpu.map(|cpu| round3(cpu.as_secs_f64() * 1e6));
     let mut failures = 0;
     for result in &results {
         let row = result.row();
         failures += row.error_count();
-        let ratio = bare.map_or_else(
-            || "-".to_owned(),
-            |bare| format!("{:.2}x", result.per_second() / bare.per_second()),
-        );
-        let micros = |cpu: Option<Duration>| {
-            cpu.map_or_else(
-                || "-".to_owned(),
-                |cpu| format!("{:.1}", cpu.as_secs_f64() * 1e6),
-            )
+        let versus = |other: Option<&hammer::TargetResult>| {
+            other.map(|other| round3(result.per_second() / other.per_second().max(1e-9)))
         };
-        // Requests per server CPU-second, relative to the bare route: the
+        // Requests per server CPU-second relative to another target: the
         // ratio a scheduler alone on its machine would see.
-        let cpu_ratio = bare
-            .and_then(|bare| {
-                let mine = result.scheduler_cpu_per_request()?;
-                let theirs = bare.scheduler_cpu_per_request()?;
-                Some(format!(
-                    "{:.2}x",
-                    theirs.as_secs_f64() / mine.as_secs_f64().max(1e-12)
-                ))
-            })
-            .unwrap_or_else(|| "-".to_owned());
-        let kinds: Vec<String> = row
-            .errors
-            .iter()
-            .map(|(kind, count)| format!("{kind}={count}"))
-            .collect();
-        println!(
-            "{:<18} {:>9} {:>10} {:>10.0} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>9} {:>7} {}",
+        let cpu_versus = |other: Option<&hammer::TargetResult>| {
+            let mine = result.scheduler_cpu_per_request()?;
+            let theirs = other?.scheduler_cpu_per_request()?;
+            Some(round3(theirs.as_secs_f64() / mine.as_secs_f64().max(1e-12)))
+        };
+        eprintln!(
+            "{:<18} {:>9} {:>10} {:>10.0} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>7} {:?}",
             row.name,
             result.request_bytes,
             row.ok,
@@ -416,20 +542,33 @@ async fn run_hammer(cli: &Cli, args: &HammerArgs, target: SocketAddr) -> Result<
             millis(row.p50),
             millis(row.p99),
             millis(row.p999),
-            ratio,
-            micros(result.scheduler_cpu_per_request()),
-            micros(result.client_cpu_per_request()),
-            cpu_ratio,
+            versus(bare).map_or_else(|| "-".to_owned(), |ratio| format!("{ratio:.2}x")),
+            micros(result.scheduler_cpu_per_request())
+                .map_or_else(|| "-".to_owned(), |us| format!("{us:.1}")),
+            micros(result.client_cpu_per_request())
+                .map_or_else(|| "-".to_owned(), |us| format!("{us:.1}")),
             row.error_count(),
-            kinds.join(" ")
+            row.errors
         );
-    }
-    if let Some(line) = cpu_line(
-        "scheduler",
-        scheduler_before,
-        scheduler_after,
-        started.elapsed(),
-    ) {
+        let mut line = row_json(&row);
+        if let Value::Object(fields) = &mut line {
+            fields.insert("bench".into(), json!("hammer"));
+            fields.insert("target".into(), json!(result.target.name()));
+            fields.insert("connections".into(), json!(args.connections));
+            fields.insert("request_bytes".into(), json!(result.request_bytes));
+            fields.insert("vs_bare".into(), json!(versus(bare)));
+            fields.insert("vs_http_pb".into(), json!(versus(http_pb)));
+            fields.insert("cpu_vs_bare".into(), json!(cpu_versus(bare)));
+            fields.insert("cpu_vs_http_pb".into(), json!(cpu_versus(http_pb)));
+            fields.insert(
+                "scheduler_cpu_us_per_request".into(),
+                json!(micros(result.scheduler_cpu_per_request())),
+            );
+            fields.insert(
+                "loadgen_cpu_us_per_request".into(),
+                json!(micros(result.client_cpu_per_request())),
+            );
+        }
         println!("{line}");
     }
     Ok(failures)

@@ -1,44 +1,60 @@
-//! A small HTTP/1.1 client that writes requests byte for byte as the yadcc
-//! daemons' `http+pb` client does: `POST /rpc/<service>.<Method>`, no `Host`
-//! header, `Rpc-SeqNo`, `Content-Type`, `Content-Length`, keep-alive.
-//!
-//! Each simulated machine connects from its own loopback address (127.x.y.z),
-//! so the scheduler sees distinct peers, exactly as on a real network.
+//! How a simulated daemon reaches the scheduler, the way a stock one does:
+//! one [`Endpoint`] per machine, shared by its servant and delegate roles,
+//! with a pool of at most two connections. On `flare://` and `http+pb` every
+//! connection carries many calls at once and answers are matched by id
+//! ([`Mux`]); each call has the daemon's own client timeout
+//! ([`Rpc::client_timeout`]), which is also sent as its deadline. A broken
+//! connection fails the calls on it and is replaced by the next call. JSON
+//! goes as a script sends it: one call at a time per connection
+//! ([`SerialConn`]).
 
 use std::{
-    io,
+    collections::HashMap,
+    fmt, io,
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex, PoisonError},
-    time::{Duration, Instant},
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+    },
+    time::Duration,
 };
 
+use bytes::{Bytes, BytesMut};
 use serde::{Serialize, de::DeserializeOwned};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpSocket, TcpStream},
-    sync::Semaphore,
+    net::{
+        TcpSocket, TcpStream,
+        tcp::{OwnedReadHalf, OwnedWriteHalf},
+    },
+    sync::{Semaphore, mpsc, oneshot},
+    task::AbortHandle,
+    time::Instant,
 };
 
-use super::stats::{Call, Stats};
-use crate::{http::codec::Encoding, pb, service::Method};
+use super::{
+    stats::{Call, Stats},
+    wire::{self, Answer, Outcome, Protocol, Rpc, WireError},
+};
+use crate::pb;
 
 /// Why a call failed.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum CallError {
     /// The connection could not be opened.
-    Connect(io::Error),
-    /// Reading or writing failed, or the peer closed the connection.
-    Io(io::Error),
-    /// No complete answer within the call's timeout.
+    Connect(String),
+    /// The connection broke (or the server closed it) before the answer.
+    Io(String),
+    /// No answer within the call's client timeout.
     Timeout,
-    /// A non-200 answer carrying `Rpc-Error-Code` (a scheduler `Status` or a
-    /// framework code below 1000).
-    Rpc { status: u16, code: u32 },
-    /// A non-200 answer without `Rpc-Error-Code`.
+    /// The server answered with a non-zero status: a yadcc `Status` (1000 and
+    /// up) or a framework code.
+    Rpc { code: i32, description: String },
+    /// An HTTP error without `Rpc-Error-Code`.
     Http { status: u16 },
-    /// The answer's body did not decode.
+    /// The answer's message did not decode.
     Decode(String),
-    /// The answer was not well-formed HTTP/1.1 as this client expects it.
+    /// The server's bytes were not a well-formed answer; the connection is closed.
     Protocol(String),
 }
 
@@ -49,7 +65,7 @@ impl CallError {
             CallError::Connect(_) => "connect".to_owned(),
             CallError::Io(_) => "io".to_owned(),
             CallError::Timeout => "timeout".to_owned(),
-            CallError::Rpc { code, .. } => match pb::Status::try_from(*code as i32) {
+            CallError::Rpc { code, .. } => match pb::Status::try_from(*code) {
                 Ok(status) if *code >= 1000 => {
                     format!("rpc_{code}_{}", status.as_str_name().to_ascii_lowercase())
                 }
@@ -63,87 +79,47 @@ impl CallError {
 
     /// `STATUS_NO_QUOTA_AVAILABLE`: the cluster was busy, not a failure.
     pub fn is_no_quota(&self) -> bool {
-        matches!(self, CallError::Rpc { code, .. } if *code == pb::Status::NoQuotaAvailable as u32)
+        matches!(self, CallError::Rpc { code, .. } if *code == pb::Status::NoQuotaAvailable as i32)
+    }
+
+    fn from_outcome(outcome: Outcome) -> Result<Bytes, CallError> {
+        match outcome {
+            Outcome::Ok(body) => Ok(body),
+            Outcome::Failed { code, description } => Err(CallError::Rpc { code, description }),
+            Outcome::Http { status } => Err(CallError::Http { status }),
+        }
     }
 }
 
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CallError::Connect(error) => write!(f, "cannot connect: {error}"),
             CallError::Io(error) => write!(f, "connection failed: {error}"),
             CallError::Timeout => f.write_str("timed out"),
-            CallError::Rpc { status, code } => write!(f, "HTTP {status}, Rpc-Error-Code {code}"),
+            CallError::Rpc { code, description } => write!(f, "status {code} {description}"),
             CallError::Http { status } => write!(f, "HTTP {status} without Rpc-Error-Code"),
             CallError::Decode(error) => write!(f, "cannot decode the answer: {error}"),
-            CallError::Protocol(error) => write!(f, "bad HTTP answer: {error}"),
+            CallError::Protocol(error) => write!(f, "bad answer: {error}"),
         }
     }
 }
 
 impl std::error::Error for CallError {}
 
-/// The request path of an RPC.
-pub fn rpc_path(method: Method) -> String {
-    format!("/rpc/{}.{}", pb::SCHEDULER_SERVICE, method.name())
-}
-
-/// The media type the daemons' framework uses for an encoding.
-pub fn media_type(encoding: Encoding) -> &'static str {
-    match encoding {
-        Encoding::Binary => "application/x-protobuf",
-        Encoding::Json => "application/json",
+impl From<WireError> for CallError {
+    fn from(error: WireError) -> CallError {
+        CallError::Protocol(error.to_string())
     }
 }
 
-/// Encodes a request body.
-pub fn encode<T: prost::Message + Serialize>(encoding: Encoding, message: &T) -> Vec<u8> {
-    match encoding {
-        Encoding::Binary => message.encode_to_vec(),
-        // pbjson's Serialize cannot fail for generated messages.
-        Encoding::Json => serde_json::to_vec(message).unwrap_or_default(),
-    }
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Decodes an answer body.
-pub fn decode<T: prost::Message + Default + DeserializeOwned>(
-    encoding: Encoding,
-    body: &[u8],
-) -> Result<T, CallError> {
-    match encoding {
-        Encoding::Binary => T::decode(body).map_err(|error| CallError::Decode(error.to_string())),
-        Encoding::Json => {
-            serde_json::from_slice(body).map_err(|error| CallError::Decode(error.to_string()))
-        }
-    }
-}
-
-/// The parts of an answer this client uses. The body is in the connection's
-/// buffer; see [`Conn::body`].
-#[derive(Debug, Clone, Copy)]
-pub struct Answer {
-    pub status: u16,
-    pub rpc_error_code: Option<u32>,
-    body_start: usize,
-    body_end: usize,
-    close: bool,
-}
-
-/// One keep-alive HTTP/1.1 connection.
-#[derive(Debug)]
-pub struct Conn {
-    stream: TcpStream,
-    read: Vec<u8>,
-    /// Bytes of `read` belonging to answers already returned.
-    consumed: usize,
-    write: Vec<u8>,
-    seq_no: u64,
-    closed: bool,
-}
-
-/// Opens a connection to `target`, from `local` (port chosen by the kernel)
-/// when given.
-pub async fn connect(local: Option<IpAddr>, target: SocketAddr) -> io::Result<Conn> {
+/// Opens a TCP connection to `target`, from `local` (port chosen by the
+/// kernel) when given.
+pub async fn connect(local: Option<IpAddr>, target: SocketAddr) -> io::Result<TcpStream> {
     let socket = if target.is_ipv4() {
         TcpSocket::new_v4()
     } else {
@@ -154,186 +130,305 @@ pub async fn connect(local: Option<IpAddr>, target: SocketAddr) -> io::Result<Co
     }
     let stream = socket.connect(target).await?;
     stream.set_nodelay(true)?;
-    Ok(Conn {
-        stream,
-        read: Vec::new(),
-        consumed: 0,
-        write: Vec::new(),
-        seq_no: 0,
-        closed: false,
-    })
+    Ok(stream)
 }
 
-/// Position of the blank line ending the head, if present.
-fn find_head_end(buffer: &[u8]) -> Option<usize> {
-    buffer.windows(4).position(|window| window == b"\r\n\r\n")
+/// Takes one answer of `protocol` off the front of `buffer`.
+fn decode_answer(protocol: Protocol, buffer: &mut BytesMut) -> Result<Option<Answer>, WireError> {
+    match protocol {
+        Protocol::Flare => wire::decode_flare_answer(buffer),
+        Protocol::HttpPb | Protocol::Json => wire::decode_http_answer(buffer),
+    }
 }
 
-impl Conn {
-    /// False once the server said `Connection: close` or the connection failed.
+/// Reads more bytes; an error when the server closed the connection.
+async fn fill(stream: &mut (impl AsyncReadExt + Unpin), buffer: &mut BytesMut) -> io::Result<()> {
+    if buffer.capacity() - buffer.len() < 1024 {
+        buffer.reserve(8192);
+    }
+    if stream.read_buf(buffer).await? == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the server closed the connection",
+        ));
+    }
+    Ok(())
+}
+
+/// A connection with one call in flight at a time: written request, then its
+/// answer. What scripts do, and what the P1 hammer uses so every protocol
+/// costs the client the same.
+#[derive(Debug)]
+pub struct SerialConn {
+    stream: TcpStream,
+    buffer: BytesMut,
+    protocol: Protocol,
+    closed: bool,
+}
+
+impl SerialConn {
+    pub async fn connect(
+        local: Option<IpAddr>,
+        target: SocketAddr,
+        protocol: Protocol,
+    ) -> io::Result<SerialConn> {
+        Ok(SerialConn {
+            stream: connect(local, target).await?,
+            buffer: BytesMut::with_capacity(8192),
+            protocol,
+            closed: false,
+        })
+    }
+
+    /// False once the server said `Connection: close` or an exchange failed.
     pub fn is_reusable(&self) -> bool {
         !self.closed
     }
 
-    /// Sends one request and reads its answer.
-    pub async fn exchange(
-        &mut self,
-        path: &str,
-        content_type: &str,
-        body: &[u8],
-    ) -> Result<Answer, CallError> {
-        let result = self.exchange_inner(path, content_type, body).await;
-        if result.is_err() {
-            self.closed = true;
+    /// Writes `request` (a whole encoded request) and reads one answer.
+    pub async fn exchange(&mut self, request: &[u8]) -> Result<Answer, CallError> {
+        let result = self.exchange_inner(request).await;
+        match &result {
+            Ok(answer) if !answer.close => {}
+            _ => self.closed = true,
         }
         result
     }
 
-    async fn exchange_inner(
-        &mut self,
-        path: &str,
-        content_type: &str,
-        body: &[u8],
-    ) -> Result<Answer, CallError> {
-        if self.consumed > 0 {
-            self.read.drain(..self.consumed);
-            self.consumed = 0;
-        }
-        self.seq_no += 1;
-        self.write.clear();
-        use std::io::Write as _;
-        // Writing into a Vec cannot fail.
-        let _ = write!(
-            self.write,
-            "POST {path} HTTP/1.1\r\nRpc-SeqNo: {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
-            self.seq_no,
-            body.len()
-        );
-        self.write.extend_from_slice(body);
+    async fn exchange_inner(&mut self, request: &[u8]) -> Result<Answer, CallError> {
         self.stream
-            .write_all(&self.write)
+            .write_all(request)
             .await
-            .map_err(CallError::Io)?;
-
-        let mut searched = 0;
-        let head_end = loop {
-            if let Some(at) = find_head_end(&self.read[searched..]) {
-                break searched + at;
+            .map_err(|error| CallError::Io(error.to_string()))?;
+        loop {
+            if let Some(answer) = decode_answer(self.protocol, &mut self.buffer)? {
+                return Ok(answer);
             }
-            searched = self.read.len().saturating_sub(3);
-            self.fill().await?;
-        };
-        let answer = self.parse_head(head_end)?;
-        while self.read.len() < answer.body_end {
-            self.fill().await?;
+            fill(&mut self.stream, &mut self.buffer)
+                .await
+                .map_err(|error| CallError::Io(error.to_string()))?;
         }
-        self.consumed = answer.body_end;
-        if answer.close {
-            self.closed = true;
-        }
-        Ok(answer)
-    }
-
-    /// The body of `answer`, valid until the next exchange.
-    pub fn body(&self, answer: &Answer) -> &[u8] {
-        &self.read[answer.body_start..answer.body_end]
-    }
-
-    async fn fill(&mut self) -> Result<(), CallError> {
-        if self.read.capacity() - self.read.len() < 1024 {
-            self.read.reserve(4096);
-        }
-        let read = self
-            .stream
-            .read_buf(&mut self.read)
-            .await
-            .map_err(CallError::Io)?;
-        if read == 0 {
-            return Err(CallError::Io(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "the server closed the connection",
-            )));
-        }
-        Ok(())
-    }
-
-    fn parse_head(&self, head_end: usize) -> Result<Answer, CallError> {
-        let head = std::str::from_utf8(&self.read[..head_end])
-            .map_err(|_| CallError::Protocol("head is not text".to_owned()))?;
-        let mut lines = head.split("\r\n");
-        let status_line = lines.next().unwrap_or_default();
-        let status = status_line
-            .strip_prefix("HTTP/1.1 ")
-            .and_then(|rest| rest.get(..3))
-            .and_then(|code| code.parse::<u16>().ok())
-            .ok_or_else(|| CallError::Protocol(format!("status line {status_line:?}")))?;
-        let mut length = None;
-        let mut rpc_error_code = None;
-        let mut close = false;
-        for line in lines {
-            let Some((name, value)) = line.split_once(':') else {
-                continue;
-            };
-            let value = value.trim();
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.parse::<usize>().ok();
-            } else if name.eq_ignore_ascii_case("rpc-error-code") {
-                rpc_error_code = value.parse::<u32>().ok();
-            } else if name.eq_ignore_ascii_case("connection") {
-                close = value.eq_ignore_ascii_case("close");
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                return Err(CallError::Protocol(
-                    "chunked answer to a unary call".to_owned(),
-                ));
-            }
-        }
-        let length = length
-            .ok_or_else(|| CallError::Protocol("answer without Content-Length".to_owned()))?;
-        let body_start = head_end + 4;
-        Ok(Answer {
-            status,
-            rpc_error_code,
-            body_start,
-            body_end: body_start + length,
-            close,
-        })
     }
 }
 
-/// How one simulated machine reaches the scheduler: its own source address, a
-/// small pool of keep-alive connections (a delegate long-polls on one while
-/// renewing on another), the encoding, and where to record what happened.
+/// Where the answer of one call in flight goes.
+type Waiter = oneshot::Sender<Result<Outcome, CallError>>;
+
+/// What a multiplexed connection's reader, writer and callers share.
+#[derive(Debug, Default)]
+struct MuxState {
+    pending: Mutex<HashMap<u64, Waiter>>,
+    broken: AtomicBool,
+}
+
+impl MuxState {
+    /// The connection is done: every call still waiting fails with `error`.
+    fn fail_all(&self, error: &CallError) {
+        self.broken.store(true, Relaxed);
+        let waiters: Vec<Waiter> = lock(&self.pending).drain().map(|(_, w)| w).collect();
+        for waiter in waiters {
+            let _ = waiter.send(Err(error.clone()));
+        }
+    }
+}
+
+/// One connection carrying many calls at once (flare, http+pb): callers queue
+/// encoded requests to its one writer task; its reader task hands each answer
+/// to the call with the same id, in whatever order they come.
+#[derive(Debug)]
+pub struct Mux {
+    outgoing: mpsc::UnboundedSender<Bytes>,
+    state: Arc<MuxState>,
+    next_id: AtomicU64,
+    tasks: [AbortHandle; 2],
+}
+
+impl Drop for Mux {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Removes a call from the pending table however its future ends (answered,
+/// timed out, or dropped by a stopping simulation).
+struct PendingGuard<'a> {
+    state: &'a MuxState,
+    id: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        lock(&self.state.pending).remove(&self.id);
+    }
+}
+
+impl Mux {
+    /// Starts the reader and writer of `stream`.
+    pub fn start(stream: TcpStream, protocol: Protocol) -> Mux {
+        let (read, write) = stream.into_split();
+        let state = Arc::new(MuxState::default());
+        let (outgoing, incoming) = mpsc::unbounded_channel();
+        let reader = tokio::spawn(read_loop(read, protocol, state.clone())).abort_handle();
+        let writer = tokio::spawn(write_loop(write, incoming, state.clone())).abort_handle();
+        Mux {
+            outgoing,
+            state,
+            next_id: AtomicU64::new(1),
+            tasks: [reader, writer],
+        }
+    }
+
+    pub fn is_broken(&self) -> bool {
+        self.state.broken.load(Relaxed)
+    }
+
+    /// Calls in flight on this connection.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.state.pending).len()
+    }
+
+    /// Sends one request, built by `encode` for the id given, and waits at most
+    /// `timeout` for its answer. A late answer is dropped, as daemons do.
+    pub async fn call(
+        &self,
+        timeout: Duration,
+        encode: impl FnOnce(u64) -> Bytes,
+    ) -> Result<Outcome, CallError> {
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let (sender, receiver) = oneshot::channel();
+        lock(&self.state.pending).insert(id, sender);
+        let _guard = PendingGuard {
+            state: &self.state,
+            id,
+        };
+        if self.is_broken() || self.outgoing.send(encode(id)).is_err() {
+            return Err(CallError::Io("connection closed".to_owned()));
+        }
+        match tokio::time::timeout(timeout, receiver).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(CallError::Io("connection closed".to_owned())),
+            Err(_) => Err(CallError::Timeout),
+        }
+    }
+}
+
+async fn read_loop(mut read: OwnedReadHalf, protocol: Protocol, state: Arc<MuxState>) {
+    let mut buffer = BytesMut::with_capacity(16 << 10);
+    let error = 'connection: loop {
+        loop {
+            match decode_answer(protocol, &mut buffer) {
+                Ok(Some(answer)) => {
+                    let Some(id) = answer.id else {
+                        // A daemon drops such an answer and its call times
+                        // out; failing the connection says why at once.
+                        break 'connection CallError::Protocol(
+                            "answer without Rpc-SeqNo".to_owned(),
+                        );
+                    };
+                    let waiter = lock(&state.pending).remove(&id);
+                    if let Some(waiter) = waiter {
+                        let _ = waiter.send(Ok(answer.outcome));
+                    }
+                    if answer.close {
+                        break 'connection CallError::Io(
+                            "the server closed the connection".to_owned(),
+                        );
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => break 'connection error.into(),
+            }
+        }
+        if let Err(error) = fill(&mut read, &mut buffer).await {
+            break CallError::Io(error.to_string());
+        }
+    };
+    state.fail_all(&error);
+}
+
+/// Requests taken off the queue per write: calls queued together go out in one
+/// `write`, as a busy daemon's would.
+const WRITE_BATCH: usize = 64;
+
+async fn write_loop(
+    mut write: OwnedWriteHalf,
+    mut incoming: mpsc::UnboundedReceiver<Bytes>,
+    state: Arc<MuxState>,
+) {
+    let mut batch = Vec::with_capacity(WRITE_BATCH);
+    let mut joined = BytesMut::new();
+    while incoming.recv_many(&mut batch, WRITE_BATCH).await > 0 {
+        let written = if let [one] = &batch[..] {
+            write.write_all(one).await
+        } else {
+            joined.clear();
+            for request in &batch {
+                joined.extend_from_slice(request);
+            }
+            write.write_all(&joined).await
+        };
+        batch.clear();
+        if let Err(error) = written {
+            state.fail_all(&CallError::Io(error.to_string()));
+            return;
+        }
+    }
+    let _ = write.shutdown().await;
+}
+
+/// Connections one daemon keeps to its scheduler (flare's and http+pb's pool).
+pub const DAEMON_MAX_CONNECTIONS: usize = 2;
+
+/// JSON calls one machine may have in flight at once (one connection each).
+const JSON_MAX_CONNECTIONS: usize = 16;
+
+/// How one simulated machine reaches the scheduler: its own source address,
+/// its protocol, its connection pool, and where to record what happened.
 #[derive(Debug)]
 pub struct Endpoint {
     target: SocketAddr,
     local: Option<IpAddr>,
-    encoding: Encoding,
+    protocol: Protocol,
     stats: Arc<Stats>,
-    idle: Mutex<Vec<Conn>>,
-    slots: Semaphore,
-    timeout: Duration,
+    max_connections: usize,
+    muxes: Mutex<Vec<Arc<Mux>>>,
+    /// One connection is opened at a time.
+    opening: tokio::sync::Mutex<()>,
+    serial_idle: Mutex<Vec<SerialConn>>,
+    serial_slots: Semaphore,
 }
 
-/// Longest a call (other than a long poll, which adds its wait) may take.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-
 impl Endpoint {
-    /// At most `max_connections` calls are in flight at once; more wait their turn.
+    /// A daemon's endpoint: at most [`DAEMON_MAX_CONNECTIONS`] connections.
     pub fn new(
         target: SocketAddr,
         local: Option<IpAddr>,
-        encoding: Encoding,
+        protocol: Protocol,
+        stats: Arc<Stats>,
+    ) -> Endpoint {
+        Endpoint::with_max_connections(target, local, protocol, stats, DAEMON_MAX_CONNECTIONS)
+    }
+
+    /// An endpoint allowed `max_connections` multiplexed connections.
+    pub fn with_max_connections(
+        target: SocketAddr,
+        local: Option<IpAddr>,
+        protocol: Protocol,
         stats: Arc<Stats>,
         max_connections: usize,
     ) -> Endpoint {
         Endpoint {
             target,
             local,
-            encoding,
+            protocol,
             stats,
-            idle: Mutex::new(Vec::new()),
-            slots: Semaphore::new(max_connections.max(1)),
-            timeout: CALL_TIMEOUT,
+            max_connections: max_connections.max(1),
+            muxes: Mutex::new(Vec::new()),
+            opening: tokio::sync::Mutex::new(()),
+            serial_idle: Mutex::new(Vec::new()),
+            serial_slots: Semaphore::new(JSON_MAX_CONNECTIONS),
         }
     }
 
@@ -342,42 +437,55 @@ impl Endpoint {
         self.local
     }
 
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
     pub fn stats(&self) -> &Arc<Stats> {
         &self.stats
     }
 
-    /// Calls `method`, records the outcome in the stats (success latency, no
-    /// quota, or error by kind) and returns the decoded answer.
-    pub async fn call<Req, Resp>(&self, method: Method, request: &Req) -> Result<Resp, CallError>
-    where
-        Req: prost::Message + Serialize,
-        Resp: prost::Message + Default + DeserializeOwned,
-    {
-        self.call_with_timeout(method, request, self.timeout).await
+    /// Live multiplexed connections now.
+    pub fn connections(&self) -> usize {
+        lock(&self.muxes)
+            .iter()
+            .filter(|mux| !mux.is_broken())
+            .count()
     }
 
-    /// [`Endpoint::call`] with an explicit timeout (long polls).
-    pub async fn call_with_timeout<Req, Resp>(
-        &self,
-        method: Method,
-        request: &Req,
-        timeout: Duration,
-    ) -> Result<Resp, CallError>
+    /// Calls `rpc` with the daemon's timeout for it, records the outcome
+    /// (success latency, no quota, or error by kind) and decodes the answer.
+    pub async fn call<Req, Resp>(&self, rpc: Rpc, request: &Req) -> Result<Resp, CallError>
     where
         Req: prost::Message + Serialize,
         Resp: prost::Message + Default + DeserializeOwned,
     {
-        let body = encode(self.encoding, request);
-        let call = Call::Rpc(method);
-        let result = self
-            .exchange(
-                &rpc_path(method),
-                media_type(self.encoding),
-                &body,
-                timeout,
-                |body| decode::<Resp>(self.encoding, body),
-            )
-            .await;
+        let timeout = rpc.client_timeout();
+        let result = match self.protocol {
+            Protocol::Json => {
+                let body = serde_json::to_vec(request)
+                    .map_err(|error| CallError::Decode(error.to_string()));
+                match body {
+                    Ok(body) => self.call_serial(rpc, &body, timeout).await,
+                    Err(error) => Err(error),
+                }
+            }
+            Protocol::Flare | Protocol::HttpPb => {
+                let payload = request.encode_to_vec();
+                self.call_mux(rpc, &payload, timeout).await
+            }
+        };
+        let result = result.and_then(|(body, latency)| {
+            let decoded = match self.protocol {
+                Protocol::Json => serde_json::from_slice::<Resp>(&body)
+                    .map_err(|error| CallError::Decode(error.to_string())),
+                Protocol::Flare | Protocol::HttpPb => {
+                    Resp::decode(body).map_err(|error| CallError::Decode(error.to_string()))
+                }
+            };
+            decoded.map(|answer| (answer, latency))
+        });
+        let call = Call::Rpc(rpc);
         match &result {
             Ok((_, latency)) => self.stats.record_ok(call, *latency),
             Err(error) if error.is_no_quota() => self.stats.record_no_quota(call),
@@ -386,99 +494,208 @@ impl Endpoint {
         result.map(|(answer, _)| answer)
     }
 
-    /// One exchange on a pooled connection; `read` turns a 200 body into the
-    /// answer. Returns the answer and the latency (request written to answer
-    /// read, connection set-up excluded).
-    async fn exchange<T>(
+    /// One call on a shared connection; the latency runs from queueing the
+    /// request to its answer (opening a connection excluded).
+    async fn call_mux(
         &self,
-        path: &str,
-        content_type: &str,
+        rpc: Rpc,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<(Bytes, Duration), CallError> {
+        let deadline = Instant::now() + timeout;
+        let mux = tokio::time::timeout_at(deadline, self.mux())
+            .await
+            .map_err(|_| CallError::Timeout)??;
+        let started = Instant::now();
+        let protocol = self.protocol;
+        let outcome = mux
+            .call(deadline.saturating_duration_since(started), |id| {
+                let mut out = BytesMut::with_capacity(payload.len() + 160);
+                match protocol {
+                    Protocol::Flare => {
+                        wire::encode_flare_request(&mut out, id, rpc, timeout, payload);
+                    }
+                    Protocol::HttpPb | Protocol::Json => {
+                        wire::encode_http_pb_request(&mut out, id, rpc, timeout, payload);
+                    }
+                }
+                out.freeze()
+            })
+            .await?;
+        let latency = started.elapsed();
+        CallError::from_outcome(outcome).map(|body| (body, latency))
+    }
+
+    /// A connection for the next call: the least busy one, unless every one is
+    /// busy and the pool has room, then a new one.
+    async fn mux(&self) -> Result<Arc<Mux>, CallError> {
+        if let Some(mux) = self.pick(false) {
+            return Ok(mux);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(mux) = self.pick(false) {
+            return Ok(mux);
+        }
+        match connect(self.local, self.target).await {
+            Ok(stream) => {
+                let mux = Arc::new(Mux::start(stream, self.protocol));
+                lock(&self.muxes).push(mux.clone());
+                self.stats.events.connections_opened.fetch_add(1, Relaxed);
+                Ok(mux)
+            }
+            Err(error) => match self.pick(true) {
+                Some(mux) => Ok(mux),
+                None => Err(CallError::Connect(error.to_string())),
+            },
+        }
+    }
+
+    /// The least busy live connection; `None` if a new one should be opened
+    /// instead (none yet, or all busy and room for one more) unless `any`.
+    fn pick(&self, any: bool) -> Option<Arc<Mux>> {
+        let mut muxes = lock(&self.muxes);
+        let before = muxes.len();
+        muxes.retain(|mux| !mux.is_broken());
+        let lost = (before - muxes.len()) as u64;
+        if lost > 0 {
+            self.stats.events.connections_lost.fetch_add(lost, Relaxed);
+        }
+        let least = muxes.iter().min_by_key(|mux| mux.in_flight())?;
+        (any || least.in_flight() == 0 || muxes.len() >= self.max_connections)
+            .then(|| least.clone())
+    }
+
+    /// One JSON call on a connection of its own.
+    async fn call_serial(
+        &self,
+        rpc: Rpc,
         body: &[u8],
         timeout: Duration,
-        read: impl FnOnce(&[u8]) -> Result<T, CallError>,
-    ) -> Result<(T, Duration), CallError> {
-        let _slot = self
-            .slots
-            .acquire()
+    ) -> Result<(Bytes, Duration), CallError> {
+        let deadline = Instant::now() + timeout;
+        let _slot = tokio::time::timeout_at(deadline, self.serial_slots.acquire())
             .await
-            .map_err(|_| CallError::Protocol("endpoint closed".to_owned()))?;
-        let pooled = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+            .map_err(|_| CallError::Timeout)?
+            .map_err(|_| CallError::Io("endpoint closed".to_owned()))?;
+        let pooled = lock(&self.serial_idle).pop();
         let mut conn = match pooled {
             Some(conn) => conn,
-            None => tokio::time::timeout(timeout, connect(self.local, self.target))
+            None => {
+                let conn = tokio::time::timeout_at(
+                    deadline,
+                    SerialConn::connect(self.local, self.target, self.protocol),
+                )
                 .await
                 .map_err(|_| CallError::Timeout)?
-                .map_err(CallError::Connect)?,
+                .map_err(|error| CallError::Connect(error.to_string()))?;
+                self.stats.events.connections_opened.fetch_add(1, Relaxed);
+                conn
+            }
         };
+        let mut request = BytesMut::with_capacity(body.len() + 160);
+        wire::encode_json_request(&mut request, &self.target.to_string(), rpc, body);
         let started = Instant::now();
-        let answer = tokio::time::timeout(timeout, conn.exchange(path, content_type, body))
+        let answer = tokio::time::timeout_at(deadline, conn.exchange(&request))
             .await
             .map_err(|_| CallError::Timeout)??;
         let latency = started.elapsed();
-        let result = if answer.status == 200 {
-            read(conn.body(&answer)).map(|value| (value, latency))
-        } else if let Some(code) = answer.rpc_error_code {
-            Err(CallError::Rpc {
-                status: answer.status,
-                code,
-            })
-        } else {
-            Err(CallError::Http {
-                status: answer.status,
-            })
-        };
         if conn.is_reusable() {
-            self.idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(conn);
+            lock(&self.serial_idle).push(conn);
         }
-        result
+        CallError::from_outcome(answer.outcome).map(|body| (body, latency))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use tokio::net::TcpListener;
+
     use super::*;
 
     #[test]
     fn error_kinds_name_scheduler_statuses() {
-        assert_eq!(
-            CallError::Rpc {
-                status: 500,
-                code: 1003
-            }
-            .kind(),
-            "rpc_1003_status_access_denied"
-        );
-        assert_eq!(
-            CallError::Rpc {
-                status: 404,
-                code: 10
-            }
-            .kind(),
-            "rpc_10"
-        );
-        assert!(
-            CallError::Rpc {
-                status: 500,
-                code: 1001
-            }
-            .is_no_quota()
-        );
+        let rpc = |code| CallError::Rpc {
+            code,
+            description: String::new(),
+        };
+        assert_eq!(rpc(1003).kind(), "rpc_1003_status_access_denied");
+        assert_eq!(rpc(10).kind(), "rpc_10");
+        assert!(rpc(1001).is_no_quota());
+        assert!(!rpc(1003).is_no_quota());
         assert_eq!(CallError::Http { status: 502 }.kind(), "http_502");
     }
 
-    #[test]
-    fn paths_and_media_types_are_the_daemons() {
-        assert_eq!(
-            rpc_path(Method::Heartbeat),
-            "/rpc/yadcc.scheduler.SchedulerService.Heartbeat"
+    /// A server that answers the second request before the first: the
+    /// multiplexed client gives each caller its own answer.
+    #[tokio::test]
+    async fn answers_out_of_order_reach_their_calls() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut buffer = BytesMut::new();
+            let mut ids = Vec::new();
+            while ids.len() < 2 {
+                fill(&mut stream, &mut buffer).await.unwrap();
+                while let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8(buffer.split_to(at + 4).to_vec()).unwrap();
+                    let id = head
+                        .lines()
+                        .find_map(|line| line.strip_prefix("Rpc-SeqNo: "))
+                        .unwrap()
+                        .to_owned();
+                    ids.push(id);
+                }
+            }
+            for (id, body) in [(&ids[1], "second"), (&ids[0], "first!")] {
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nRpc-SeqNo: {id}\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                stream.write_all(answer.as_bytes()).await.unwrap();
+            }
+            // Then the server goes away: later calls fail, not hang.
+            drop(stream);
+        });
+        let mux = Mux::start(connect(None, addr).await.unwrap(), Protocol::HttpPb);
+        let request = |rpc: Rpc| {
+            move |id| {
+                let mut out = BytesMut::new();
+                wire::encode_http_pb_request(&mut out, id, rpc, Duration::from_secs(2), b"");
+                out.freeze()
+            }
+        };
+        let (first, second) = tokio::join!(
+            mux.call(Duration::from_secs(5), request(Rpc::WaitForStartingTask)),
+            mux.call(Duration::from_secs(5), request(Rpc::Heartbeat)),
         );
-        assert_eq!(media_type(Encoding::Json), "application/json");
+        assert_eq!(first.unwrap(), Outcome::Ok(Bytes::from_static(b"first!")));
+        assert_eq!(second.unwrap(), Outcome::Ok(Bytes::from_static(b"second")));
+        server.await.unwrap();
+        let after = mux
+            .call(Duration::from_secs(5), request(Rpc::GetConfig))
+            .await;
+        assert!(matches!(after, Err(CallError::Io(_))), "{after:?}");
+        assert!(mux.is_broken());
+        assert_eq!(mux.in_flight(), 0);
+    }
+
+    /// A silent server: the call ends at its timeout and leaves nothing behind.
+    #[tokio::test]
+    async fn unanswered_calls_time_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mux = Mux::start(connect(None, addr).await.unwrap(), Protocol::Flare);
+        let _accepted = listener.accept().await.unwrap();
+        let result = mux
+            .call(Duration::from_millis(50), |id| {
+                let mut out = BytesMut::new();
+                wire::encode_flare_request(&mut out, id, Rpc::Heartbeat, Duration::ZERO, b"");
+                out.freeze()
+            })
+            .await;
+        assert!(matches!(result, Err(CallError::Timeout)), "{result:?}");
+        assert_eq!(mux.in_flight(), 0);
+        assert!(!mux.is_broken());
     }
 }

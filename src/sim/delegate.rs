@@ -25,8 +25,8 @@ use tokio::{
     time::Instant,
 };
 
-use super::{client::Endpoint, servant::DAEMON_VERSION, servant::Registry};
-use crate::{pb, service::Method};
+use super::{client::Endpoint, servant::DAEMON_VERSION, servant::Registry, wire::Rpc};
+use crate::pb;
 
 /// Where jobs come from.
 #[derive(Debug, Clone)]
@@ -113,7 +113,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// What a delegate's tasks share.
 struct Shared {
     behaviour: Arc<DelegateBehaviour>,
-    endpoint: Endpoint,
+    endpoint: Arc<Endpoint>,
     registry: Arc<Registry>,
     lanes: Vec<Arc<Lane>>,
     /// Grants of jobs running now (renewed every second).
@@ -138,7 +138,7 @@ impl Shared {
 /// then frees every grant it holds.
 pub async fn run(
     behaviour: Arc<DelegateBehaviour>,
-    endpoint: Endpoint,
+    endpoint: Arc<Endpoint>,
     registry: Arc<Registry>,
     environments: Vec<String>,
     stop: watch::Receiver<bool>,
@@ -194,7 +194,7 @@ pub async fn run(
             Duration::from_secs(2),
             shared
                 .endpoint
-                .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &request),
+                .call::<_, pb::FreeTaskResponse>(Rpc::FreeTask, &request),
         )
         .await;
     }
@@ -216,7 +216,7 @@ async fn config_loop(shared: Arc<Shared>) {
     loop {
         let _ = shared
             .endpoint
-            .call::<_, pb::GetConfigResponse>(Method::GetConfig, &request)
+            .call::<_, pb::GetConfigResponse>(Rpc::GetConfig, &request)
             .await;
         if !pause(&shared, shared.behaviour.config_interval).await {
             return;
@@ -234,7 +234,7 @@ async fn running_tasks_loop(shared: Arc<Shared>, interval: Duration) {
         let _ = shared
             .endpoint
             .call::<_, pb::GetRunningTasksResponse>(
-                Method::GetRunningTasks,
+                Rpc::GetRunningTasks,
                 &pb::GetRunningTasksRequest {},
             )
             .await;
@@ -266,7 +266,7 @@ async fn renew_loop(shared: Arc<Shared>) {
             };
             if let Ok(reply) = shared
                 .endpoint
-                .call::<_, pb::KeepTaskAliveResponse>(Method::KeepTaskAlive, &request)
+                .call::<_, pb::KeepTaskAliveResponse>(Rpc::KeepTaskAlive, &request)
                 .await
             {
                 let running = lock(&shared.running);
@@ -315,7 +315,7 @@ async fn free(shared: &Shared, ids: Vec<u64>) {
     };
     let _ = shared
         .endpoint
-        .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &request)
+        .call::<_, pb::FreeTaskResponse>(Rpc::FreeTask, &request)
         .await;
 }
 
@@ -324,7 +324,6 @@ async fn free(shared: &Shared, ids: Vec<u64>) {
 async fn lane_loop(shared: Arc<Shared>, lane: Arc<Lane>) {
     let behaviour = &shared.behaviour;
     let stats = shared.endpoint.stats().clone();
-    let long_poll = Duration::from_millis(u64::from(behaviour.wait_ms)) + Duration::from_secs(10);
     loop {
         let immediate = loop {
             let waiting = {
@@ -355,8 +354,8 @@ async fn lane_loop(shared: Arc<Shared>, lane: Arc<Lane>) {
         let reply = tokio::select! {
             biased;
             () = shared.stopped() => return,
-            reply = shared.endpoint.call_with_timeout::<_, pb::WaitForStartingTaskResponse>(
-                Method::WaitForStartingTask, &request, long_poll) => reply,
+            reply = shared.endpoint.call::<_, pb::WaitForStartingTaskResponse>(
+                Rpc::WaitForStartingTask, &request) => reply,
         };
         match reply {
             Ok(reply) => {

@@ -1,12 +1,12 @@
 //! Benchmark P1: one call as fast as possible over N keep-alive connections,
-//! and the bare route it is compared against.
+//! per protocol, and the bare route they are compared against.
 //!
-//! The compared calls share everything on the client side: the same
-//! connections (one per simulated servant, each from its own loopback
-//! address), the same request body bytes written the same way, the answer's
-//! status checked and its body skipped. Request bodies are encoded once, before
-//! the clock starts, so the client spends the same CPU on every kind of call
-//! and the difference is the server's.
+//! The compared calls share everything on the client side: one connection
+//! per simulated servant from its own loopback address, one call in flight
+//! per connection, whole requests (frame or HTTP head and body) encoded once
+//! before the clock starts and written as they are, the answer's status
+//! checked and its body skipped. So the client spends about the same CPU on
+//! every kind of call and the difference is the server's.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -21,15 +21,19 @@ use std::{
 use axum::{Router, body::Bytes, http::header, response::IntoResponse, routing::post};
 use tokio::{sync::Barrier, task::JoinSet, time::Instant};
 
+use bytes::BytesMut;
+use prost::Message;
+
 use super::{
     Addressing,
-    client::{self, CallError, Conn, Endpoint},
+    client::{CallError, Endpoint, SerialConn},
     environment_digest, octet,
     process::{self, ProcessSample},
     servant::{self, ServantBehaviour, ServantSpec},
     stats::{Histogram, Row, Stats},
+    wire::{self, Outcome, Protocol, Rpc},
 };
-use crate::{http::codec::Encoding, pb, service::Method};
+use crate::pb;
 
 /// Path of the bare route.
 pub const BARE_PATH: &str = "/bench/bare";
@@ -56,19 +60,29 @@ async fn bare(body: Bytes) -> impl IntoResponse {
 /// One kind of call to hammer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Target {
-    /// `POST /bench/bare` with the binary Heartbeat body.
+    /// `POST /bench/bare` over plain HTTP with the binary Heartbeat body.
     Bare,
-    /// `Heartbeat` in binary protobuf.
-    HeartbeatBinary,
-    /// `Heartbeat` in JSON.
+    /// `Heartbeat` in a `flare://` frame.
+    HeartbeatFlare,
+    /// `Heartbeat` over the daemons' `http+pb`.
+    HeartbeatHttpPb,
+    /// `Heartbeat` in JSON over plain HTTP.
     HeartbeatJson,
 }
 
 impl Target {
+    pub const ALL: [Target; 4] = [
+        Target::HeartbeatFlare,
+        Target::HeartbeatHttpPb,
+        Target::HeartbeatJson,
+        Target::Bare,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Target::Bare => "bare",
-            Target::HeartbeatBinary => "heartbeat-binary",
+            Target::HeartbeatFlare => "heartbeat-flare",
+            Target::HeartbeatHttpPb => "heartbeat-http+pb",
             Target::HeartbeatJson => "heartbeat-json",
         }
     }
@@ -76,9 +90,19 @@ impl Target {
     pub fn parse(name: &str) -> Option<Target> {
         match name.trim() {
             "bare" => Some(Target::Bare),
-            "binary" | "heartbeat-binary" => Some(Target::HeartbeatBinary),
+            "flare" | "heartbeat-flare" => Some(Target::HeartbeatFlare),
+            "http+pb" | "binary" | "heartbeat-http+pb" => Some(Target::HeartbeatHttpPb),
             "json" | "heartbeat-json" => Some(Target::HeartbeatJson),
             _ => None,
+        }
+    }
+
+    /// How answers come back on the connection.
+    fn protocol(self) -> Protocol {
+        match self {
+            Target::HeartbeatFlare => Protocol::Flare,
+            Target::HeartbeatHttpPb | Target::Bare => Protocol::HttpPb,
+            Target::HeartbeatJson => Protocol::Json,
         }
     }
 }
@@ -105,6 +129,8 @@ pub struct HammerConfig {
     pub tasks_per_servant: usize,
     /// The scheduler's PID, if on this host: its CPU time per request is measured.
     pub scheduler_pid: Option<u32>,
+    /// How servants register and grants are set up before the measured phases.
+    pub setup_protocol: Protocol,
 }
 
 /// The measurements of one target over every round.
@@ -151,13 +177,39 @@ impl TargetResult {
     }
 }
 
-/// One simulated servant of the benchmark and its request bodies.
+/// One simulated servant of the benchmark and its whole requests, per target.
 struct Machine {
     local: Option<IpAddr>,
     spec: ServantSpec,
     grants: Vec<u64>,
-    binary: Vec<u8>,
-    json: Vec<u8>,
+    requests: HashMap<Target, Vec<u8>>,
+}
+
+/// The whole request of `target` carrying `heartbeat`.
+fn encode_target(target: Target, heartbeat: &pb::HeartbeatRequest, host: &str) -> Vec<u8> {
+    let binary = heartbeat.encode_to_vec();
+    let timeout = Rpc::Heartbeat.client_timeout();
+    let mut out = BytesMut::new();
+    match target {
+        Target::HeartbeatFlare => {
+            wire::encode_flare_request(&mut out, 1, Rpc::Heartbeat, timeout, &binary);
+        }
+        Target::HeartbeatHttpPb => {
+            wire::encode_http_pb_request(&mut out, 1, Rpc::Heartbeat, timeout, &binary);
+        }
+        Target::HeartbeatJson => {
+            // pbjson's Serialize cannot fail for generated messages.
+            let json = serde_json::to_vec(heartbeat).unwrap_or_default();
+            wire::encode_json_request(&mut out, host, Rpc::Heartbeat, &json);
+        }
+        Target::Bare => wire::encode_http_request(
+            &mut out,
+            BARE_PATH,
+            &[("Content-Type", "application/x-protobuf".to_owned())],
+            &binary,
+        ),
+    }
+    out.to_vec()
 }
 
 /// Runs the benchmark; `progress` hears what is going on.
@@ -195,8 +247,7 @@ pub async fn run(
                     base_load: 0,
                 },
                 grants: Vec::new(),
-                binary: Vec::new(),
-                json: Vec::new(),
+                requests: HashMap::new(),
             }
         })
         .collect();
@@ -209,9 +260,8 @@ pub async fn run(
         let endpoint = Endpoint::new(
             config.target,
             machine.local,
-            Encoding::Binary,
+            config.setup_protocol,
             stats.clone(),
-            1,
         );
         let request = servant::heartbeat_request(
             &machine.spec,
@@ -223,7 +273,7 @@ pub async fn run(
         );
         async move {
             endpoint
-                .call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request)
+                .call::<_, pb::HeartbeatResponse>(Rpc::Heartbeat, &request)
                 .await
         }
     };
@@ -236,9 +286,8 @@ pub async fn run(
     let delegate = Endpoint::new(
         config.target,
         delegate_ip,
-        Encoding::Binary,
+        config.setup_protocol,
         stats.clone(),
-        1,
     );
     let by_location: HashMap<String, usize> = machines
         .iter()
@@ -260,7 +309,7 @@ pub async fn run(
             min_version: 0,
         };
         let reply = match delegate
-            .call::<_, pb::WaitForStartingTaskResponse>(Method::WaitForStartingTask, &request)
+            .call::<_, pb::WaitForStartingTaskResponse>(Rpc::WaitForStartingTask, &request)
             .await
         {
             Ok(reply) => reply,
@@ -301,16 +350,27 @@ pub async fn run(
             tasks,
             10_000,
         );
-        machine.binary = client::encode(Encoding::Binary, &request);
-        machine.json = client::encode(Encoding::Json, &request);
+        let host = config.target.to_string();
+        machine.requests = config
+            .targets
+            .iter()
+            .map(|&target| (target, encode_target(target, &request, &host)))
+            .collect();
     }
+    let sizes: Vec<String> = config
+        .targets
+        .iter()
+        .map(|target| {
+            let bytes = machines[0].requests.get(target).map_or(0, Vec::len);
+            format!("{} {bytes} bytes", target.name())
+        })
+        .collect();
     progress(format!(
-        "{} servants registered with {} grants ({} asked); heartbeat body {} bytes binary, {} bytes JSON",
+        "{} servants registered with {} grants ({} asked); whole heartbeat requests: {}",
         machines.len(),
         all_grants.len(),
         wanted,
-        machines[0].binary.len(),
-        machines[0].json.len()
+        sizes.join(", ")
     ));
 
     let machines = Arc::new(machines);
@@ -319,10 +379,7 @@ pub async fn run(
         .iter()
         .map(|&target| TargetResult {
             target,
-            request_bytes: match target {
-                Target::HeartbeatJson => machines[0].json.len(),
-                Target::Bare | Target::HeartbeatBinary => machines[0].binary.len(),
-            },
+            request_bytes: machines[0].requests.get(&target).map_or(0, Vec::len),
             ok: 0,
             errors: BTreeMap::new(),
             elapsed: Duration::ZERO,
@@ -361,7 +418,7 @@ pub async fn run(
             task_grant_ids: chunk.to_vec(),
         };
         let _ = delegate
-            .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &request)
+            .call::<_, pb::FreeTaskResponse>(Rpc::FreeTask, &request)
             .await;
     }
     for machine in machines.iter() {
@@ -378,7 +435,7 @@ async fn renew(delegate: &Endpoint, token: &str, grants: &[u64]) -> Result<(), S
             next_keep_alive_in_ms: 30_000,
         };
         delegate
-            .call::<_, pb::KeepTaskAliveResponse>(Method::KeepTaskAlive, &request)
+            .call::<_, pb::KeepTaskAliveResponse>(Rpc::KeepTaskAlive, &request)
             .await
             .map_err(|error| format!("renewing grants: {error}"))?;
     }
@@ -409,18 +466,7 @@ async fn phase(
     machines: &Arc<Vec<Machine>>,
     target: Target,
 ) -> Result<Phase, String> {
-    let (path, content_type) = match target {
-        Target::Bare => (BARE_PATH.to_owned(), client::media_type(Encoding::Binary)),
-        Target::HeartbeatBinary => (
-            client::rpc_path(Method::Heartbeat),
-            client::media_type(Encoding::Binary),
-        ),
-        Target::HeartbeatJson => (
-            client::rpc_path(Method::Heartbeat),
-            client::media_type(Encoding::Json),
-        ),
-    };
-    let path: Arc<str> = path.into();
+    let protocol = target.protocol();
     let latency = Arc::new(Histogram::default());
     let measuring = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
@@ -429,7 +475,6 @@ async fn phase(
     let mut workers = JoinSet::new();
     for index in 0..machines.len() {
         let machines = machines.clone();
-        let path = path.clone();
         let (latency, measuring, done, ok, ready) = (
             latency.clone(),
             measuring.clone(),
@@ -440,59 +485,46 @@ async fn phase(
         let target_addr = config.target;
         workers.spawn(async move {
             let machine = &machines[index];
-            let body = match target {
-                Target::HeartbeatJson => &machine.json,
-                Target::Bare | Target::HeartbeatBinary => &machine.binary,
-            };
+            let request: &[u8] = machine.requests.get(&target).map_or(&[], Vec::as_slice);
             let mut errors: BTreeMap<String, u64> = BTreeMap::new();
-            let mut conn: Option<Conn> = client::connect(machine.local, target_addr).await.ok();
+            let mut conn = SerialConn::connect(machine.local, target_addr, protocol)
+                .await
+                .ok();
             ready.wait().await;
             while !done.load(Relaxed) {
-                if conn.is_none() {
-                    match client::connect(machine.local, target_addr).await {
+                let Some(connection) = conn.as_mut() else {
+                    match SerialConn::connect(machine.local, target_addr, protocol).await {
                         Ok(connection) => conn = Some(connection),
                         Err(error) => {
-                            *errors.entry(CallError::Connect(error).kind()).or_default() += 1;
+                            let error = CallError::Connect(error.to_string());
+                            *errors.entry(error.kind()).or_default() += 1;
                             tokio::time::sleep(Duration::from_millis(10)).await;
-                            continue;
                         }
                     }
-                }
-                let Some(connection) = conn.as_mut() else {
                     continue;
                 };
                 let started = Instant::now();
-                let result = connection.exchange(&path, content_type, body).await;
+                let result = connection.exchange(request).await;
                 let elapsed = started.elapsed();
                 let measured = measuring.load(Relaxed) && !done.load(Relaxed);
-                match result {
-                    Ok(answer) if answer.status == 200 => {
-                        if measured {
-                            ok.fetch_add(1, Relaxed);
-                            latency.record(elapsed);
+                let failure = match result {
+                    Ok(answer) => match answer.outcome {
+                        Outcome::Ok(_) => None,
+                        Outcome::Failed { code, description } => {
+                            Some(CallError::Rpc { code, description })
                         }
+                        Outcome::Http { status } => Some(CallError::Http { status }),
+                    },
+                    Err(error) => Some(error),
+                };
+                match failure {
+                    None if measured => {
+                        ok.fetch_add(1, Relaxed);
+                        latency.record(elapsed);
                     }
-                    Ok(answer) => {
-                        let error = match answer.rpc_error_code {
-                            Some(code) => CallError::Rpc {
-                                status: answer.status,
-                                code,
-                            },
-                            None => CallError::Http {
-                                status: answer.status,
-                            },
-                        };
-                        if measured {
-                            *errors.entry(error.kind()).or_default() += 1;
-                        }
-                    }
-                    Err(error) => {
-                        if measured {
-                            *errors.entry(error.kind()).or_default() += 1;
-                        }
-                        conn = None;
-                        continue;
-                    }
+                    None => {}
+                    Some(error) if measured => *errors.entry(error.kind()).or_default() += 1,
+                    Some(_) => {}
                 }
                 if !connection.is_reusable() {
                     conn = None;

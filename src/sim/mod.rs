@@ -1,18 +1,27 @@
-//! A simulated yadcc cluster that speaks the daemons' wire protocol to a
+//! A simulated yadcc cluster that speaks the daemons' wire protocols to a
 //! scheduler over real sockets: the demo (`yadcc-scheduler --demo`), the load
-//! generator (`yadcc-loadgen`) and an integration test all run on it.
+//! generator (`yadcc-loadgen`) and integration tests all run on it. It uses
+//! the generated protobuf types only, never the server's modules, so it
+//! checks the server from the outside as a stock daemon would.
 //!
-//! - [`client`]: a small HTTP/1.1 `http+pb` (or JSON) client; every simulated
-//!   machine connects from its own loopback address (127.g.x.y), so the
-//!   scheduler's placement, self-avoidance and NAT detection see distinct
-//!   machines as on a real network.
-//! - [`servant`]: compile servants heartbeating every second, and the
+//! Every simulated machine is one daemon, as in a real cluster: servant and
+//! delegate at once (a cluster may give some machines only the servant role),
+//! both roles sharing one [`client::Endpoint`] (at most two connections) from
+//! the machine's own loopback address (127.1.x.y), so the scheduler's
+//! placement, self-avoidance and NAT detection see distinct machines.
+//!
+//! - [`wire`]: the client side of `flare://` frames, the daemons' `http+pb`
+//!   and plain-HTTP JSON: encoding requests, decoding answers.
+//! - [`client`]: connections carrying many calls at once with answers matched
+//!   by id, the two-connection pool, the daemons' per-call timeouts.
+//! - [`servant`]: the servant role, heartbeating every second, and the
 //!   in-process [`servant::Registry`] through which delegates start tasks on
-//!   them (what a servant reports running is what delegates started there).
-//! - [`delegate`]: delegates acquiring, renewing and freeing grants.
+//!   servants (what a servant reports running is what delegates started there).
+//! - [`delegate`]: the delegate role: acquiring, renewing and freeing grants,
+//!   `GetConfig` and `GetRunningTasks`.
 //! - [`stats`]: per-RPC counts, latency percentiles and errors by kind.
-//! - [`hammer`]: one RPC as fast as possible (benchmark P1) and the bare route
-//!   it is compared against.
+//! - [`hammer`]: one RPC as fast as possible per protocol (benchmark P1) and
+//!   the bare route it is compared against.
 //! - [`process`]: CPU time and peak memory of a process, from `/proc`.
 //!
 //! Stopping is explicit and bounded: [`Cluster::stop`] flips a watch channel
@@ -25,6 +34,7 @@ pub mod hammer;
 pub mod process;
 pub mod servant;
 pub mod stats;
+pub mod wire;
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
@@ -43,8 +53,8 @@ pub use delegate::{DelegateBehaviour, Workload};
 pub use servant::{Registry, ServantBehaviour, ServantSpec};
 pub use stats::{Report, Stats};
 
-use crate::http::codec::Encoding;
 use client::Endpoint;
+pub use wire::{Protocol, Rpc};
 
 /// User token of `yadcc-scheduler --demo` (public: the demo listens on loopback).
 pub const DEMO_USER_TOKEN: &str = "demo-user-token";
@@ -53,10 +63,8 @@ pub const DEMO_SERVANT_TOKEN: &str = "demo-servant-token";
 
 /// Second octet of the loopback addresses of each kind of simulated machine.
 pub mod octet {
-    /// Servants of a cluster: 127.1.x.y.
-    pub const SERVANTS: u8 = 1;
-    /// Delegates of a cluster: 127.2.x.y.
-    pub const DELEGATES: u8 = 2;
+    /// Machines (daemons) of a cluster: 127.1.x.y.
+    pub const MACHINES: u8 = 1;
     /// Servants of the hammer benchmark: 127.3.x.y.
     pub const HAMMER_SERVANTS: u8 = 3;
     /// The hammer's delegate (setting up grants): 127.4.0.1.
@@ -92,7 +100,7 @@ impl Addressing {
     /// be bound here; else a shared address.
     pub fn detect(target: SocketAddr) -> Addressing {
         let probe = tokio::net::TcpSocket::new_v4()
-            .and_then(|socket| socket.bind(SocketAddr::new(machine_ip(octet::SERVANTS, 0), 0)));
+            .and_then(|socket| socket.bind(SocketAddr::new(machine_ip(octet::MACHINES, 0), 0)));
         if target.ip().is_loopback() && target.is_ipv4() && probe.is_ok() {
             Addressing::PerMachineLoopback
         } else {
@@ -164,16 +172,20 @@ pub fn environment_digest(index: usize) -> String {
 pub struct ClusterConfig {
     /// The scheduler.
     pub target: SocketAddr,
-    pub encoding: Encoding,
+    pub protocol: Protocol,
+    /// Machines with the servant role: machines 0..servants.
     pub servants: usize,
+    /// Machines with the delegate role: machines 0..delegates. There are
+    /// max(servants, delegates) machines; the first min of them play both.
     pub delegates: usize,
     /// Distinct compilers in the cluster (at least 5). Every servant offers
     /// the two most common and three others.
     pub environments: usize,
     pub servant: ServantBehaviour,
     pub delegate: DelegateBehaviour,
-    /// Connections one delegate may use at once (long polls, renewals, frees).
-    pub max_connections_per_delegate: usize,
+    /// Every servant offers this many slots (`capacity`); `None`: a share of
+    /// its processors, as real machines are set up.
+    pub servant_capacity: Option<u32>,
     /// Seed for the machines' shapes; `None`: random.
     pub seed: Option<u64>,
 }
@@ -191,7 +203,7 @@ impl ClusterConfig {
     ) -> ClusterConfig {
         ClusterConfig {
             target,
-            encoding: Encoding::Binary,
+            protocol: Protocol::Flare,
             servants,
             delegates,
             environments: 8,
@@ -202,7 +214,7 @@ impl ClusterConfig {
                 leave_on_stop: true,
             },
             delegate: DelegateBehaviour::new(user_token, workload),
-            max_connections_per_delegate: 16,
+            servant_capacity: None,
             seed: None,
         }
     }
@@ -236,6 +248,7 @@ pub struct Cluster {
     registry: Arc<Registry>,
     delegates_started: Arc<AtomicBool>,
     servants: Vec<ServantSpec>,
+    endpoints: Vec<Arc<Endpoint>>,
     addressing: Addressing,
 }
 
@@ -300,9 +313,9 @@ fn delegate_environments(rng: &mut SmallRng, offered: &[String]) -> Vec<String> 
 }
 
 impl Cluster {
-    /// Starts the servants now (first heartbeats spread over at most a second)
-    /// and the delegates once every servant has registered (or after a few
-    /// seconds). Must run inside a tokio runtime; returns at once.
+    /// Starts the servant roles now (first heartbeats spread over at most a
+    /// second) and the delegate roles once every servant has registered (or
+    /// after a few seconds). Must run inside a tokio runtime; returns at once.
     pub fn start(config: ClusterConfig) -> Cluster {
         let mut rng = match config.seed {
             Some(seed) => SmallRng::seed_from_u64(seed),
@@ -311,18 +324,30 @@ impl Cluster {
         let addressing = Addressing::detect(config.target);
         let stats = Arc::new(Stats::default());
         let (stop, stop_rx) = watch::channel(false);
-        let servants: Vec<(Option<IpAddr>, ServantSpec)> = (0..config.servants)
-            .map(|index| {
-                let (ip, location) = addressing.machine(octet::SERVANTS, index, config.target);
-                (
-                    ip,
-                    servant_spec(&mut rng, ip, location, config.environments),
-                )
+        let machines = config.servants.max(config.delegates);
+        let mut endpoints = Vec::with_capacity(machines);
+        let mut locations = Vec::with_capacity(machines);
+        for index in 0..machines {
+            let (ip, location) = addressing.machine(octet::MACHINES, index, config.target);
+            endpoints.push(Arc::new(Endpoint::new(
+                config.target,
+                ip,
+                config.protocol,
+                stats.clone(),
+            )));
+            locations.push((ip, location));
+        }
+        let servants: Vec<ServantSpec> = locations[..config.servants]
+            .iter()
+            .map(|(ip, location)| {
+                let mut spec = servant_spec(&mut rng, *ip, *location, config.environments);
+                if let Some(capacity) = config.servant_capacity {
+                    spec.capacity = capacity;
+                }
+                spec
             })
             .collect();
-        let registry = Arc::new(Registry::new(
-            servants.iter().map(|(_, spec)| spec.location()),
-        ));
+        let registry = Arc::new(Registry::new(servants.iter().map(ServantSpec::location)));
         let mut tasks = JoinSet::new();
 
         // Real servants are not in step: spread heartbeats over the interval
@@ -331,13 +356,12 @@ impl Cluster {
         let ramp = (Duration::from_millis(10) * config.servants as u32).min(interval);
         let start = Instant::now();
         let behaviour = Arc::new(config.servant.clone());
-        for (index, (ip, spec)) in servants.iter().enumerate() {
-            let endpoint = Endpoint::new(config.target, *ip, config.encoding, stats.clone(), 1);
+        for (index, spec) in servants.iter().enumerate() {
             let first_at = start + ramp.mul_f64(index as f64 / config.servants.max(1) as f64);
             tasks.spawn(servant::run(
                 spec.clone(),
                 behaviour.clone(),
-                endpoint,
+                endpoints[index].clone(),
                 registry.clone(),
                 first_at,
                 stop_rx.clone(),
@@ -346,15 +370,13 @@ impl Cluster {
 
         let mut offered: Vec<String> = servants
             .iter()
-            .flat_map(|(_, spec)| spec.environments.iter().cloned())
+            .flat_map(|spec| spec.environments.iter().cloned())
             .collect();
         offered.sort_unstable();
         offered.dedup();
-        let delegates: Vec<(Option<IpAddr>, Vec<String>)> = (0..config.delegates)
-            .map(|index| {
-                let (ip, _) = addressing.machine(octet::DELEGATES, index, config.target);
-                (ip, delegate_environments(&mut rng, &offered))
-            })
+        let delegates: Vec<(Arc<Endpoint>, Vec<String>)> = endpoints[..config.delegates]
+            .iter()
+            .map(|endpoint| (endpoint.clone(), delegate_environments(&mut rng, &offered)))
             .collect();
         let delegates_started = Arc::new(AtomicBool::new(false));
         tasks.spawn(launch_delegates(
@@ -372,9 +394,23 @@ impl Cluster {
             stats,
             registry,
             delegates_started,
-            servants: servants.into_iter().map(|(_, spec)| spec).collect(),
+            servants,
+            endpoints,
             addressing,
         }
+    }
+
+    /// Live connections of every machine now.
+    pub fn connections(&self) -> usize {
+        self.endpoints
+            .iter()
+            .map(|endpoint| endpoint.connections())
+            .sum()
+    }
+
+    /// Simulated machines (daemons).
+    pub fn machines(&self) -> usize {
+        self.endpoints.len()
     }
 
     /// What was measured so far.
@@ -431,7 +467,7 @@ impl Cluster {
 
 async fn launch_delegates(
     config: ClusterConfig,
-    delegates: Vec<(Option<IpAddr>, Vec<String>)>,
+    delegates: Vec<(Arc<Endpoint>, Vec<String>)>,
     stats: Arc<Stats>,
     registry: Arc<Registry>,
     mut stop: watch::Receiver<bool>,
@@ -452,14 +488,7 @@ async fn launch_delegates(
     }
     let behaviour = Arc::new(config.delegate.clone());
     let mut running = JoinSet::new();
-    for (ip, environments) in delegates {
-        let endpoint = Endpoint::new(
-            config.target,
-            ip,
-            config.encoding,
-            stats.clone(),
-            config.max_connections_per_delegate,
-        );
+    for (endpoint, environments) in delegates {
         running.spawn(delegate::run(
             behaviour.clone(),
             endpoint,

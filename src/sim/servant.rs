@@ -20,8 +20,8 @@ use tokio::{
     time::Instant,
 };
 
-use super::client::Endpoint;
-use crate::{pb, service::Method};
+use super::{client::Endpoint, wire::Rpc};
+use crate::pb;
 
 /// Version the simulated daemons report.
 pub const DAEMON_VERSION: u32 = 1;
@@ -191,7 +191,7 @@ const MEMORY_PER_TASK: u64 = 1 << 30;
 pub async fn run(
     spec: ServantSpec,
     behaviour: Arc<ServantBehaviour>,
-    endpoint: Endpoint,
+    endpoint: Arc<Endpoint>,
     registry: Arc<Registry>,
     first_at: Instant,
     mut stop: watch::Receiver<bool>,
@@ -229,7 +229,7 @@ pub async fn run(
         let reply = tokio::select! {
             biased;
             _ = stop.wait_for(|stopped| *stopped) => break,
-            reply = endpoint.call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request) => reply,
+            reply = endpoint.call::<_, pb::HeartbeatResponse>(Rpc::Heartbeat, &request) => reply,
         };
         if let Ok(reply) = reply {
             if !registered {
@@ -255,7 +255,7 @@ pub async fn run(
             heartbeat_request(&spec, &behaviour, &location_text, base_load, Vec::new(), 0);
         let _ = tokio::time::timeout(
             Duration::from_secs(2),
-            endpoint.call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request),
+            endpoint.call::<_, pb::HeartbeatResponse>(Rpc::Heartbeat, &request),
         )
         .await;
     }

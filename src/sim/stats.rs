@@ -15,12 +15,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::service::Method;
+use super::wire::Rpc;
 
 /// What the simulator calls: the six RPCs, plus the benchmark's bare route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Call {
-    Rpc(Method),
+    Rpc(Rpc),
     /// `POST /bench/bare` (scheduler started with `--bench_bare_route`).
     Bare,
 }
@@ -28,29 +28,29 @@ pub enum Call {
 impl Call {
     /// Every call, in report order.
     pub const ALL: [Call; 7] = [
-        Call::Rpc(Method::Heartbeat),
-        Call::Rpc(Method::GetConfig),
-        Call::Rpc(Method::WaitForStartingTask),
-        Call::Rpc(Method::KeepTaskAlive),
-        Call::Rpc(Method::FreeTask),
-        Call::Rpc(Method::GetRunningTasks),
+        Call::Rpc(Rpc::Heartbeat),
+        Call::Rpc(Rpc::GetConfig),
+        Call::Rpc(Rpc::WaitForStartingTask),
+        Call::Rpc(Rpc::KeepTaskAlive),
+        Call::Rpc(Rpc::FreeTask),
+        Call::Rpc(Rpc::GetRunningTasks),
         Call::Bare,
     ];
 
     fn index(self) -> usize {
         match self {
-            Call::Rpc(method) => Method::ALL
+            Call::Rpc(rpc) => Rpc::ALL
                 .iter()
-                .position(|candidate| *candidate == method)
+                .position(|candidate| *candidate == rpc)
                 .unwrap_or(0),
-            Call::Bare => Method::ALL.len(),
+            Call::Bare => Rpc::ALL.len(),
         }
     }
 
     /// Name used in reports.
     pub fn name(self) -> &'static str {
         match self {
-            Call::Rpc(method) => method.name(),
+            Call::Rpc(rpc) => rpc.name(),
             Call::Bare => "bare",
         }
     }
@@ -234,6 +234,12 @@ pub struct Events {
     pub jobs_shed: AtomicU64,
     /// A grant named a servant this simulator does not run.
     pub unknown_servants: AtomicU64,
+    /// Connections opened (at most two per machine on flare and http+pb,
+    /// unless some broke).
+    pub connections_opened: AtomicU64,
+    /// Connections found broken (closed by the server, failed, or given up
+    /// after a protocol error) and replaced.
+    pub connections_lost: AtomicU64,
 }
 
 impl Events {
@@ -243,7 +249,7 @@ impl Events {
         }
     }
 
-    fn all(&self) -> [(&'static str, &AtomicU64); 9] {
+    fn all(&self) -> [(&'static str, &AtomicU64); 11] {
         [
             ("servants_registered", &self.servants_registered),
             ("grants_received", &self.grants_received),
@@ -254,6 +260,8 @@ impl Events {
             ("spares_expired", &self.spares_expired),
             ("jobs_shed", &self.jobs_shed),
             ("unknown_servants", &self.unknown_servants),
+            ("connections_opened", &self.connections_opened),
+            ("connections_lost", &self.connections_lost),
         ]
     }
 
@@ -534,8 +542,8 @@ mod tests {
         let stats = Stats::default();
         stats.record_error(Call::Bare, "io");
         stats.record_error(Call::Bare, "io");
-        stats.record_no_quota(Call::Rpc(Method::WaitForStartingTask));
-        stats.record_ok(Call::Rpc(Method::Heartbeat), Duration::from_millis(1));
+        stats.record_no_quota(Call::Rpc(Rpc::WaitForStartingTask));
+        stats.record_ok(Call::Rpc(Rpc::Heartbeat), Duration::from_millis(1));
         assert_eq!(stats.total_errors(), 2);
         let report = stats.report();
         assert_eq!(report.total.ok, 1);
