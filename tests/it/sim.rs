@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use yadcc_scheduler::sim::{Cluster, ClusterConfig, Workload};
+use yadcc_scheduler::sim::{Cluster, ClusterConfig, Protocol, Workload};
 
 use crate::support::{SERVANT_TOKEN, Server, USER_TOKEN};
 
@@ -24,6 +24,9 @@ async fn a_small_simulated_cluster_runs_without_errors() {
     config.delegate.renew_interval = Duration::from_millis(300);
     config.delegate.running_tasks_interval = Some(Duration::from_millis(300));
     config.seed = Some(1);
+    // Plain-HTTP JSON, as scripts call; the daemons' own protocols are
+    // exercised in `daemons.rs`.
+    config.protocol = Protocol::Json;
     let cluster = Cluster::start(config);
     assert!(
         cluster.wait_ready(Duration::from_secs(3)).await,
