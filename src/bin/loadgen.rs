@@ -524,7 +524,9 @@ async fn run_hammer(
         let row = result.row();
         failures += row.error_count();
         let versus = |other: Option<&hammer::TargetResult>| {
-            other.map(|other| round3(result.per_second() / other.per_second().max(1e-9)))
+            other
+                .filter(|other| other.ok > 0)
+                .map(|other| round3(result.per_second() / other.per_second()))
         };
         // Requests per server CPU-second relative to another target: the
         // ratio a scheduler alone on its machine would see.

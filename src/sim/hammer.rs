@@ -153,16 +153,16 @@ impl TargetResult {
         self.ok as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    /// Scheduler CPU time per successful request.
+    /// Scheduler CPU time per successful request (`None` if none succeeded).
     pub fn scheduler_cpu_per_request(&self) -> Option<Duration> {
-        self.scheduler_cpu
-            .map(|cpu| cpu.div_f64(self.ok.max(1) as f64))
+        let cpu = self.scheduler_cpu?;
+        (self.ok > 0).then(|| cpu.div_f64(self.ok as f64))
     }
 
     /// Load generator CPU time per successful request.
     pub fn client_cpu_per_request(&self) -> Option<Duration> {
-        self.client_cpu
-            .map(|cpu| cpu.div_f64(self.ok.max(1) as f64))
+        let cpu = self.client_cpu?;
+        (self.ok > 0).then(|| cpu.div_f64(self.ok as f64))
     }
 
     pub fn row(&self) -> Row {

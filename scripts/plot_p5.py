@@ -1,0 +1,70 @@
+"""Draws benchmark P5 from yadcc-loadgen's JSON lines: p99 latency and CPU
+(scheduler and load generator) against cluster size, one series per protocol.
+
+    python scripts/plot_p5.py p5.jsonl p5.svg
+"""
+
+import json
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("svg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main(source: str, target: str) -> None:
+    runs = defaultdict(list)
+    with open(source, encoding="utf-8") as lines:
+        for line in lines:
+            line = line.strip()
+            if not line:
+                continue
+            run = json.loads(line)
+            if run.get("bench") == "mix":
+                runs[run["protocol"]].append(run)
+    if not runs:
+        sys.exit(f"{source}: no mix runs")
+
+    figure, (latency, cpu) = plt.subplots(1, 2, figsize=(11, 4.2))
+    largest = 0
+    for protocol, series in sorted(runs.items()):
+        series.sort(key=lambda run: run["machines"])
+        sizes = [run["machines"] for run in series]
+        largest = max(largest, *sizes)
+        latency.plot(sizes, [run["all"]["p99_ms"] for run in series], "o-", label=protocol)
+        scheduler = [(run.get("scheduler") or {}).get("cpu_seconds_per_second") for run in series]
+        loadgen = [(run.get("loadgen") or {}).get("cpu_seconds_per_second") for run in series]
+        cpu.plot(sizes, scheduler, "o-", label=f"scheduler, {protocol}")
+        cpu.plot(sizes, loadgen, "x--", alpha=0.6, label=f"load generator, {protocol}")
+        for run in series:
+            errors = run["all"]["errors"]
+            if errors:
+                latency.annotate(f"{errors} errors", (run["machines"], run["all"]["p99_ms"]),
+                                 fontsize=8, color="red")
+
+    latency.axhline(20, color="grey", linestyle=":", label="goal: p99 < 20 ms")
+    latency.set_xlabel("machines (each servant and delegate)")
+    latency.set_ylabel("p99 over all calls (ms)")
+    latency.set_title("P5 latency")
+    latency.set_ylim(bottom=0)
+    latency.legend()
+
+    cpu.plot([0, largest], [0, 0.1 * largest / 1000], color="grey", linestyle=":",
+             label="goal: 0.10 per 1,000 machines")
+    cpu.set_xlabel("machines (each servant and delegate)")
+    cpu.set_ylabel("CPU-seconds per second")
+    cpu.set_title("P5 CPU")
+    cpu.set_ylim(bottom=0)
+    cpu.legend(fontsize=8)
+
+    figure.tight_layout()
+    figure.savefig(target)
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])
