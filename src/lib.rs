@@ -45,8 +45,12 @@
 //!   embedded static page from `web/`.
 //! - [`metrics`]: Prometheus exposition.
 //! - [`config`]: the command line (`src/main.rs` starts and stops the server).
-//! - [`sim`]: a simulated cluster speaking the daemons' wire protocol, used by
-//!   `--demo` and by the load generator (`src/bin/loadgen.rs`).
+//! - [`sim`]: a simulated cluster of stock daemons (each machine servant and
+//!   delegate, at most two shared connections, the daemons' timeouts) speaking
+//!   `flare://`, `http+pb` or JSON from the outside: its client side of the
+//!   wire (`sim::wire`, `sim::client`) uses [`pb`] only, never the server's
+//!   modules. Used by `--demo`, the load generator (`src/bin/loadgen.rs`),
+//!   `tests/it/daemons.rs` and `scripts/bench.sh`.
 //!
 //! Tests: unit tests beside the code (the engine's in `engine/tests.rs`, with
 //! paused time), integration tests over real sockets and real Chromium in
