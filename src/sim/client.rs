@@ -680,6 +680,137 @@ mod tests {
         assert_eq!(mux.in_flight(), 0);
     }
 
+    /// Answers a flare request frame the way the framework's server does:
+    /// echoing its correlation id, status 0, the given payload.
+    fn flare_answer(correlation_id: u64, payload: &[u8]) -> Vec<u8> {
+        use prost::Message as _;
+        let meta = pb::flare::rpc::RpcMeta {
+            correlation_id,
+            method_type: pb::flare::rpc::MethodType::Single as i32,
+            response_meta: Some(pb::flare::rpc::RpcResponseMeta::default()),
+            ..pb::flare::rpc::RpcMeta::default()
+        }
+        .encode_to_vec();
+        let mut frame = wire::FLARE_MAGIC.to_vec();
+        for size in [meta.len(), payload.len(), 0] {
+            frame.extend_from_slice(&(size as u32).to_le_bytes());
+        }
+        frame.extend_from_slice(&meta);
+        frame.extend_from_slice(payload);
+        frame
+    }
+
+    /// A flare server answering every call at once, except long polls, which
+    /// it holds `hold`; each connection is closed after `calls_per_connection`
+    /// answers. Returns its address and the number of connections accepted.
+    async fn fake_flare_server(
+        hold: Duration,
+        calls_per_connection: usize,
+    ) -> (SocketAddr, Arc<AtomicU64>) {
+        use prost::Message as _;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Relaxed);
+                tokio::spawn(async move {
+                    let (mut read, write) = stream.into_split();
+                    let write = Arc::new(tokio::sync::Mutex::new(write));
+                    let mut buffer = BytesMut::new();
+                    let mut answered = Vec::new();
+                    while answered.len() < calls_per_connection {
+                        if fill(&mut read, &mut buffer).await.is_err() {
+                            return;
+                        }
+                        while buffer.len() >= 16 {
+                            let size = |at: usize| {
+                                u32::from_le_bytes(buffer[at..at + 4].try_into().unwrap()) as usize
+                            };
+                            let length = 16 + size(4) + size(8) + size(12);
+                            if buffer.len() < length {
+                                break;
+                            }
+                            let frame = buffer.split_to(length);
+                            let meta = pb::flare::rpc::RpcMeta::decode(
+                                &frame[16..16 + size_of_meta(&frame)],
+                            )
+                            .unwrap();
+                            let method = meta.request_meta.unwrap().method_name;
+                            let delay = if method.ends_with("WaitForStartingTask") {
+                                hold
+                            } else {
+                                Duration::ZERO
+                            };
+                            let write = write.clone();
+                            answered.push(tokio::spawn(async move {
+                                tokio::time::sleep(delay).await;
+                                let answer = flare_answer(meta.correlation_id, &[]);
+                                let _ = write.lock().await.write_all(&answer).await;
+                            }));
+                        }
+                    }
+                    for answer in answered {
+                        let _ = answer.await;
+                    }
+                    // Dropping both halves closes the connection.
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    fn size_of_meta(frame: &[u8]) -> usize {
+        u32::from_le_bytes(frame[4..8].try_into().unwrap()) as usize
+    }
+
+    /// A daemon's pool: a long poll and many short calls at once use at most
+    /// two connections, short calls are not held behind the long poll, and a
+    /// connection the server closes is replaced by the next call.
+    #[tokio::test]
+    async fn the_pool_keeps_two_connections_and_reconnects() {
+        let (addr, accepted) = fake_flare_server(Duration::from_millis(800), 8).await;
+        let stats = Arc::new(Stats::default());
+        let endpoint = Endpoint::new(addr, None, Protocol::Flare, stats.clone());
+        let free = pb::FreeTaskRequest::default();
+        let wait = pb::WaitForStartingTaskRequest::default();
+        let long_poll =
+            endpoint.call::<_, pb::WaitForStartingTaskResponse>(Rpc::WaitForStartingTask, &wait);
+        let short_calls = async {
+            let started = Instant::now();
+            let calls =
+                (0..6).map(|_| endpoint.call::<_, pb::FreeTaskResponse>(Rpc::FreeTask, &free));
+            let results = futures_util::future::join_all(calls).await;
+            (results, started.elapsed())
+        };
+        let (long, (short, short_took)) = tokio::join!(long_poll, short_calls);
+        assert!(long.is_ok(), "{long:?}");
+        assert!(short.iter().all(Result::is_ok), "{short:?}");
+        assert!(short_took < Duration::from_millis(500), "{short_took:?}");
+        assert_eq!(accepted.load(Relaxed), 2);
+        assert_eq!(stats.events.connections_opened.load(Relaxed), 2);
+
+        // 7 answers so far over two connections of 8 each: a few more calls
+        // reach the limit, the server closes, and later calls reconnect.
+        for _ in 0..12 {
+            let result = endpoint
+                .call::<_, pb::FreeTaskResponse>(Rpc::FreeTask, &free)
+                .await;
+            if let Err(error) = result {
+                // A call racing the close may see it; the next one reconnects.
+                assert!(matches!(error, CallError::Io(_)), "{error:?}");
+            }
+        }
+        assert!(accepted.load(Relaxed) > 2, "reconnected");
+        assert!(stats.events.connections_lost.load(Relaxed) > 0);
+        assert!(endpoint.connections() <= DAEMON_MAX_CONNECTIONS);
+        let last = endpoint
+            .call::<_, pb::FreeTaskResponse>(Rpc::FreeTask, &free)
+            .await;
+        assert!(last.is_ok(), "{last:?}");
+    }
+
     /// A silent server: the call ends at its timeout and leaves nothing behind.
     #[tokio::test]
     async fn unanswered_calls_time_out() {
