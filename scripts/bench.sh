@@ -8,7 +8,8 @@
 #
 # Output: $OUT/p1.jsonl, p3.jsonl, p5.jsonl and p5.svg; full scale writes to
 # benches/results/ and benches/p5.svg, small scale to target/bench-small/.
-# BENCH_ONLY="p1 p5" runs a subset; P5_SIZES and P5_PROTOCOLS override P5.
+# BENCH_ONLY="p1 p5" runs a subset; P1_PROTOCOL (how P1 sets up its servants),
+# P3_PROTOCOL, P5_PROTOCOLS and P5_SIZES override the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +39,8 @@ case "$scale" in
     ;;
 esac
 only=${BENCH_ONLY:-"p1 p3 p5"}
+p1_protocol=${P1_PROTOCOL:-flare}
+p3_protocol=${P3_PROTOCOL:-flare}
 p5_protocols=${P5_PROTOCOLS:-"flare http+pb"}
 mkdir -p "$out"
 
@@ -83,15 +86,15 @@ loadgen() {
 if [[ " $only " == *" p1 "* ]]; then
   echo "== P1: Heartbeat over flare, http+pb and JSON against the bare route"
   start_scheduler --bench_bare_route
-  loadgen hammer "${p1_args[@]}" >"$out/p1.jsonl"
+  loadgen --protocol "$p1_protocol" hammer "${p1_args[@]}" >"$out/p1.jsonl"
   stop_scheduler
   cat "$out/p1.jsonl"
 fi
 
 if [[ " $only " == *" p3 "* ]]; then
-  echo "== P3: servants + grant cycles over flare"
+  echo "== P3: servants + grant cycles over $p3_protocol"
   start_scheduler
-  loadgen --protocol flare cluster "${p3_args[@]}" >"$out/p3.jsonl"
+  loadgen --protocol "$p3_protocol" cluster "${p3_args[@]}" >"$out/p3.jsonl"
   stop_scheduler
   cat "$out/p3.jsonl"
 fi

@@ -29,15 +29,19 @@ def main(source: str, target: str) -> None:
 
     figure, (latency, cpu) = plt.subplots(1, 2, figsize=(11, 4.2))
     largest = 0
-    for protocol, series in sorted(runs.items()):
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, (protocol, series) in enumerate(sorted(runs.items())):
+        colour = palette[index % len(palette)]
         series.sort(key=lambda run: run["machines"])
         sizes = [run["machines"] for run in series]
         largest = max(largest, *sizes)
-        latency.plot(sizes, [run["all"]["p99_ms"] for run in series], "o-", label=protocol)
+        latency.plot(sizes, [run["all"]["p99_ms"] for run in series], "o-", color=colour,
+                     label=protocol)
         scheduler = [(run.get("scheduler") or {}).get("cpu_seconds_per_second") for run in series]
         loadgen = [(run.get("loadgen") or {}).get("cpu_seconds_per_second") for run in series]
-        cpu.plot(sizes, scheduler, "o-", label=f"scheduler, {protocol}")
-        cpu.plot(sizes, loadgen, "x--", alpha=0.6, label=f"load generator, {protocol}")
+        cpu.plot(sizes, scheduler, "o-", color=colour, label=f"scheduler, {protocol}")
+        cpu.plot(sizes, loadgen, "x--", color=colour, alpha=0.5,
+                 label=f"load generator, {protocol}")
         for run in series:
             errors = run["all"]["errors"]
             if errors:
