@@ -200,6 +200,11 @@ pub async fn run(
     }
 }
 
+/// Where in its period a periodic call of this machine falls.
+fn random_phase(period: Duration) -> Duration {
+    rand::rng().random_range(Duration::ZERO..=period)
+}
+
 /// Sleeps `duration` or until stopped; false if stopped.
 async fn pause(shared: &Shared, duration: Duration) -> bool {
     tokio::select! {
@@ -213,6 +218,11 @@ async fn config_loop(shared: Arc<Shared>) {
     let request = pb::GetConfigRequest {
         token: shared.behaviour.token.clone(),
     };
+    // Real daemons were not started in the same instant: a cluster started
+    // at once would otherwise ask in bursts of every machine together.
+    if !pause(&shared, random_phase(shared.behaviour.config_interval)).await {
+        return;
+    }
     loop {
         let _ = shared
             .endpoint
@@ -225,9 +235,7 @@ async fn config_loop(shared: Arc<Shared>) {
 }
 
 async fn running_tasks_loop(shared: Arc<Shared>, interval: Duration) {
-    // Spread delegates over the interval.
-    let offset = rand::rng().random_range(Duration::ZERO..=interval);
-    if !pause(&shared, offset).await {
+    if !pause(&shared, random_phase(interval)).await {
         return;
     }
     loop {
@@ -253,6 +261,9 @@ async fn renew_loop(shared: Arc<Shared>) {
             .grant_lease_ms
             .saturating_sub(DelegateBehaviour::EARLY_EXPIRY_MS),
     ));
+    if !pause(&shared, random_phase(behaviour.renew_interval)).await {
+        return;
+    }
     loop {
         if !pause(&shared, behaviour.renew_interval).await {
             return;
