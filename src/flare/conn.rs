@@ -57,6 +57,29 @@ impl Reader {
     }
 }
 
+/// How long, and how many bytes, a refused request's unread rest is drained
+/// after its answer, so closing does not reset the connection (and destroy
+/// the answer) while the client is still sending.
+const LINGER: Duration = Duration::from_secs(1);
+const LINGER_BYTES: usize = 8 << 20;
+
+impl Reader {
+    /// Reads and drops what the client still sends, for a short while.
+    pub async fn linger(mut self) {
+        let _ = tokio::time::timeout(LINGER, async {
+            let mut drained = 0;
+            while drained < LINGER_BYTES {
+                self.buf.clear();
+                match self.read_more().await {
+                    Ok(0) | Err(_) => return,
+                    Ok(read) => drained += read,
+                }
+            }
+        })
+        .await;
+    }
+}
+
 /// Why the reader stopped waiting for the next request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {

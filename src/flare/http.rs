@@ -46,6 +46,7 @@ pub async fn serve_http(
     let (answers, writer) = conn::spawn_writer(write, edge.body_read_timeout);
     let in_flight = InFlight::default();
     let mut calls = JoinSet::new();
+    let mut unread_rest = false;
     loop {
         while calls.try_join_next().is_some() {}
         match conn::next_request(&mut reader, edge.idle_timeout, &in_flight, &mut stop).await {
@@ -69,6 +70,7 @@ pub async fn serve_http(
             Err(Refused::Answered(last_answer)) => {
                 // Answer, then close: the rest of the stream cannot be trusted.
                 let _ = answers.send(last_answer).await;
+                unread_rest = true;
                 break;
             }
         };
@@ -114,6 +116,9 @@ pub async fn serve_http(
     drop(answers);
     while calls.join_next().await.is_some() {}
     let _ = writer.await;
+    if unread_rest {
+        reader.linger().await;
+    }
 }
 
 /// A request read whole, its head checked.

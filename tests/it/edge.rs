@@ -373,3 +373,17 @@ async fn stalled_large_bodies_grow_the_server_by_less_than_150_mib() {
     assert!(flare_call_from(server.addr, "127.0.0.1").await);
     drop(held);
 }
+
+#[tokio::test]
+async fn an_oversize_daemon_body_is_answered_before_the_connection_closes() {
+    let server = Server::start().await;
+    let mut connection = RawConnection::open(server.addr).await;
+    let body = vec![0u8; 5 << 20];
+    let request = http_pb_request("Heartbeat", 77, &body, &[]);
+    // Write while reading: the server answers before the body is all there.
+    let answer = connection.read_response_while_sending(&request).await;
+    assert_eq!(answer.status, 413);
+    assert_eq!(answer.header("rpc-seqno"), Some("77"));
+    assert_eq!(answer.header("rpc-error-code"), Some("5"));
+    server.stop().await;
+}

@@ -3,6 +3,7 @@
 
 use prost::Message;
 use serde_json::Value;
+use yadcc_scheduler::pb;
 
 use crate::support::*;
 
@@ -58,14 +59,47 @@ async fn each_peer_shows_the_protocol_of_its_latest_call() {
         .await;
     assert_eq!(script.read_response().await.status, 200);
 
+    // The daemons' binary protocol from 127.0.0.4, their http+pb from 127.0.0.5.
+    let mut flare = RawConnection::open_from(server.addr, Some("127.0.0.4".parse().unwrap())).await;
+    let config = pb::GetConfigRequest {
+        token: USER_TOKEN.into(),
+    }
+    .encode_to_vec();
+    flare
+        .send(&crate::flare::request_frame(1, "GetConfig", 2000, &config))
+        .await;
+    flare.read_exact(24).await;
+    heartbeat_from(
+        &server,
+        "127.0.0.5",
+        &servant_location("127.0.0.5", 8335),
+        2,
+    )
+    .await;
+
     let overview = overview(&server).await;
     let protocols = &overview["peerProtocols"];
     assert_eq!(protocols["127.0.0.2"], "connect", "{protocols}");
     assert_eq!(protocols["127.0.0.3"], "http", "{protocols}");
+    assert_eq!(protocols["127.0.0.4"], "flare", "{protocols}");
+    assert_eq!(protocols["127.0.0.5"], "http+pb", "{protocols}");
 
     let text = metrics(&server).await;
     assert!(
         text.contains(r#"yadcc_scheduler_rpc_requests_total{protocol="connect",method="Heartbeat",encoding="binary",code="200"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"yadcc_scheduler_rpc_requests_total{protocol="flare",method="GetConfig",encoding="binary",code="200"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"yadcc_scheduler_connections_accepted_total{protocol="flare"} 1"#),
+        "{text}"
+    );
+    // Both servants report version 1 (the support heartbeat's).
+    assert!(
+        text.contains(r#"yadcc_scheduler_servants_by_version{version="1"} 2"#),
         "{text}"
     );
     server.stop().await;

@@ -188,6 +188,46 @@ impl RawConnection {
         self.stream.write_all(bytes).await.expect("write");
     }
 
+    /// Sends `bytes` (ignoring a write the server cuts short) while reading
+    /// the answer, for answers that come before the request is all sent.
+    pub async fn read_response_while_sending(&mut self, bytes: &[u8]) -> RawResponse {
+        let (mut read, mut write) = self.stream.split();
+        let mut buffer = std::mem::take(&mut self.buffer);
+        let sending = async {
+            let _ = write.write_all(bytes).await;
+        };
+        let reading = async {
+            let mut chunk = [0u8; 8192];
+            while !buffer.windows(4).any(|w| w == b"\r\n\r\n") {
+                let got = read.read(&mut chunk).await.expect("read");
+                assert!(got > 0, "closed before an answer");
+                buffer.extend_from_slice(&chunk[..got]);
+            }
+        };
+        tokio::time::timeout(STEP, async {
+            tokio::select! {
+                () = reading => {}
+                () = async { sending.await; std::future::pending::<()>().await } => {}
+            }
+        })
+        .await
+        .expect("answer in time");
+        self.buffer = buffer;
+        self.read_response().await
+    }
+
+    /// Reads exactly `len` bytes (for protocols other than HTTP).
+    pub async fn read_exact(&mut self, len: usize) -> Vec<u8> {
+        tokio::time::timeout(STEP, async {
+            while self.buffer.len() < len {
+                self.fill().await;
+            }
+        })
+        .await
+        .expect("bytes in time");
+        self.buffer.drain(..len).collect()
+    }
+
     pub async fn read_response(&mut self) -> RawResponse {
         tokio::time::timeout(STEP, self.read_response_inner())
             .await
