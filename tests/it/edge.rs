@@ -387,3 +387,96 @@ async fn an_oversize_daemon_body_is_answered_before_the_connection_closes() {
     assert_eq!(answer.header("rpc-error-code"), Some("5"));
     server.stop().await;
 }
+
+async fn server_with_edge(edge: EdgeSettings) -> Server {
+    Server::start_with(
+        engine_config(),
+        HttpSettings {
+            edge,
+            ..HttpSettings::default()
+        },
+        "127.0.0.1:0",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn idle_daemon_connections_close_after_the_idle_timeout_but_not_during_a_long_poll() {
+    // The flag refuses less than 60 s; the setting itself is shortened here
+    // so the test is quick.
+    let idle = Duration::from_millis(400);
+    let server = server_with_edge(EdgeSettings {
+        idle_timeout: idle,
+        ..EdgeSettings::default()
+    })
+    .await;
+    register_servant(&server, 8335, 1).await;
+    let taken = call_raw(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
+    assert_eq!(taken.status, 200);
+
+    let config = pb::GetConfigRequest {
+        token: USER_TOKEN.into(),
+    }
+    .encode_to_vec();
+    // Idle after one call: closed near the idle timeout.
+    let mut quiet = TcpStream::connect(server.addr).await.unwrap();
+    quiet
+        .write_all(&request_frame(1, "GetConfig", 2000, &config))
+        .await
+        .unwrap();
+    assert_eq!(&read_some(&mut quiet).await[..4], b"CPRF");
+    let closed = closed_within(quiet, Duration::from_secs(5)).await;
+    assert!(
+        closed.is_some_and(|after| after >= idle / 2),
+        "closed after {closed:?}"
+    );
+
+    // Quiet for longer than the idle timeout, but a long poll is in flight.
+    let mut waiting = TcpStream::connect(server.addr).await.unwrap();
+    let wait = wait_request(1500, 1, 0).encode_to_vec();
+    waiting
+        .write_all(&request_frame(2, "WaitForStartingTask", 5000, &wait))
+        .await
+        .unwrap();
+    let answer = read_some(&mut waiting).await;
+    assert_eq!(
+        &answer[..4],
+        b"CPRF",
+        "the long poll is answered, not cut off"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_closes_what_has_not_drained_within_the_grace() {
+    let grace = Duration::from_millis(300);
+    let server = server_with_edge(EdgeSettings {
+        shutdown_grace: grace,
+        ..EdgeSettings::default()
+    })
+    .await;
+    // A script's request whose body never comes (body-read timeout: 30 s).
+    let mut stalled = TcpStream::connect(server.addr).await.unwrap();
+    stalled
+        .write_all(
+            format!(
+                "POST /rpc/{SERVICE}.GetConfig HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    server.stop().await;
+    assert!(
+        started.elapsed() < grace + Duration::from_secs(1),
+        "stopped after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        closed_within(stalled, Duration::from_secs(2))
+            .await
+            .is_some()
+    );
+}
