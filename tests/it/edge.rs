@@ -480,3 +480,49 @@ async fn shutdown_closes_what_has_not_drained_within_the_grace() {
             .is_some()
     );
 }
+
+#[tokio::test]
+async fn stalled_bodies_are_cut_at_the_body_read_timeout_on_every_protocol() {
+    let body_timeout = Duration::from_millis(400);
+    let server = server_with_edge(EdgeSettings {
+        body_read_timeout: body_timeout,
+        ..EdgeSettings::default()
+    })
+    .await;
+    let config = pb::GetConfigRequest {
+        token: USER_TOKEN.into(),
+    }
+    .encode_to_vec();
+    let started = Instant::now();
+
+    // Binary protocol: header and meta arrive, the payload stalls: closed.
+    let frame = request_frame(1, "GetConfig", 60_000, &config);
+    let mut flare = TcpStream::connect(server.addr).await.unwrap();
+    flare.write_all(&frame[..frame.len() - 2]).await.unwrap();
+
+    // Daemon http+pb and a script: answered "deadline" (code 3), then closed.
+    let mut daemon = RawConnection::open(server.addr).await;
+    let request = http_pb_request("GetConfig", 5, &config, &[]);
+    daemon.send(&request[..request.len() - 2]).await;
+    let mut script = RawConnection::open(server.addr).await;
+    script
+        .send(
+            format!("POST /rpc/{SERVICE}.GetConfig HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100\r\n\r\nabc")
+                .as_bytes(),
+        )
+        .await;
+
+    for (name, connection) in [("daemon", &mut daemon), ("script", &mut script)] {
+        let answer = connection.read_response().await;
+        assert_eq!(answer.status, 504, "{name}");
+        assert_eq!(answer.header("rpc-error-code"), Some("3"), "{name}");
+    }
+    let closed = closed_within(flare, Duration::from_secs(5)).await;
+    assert!(closed.is_some(), "the stalled frame's connection is closed");
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= body_timeout && elapsed < body_timeout * 5,
+        "cut near the body-read timeout: {elapsed:?}"
+    );
+    server.stop().await;
+}
