@@ -41,6 +41,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .out_dir(&out_dir)
         // Messages that carry a token get a redacting `Debug` in `src/pb.rs`.
         .skip_debug(SECRET_MESSAGES)
+        // `prost::Name` lets the JSON codec find each message's descriptor.
+        .enable_type_names()
         .compile_fds(descriptors)?;
 
     pbjson_build::Builder::new()

@@ -1,7 +1,10 @@
 //! Bytes <-> prost messages. Binary protobuf is prost's; JSON is pbjson's
 //! canonical proto3 mapping (lowerCamelCase out, both spellings in, 64-bit
-//! integers as strings out and strings or numbers in, enums by name or number,
-//! unknown fields ignored).
+//! integers as strings out, enums by name out). On the way in, [`super::json`]
+//! first brings every form canonical proto3 JSON allows (integers as numbers
+//! or strings, exponent forms, `null` as the default, enums by name or number,
+//! unknown fields of any shape) to one pbjson reads, and refuses the rest
+//! naming the field.
 
 use std::sync::{Arc, Mutex};
 
@@ -9,7 +12,11 @@ use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use serde::{Serialize, de::DeserializeOwned};
 
-use super::error::{ApiError, ErrorKind};
+use super::{
+    error::{ApiError, ErrorKind},
+    json::{self, StrictJson},
+};
+use crate::pb;
 
 /// How a body is encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -131,16 +138,32 @@ impl<T: prost::Message + Serialize> EncodedCache<T> {
 /// `curl -d ''` works for requests without fields.
 pub fn decode<T>(encoding: Encoding, body: &[u8]) -> Result<T, ApiError>
 where
-    T: prost::Message + Default + DeserializeOwned,
+    T: prost::Message + prost::Name + Default + DeserializeOwned,
 {
     match encoding {
         Encoding::Binary => T::decode(body).map_err(|error| {
             ApiError::malformed(format!("body is not a valid protobuf message: {error}"))
         }),
         Encoding::Json if body.iter().all(u8::is_ascii_whitespace) => Ok(T::default()),
-        Encoding::Json => serde_json::from_slice(body).map_err(|error| {
-            ApiError::malformed(format!("body is not valid proto3 JSON: {error}"))
-        }),
+        Encoding::Json => {
+            let name = T::full_name();
+            let descriptor = pb::DESCRIPTOR_POOL
+                .get_message_by_name(&name)
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorKind::Internal,
+                        format!("no descriptor for message {name}"),
+                    )
+                })?;
+            let StrictJson(value) = serde_json::from_slice(body)
+                .map_err(|error| ApiError::malformed(format!("body is not valid JSON: {error}")))?;
+            let value = json::normalise(&descriptor, value).map_err(|error| {
+                ApiError::malformed(format!("body is not a valid proto3 JSON {name}: {error}"))
+            })?;
+            serde_json::from_value(value).map_err(|error| {
+                ApiError::malformed(format!("body is not a valid proto3 JSON {name}: {error}"))
+            })
+        }
     }
 }
 

@@ -5,5 +5,6 @@ pub mod codec;
 pub mod dialect;
 pub mod error;
 pub mod grpc;
+pub mod json;
 pub mod reflection;
 pub mod routes;
