@@ -37,6 +37,9 @@
 //! [`limits`], one flag each; every protocol obeys them.
 //!
 //! Beside the request path, never in it:
+//! - [`contract`]: what a request must satisfy (engine limits, required
+//!   fields, the `location` and header grammars), as data: the service and the
+//!   transport check with it, the OpenAPI document states it.
 //! - [`pb`]: generated types and the descriptor pool (`build.rs` compiles `proto/`).
 //! - [`http::reflection`]: gRPC server reflection from that descriptor set.
 //! - [`openapi`]: the OpenAPI document built from the descriptor pool, served
@@ -57,6 +60,7 @@
 //! `tests/it/`, engine benchmarks in `benches/`.
 
 pub mod config;
+pub mod contract;
 pub mod dashboard;
 pub mod engine;
 pub mod flare;

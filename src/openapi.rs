@@ -23,38 +23,40 @@ use std::{borrow::Cow, collections::BTreeMap, sync::LazyLock};
 use axum::{
     Router,
     http::{StatusCode, header},
-    response::IntoResponse,
     routing::get,
 };
 use prost_reflect::{
     EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor, MethodDescriptor, ServiceDescriptor,
 };
 use prost_types::FileDescriptorProto;
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 use utoipa::{
     OpenApi as _,
     openapi::{
         ComponentsBuilder, ContentBuilder, HeaderBuilder, HttpMethod, InfoBuilder, KnownFormat,
-        LicenseBuilder, ObjectBuilder, OpenApi, OpenApiBuilder, PathItem, PathsBuilder, Ref, RefOr,
-        ResponseBuilder, Schema, SchemaFormat, ServerBuilder, Type,
+        LicenseBuilder, ObjectBuilder, OpenApi, OpenApiBuilder, PathItem, PathsBuilder, Ref,
+        ResponseBuilder, SchemaFormat, ServerBuilder, Type,
         extensions::ExtensionsBuilder,
         path::{OperationBuilder, ParameterBuilder, ParameterIn},
         request_body::RequestBodyBuilder,
-        schema::{AdditionalProperties, ArrayBuilder, RefBuilder},
         tag::TagBuilder,
     },
 };
 use utoipa_swagger_ui::{Config, SwaggerUi};
 
 use crate::{
+    contract::{self, FieldRule, Rule},
+    engine::Limits,
     http::{
         codec::{Encoding, MEDIA_TYPES},
         dialect::Dialect,
         error::{ErrorBody, ErrorKind},
+        json::IntegerKind,
         routes::DEFAULT_MAX_BODY_BYTES,
     },
     pb,
     service::Method,
+    sim,
 };
 
 /// Where the document is served.
@@ -87,40 +89,46 @@ pub const RPC_ERROR_REASON: &str = "Rpc-Error-Reason";
 const TAG_HTTP_PB: &str = "http+pb";
 const TAG_CONNECT: &str = "Connect";
 
-/// The document, rendered once: what `GET /openapi.json` answers.
-static SPEC: LazyLock<String> = LazyLock::new(render);
+/// Name of the basic-auth security scheme of the inspection API.
+pub const INSPECT_SECURITY: &str = "inspectCredential";
 
-/// The whole OpenAPI document: the RPCs from the descriptor pool, then every
-/// other endpoint from `non_rpc_apis`.
-pub fn document() -> OpenApi {
+/// Path prefix of the inspection API that [`INSPECT_SECURITY`] guards.
+pub const INSPECT_API_PREFIX: &str = "/api/v1/";
+
+/// The document as served, rendered once per inspection posture.
+static SPEC_INSPECT_AUTH: LazyLock<String> = LazyLock::new(|| render_for(true));
+static SPEC_INSPECT_OPEN: LazyLock<String> = LazyLock::new(|| render_for(false));
+
+const HEARTBEAT_REQUEST: &str = "yadcc.scheduler.HeartbeatRequest";
+
+/// The whole OpenAPI document as committed: the inspection API behind basic
+/// auth, the default posture.
+pub fn document() -> Value {
+    document_for(true)
+}
+
+/// The whole OpenAPI document: the RPCs from the descriptor pool with the
+/// constraints of [`contract`], then every other endpoint from
+/// `non_rpc_apis`. With `inspect_auth`, the `/api/v1/` operations carry
+/// the basic-auth security scheme.
+pub fn document_for(inspect_auth: bool) -> Value {
     let pool = &*pb::DESCRIPTOR_POOL;
     let service = pool
         .get_service_by_name(pb::SCHEDULER_SERVICE)
         .expect("the descriptor pool holds the scheduler service");
+    let rules = contract::field_rules(&Limits::default());
 
     let mut paths = PathsBuilder::new();
     for dialect in [Dialect::HttpPb, Dialect::Connect] {
         for method in service.methods() {
             paths = paths.path(
                 rpc_path(dialect, &method),
-                PathItem::new(HttpMethod::Post, rpc_operation(dialect, &method)),
+                PathItem::new(HttpMethod::Post, rpc_operation(dialect, &method, &rules)),
             );
         }
     }
 
     let mut components = ComponentsBuilder::new();
-    for message in pool.all_messages() {
-        if message.is_map_entry() || is_well_known(message.full_name()) {
-            continue;
-        }
-        components = components.schema(message.full_name(), message_schema(&message));
-    }
-    for enumeration in pool.all_enums() {
-        if is_well_known(enumeration.full_name()) {
-            continue;
-        }
-        components = components.schema(enumeration.full_name(), enum_schema(&enumeration));
-    }
     components = components.schema_from::<ErrorBody>();
     for (name, parameter) in header_parameters() {
         components = components.parameter(name, parameter);
@@ -163,7 +171,56 @@ pub fn document() -> OpenApi {
     for api in non_rpc_apis() {
         document.merge(api);
     }
-    document
+
+    let mut json = serde_json::to_value(&document).expect("the document serializes to JSON");
+    let schemas = json["components"]["schemas"]
+        .as_object_mut()
+        .expect("components has schemas");
+    for message in pool.all_messages() {
+        if message.is_map_entry() || is_well_known(message.full_name()) {
+            continue;
+        }
+        schemas.insert(
+            message.full_name().to_owned(),
+            message_schema(&message, &rules),
+        );
+    }
+    for enumeration in pool.all_enums() {
+        if is_well_known(enumeration.full_name()) {
+            continue;
+        }
+        schemas.insert(
+            enumeration.full_name().to_owned(),
+            enum_schema(&enumeration),
+        );
+    }
+    if inspect_auth {
+        json["components"]["securitySchemes"] = json!({
+            INSPECT_SECURITY: {
+                "type": "http",
+                "scheme": "basic",
+                "description": "The `user:password` of `--inspect_credential`, \
+                    guarding the dashboard and its API.",
+            }
+        });
+        for (path, item) in json["paths"]
+            .as_object_mut()
+            .expect("paths is an object")
+            .iter_mut()
+        {
+            if !path.starts_with(INSPECT_API_PREFIX) {
+                continue;
+            }
+            for operation in item
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|ops| ops.values_mut())
+            {
+                operation["security"] = json!([{ INSPECT_SECURITY: [] }]);
+            }
+        }
+    }
+    json
 }
 
 /// The endpoints that are not RPCs, each group as a utoipa-derived `OpenApi`
@@ -176,18 +233,22 @@ fn non_rpc_apis() -> Vec<OpenApi> {
     ]
 }
 
-/// [`document`] as committed and served: pretty JSON and a final newline.
+/// [`document`] as committed: pretty JSON and a final newline.
 pub fn render() -> String {
-    let mut json = document()
-        .to_pretty_json()
+    render_for(true)
+}
+
+/// [`document_for`] as served: pretty JSON and a final newline.
+pub fn render_for(inspect_auth: bool) -> String {
+    let mut json = serde_json::to_string_pretty(&document_for(inspect_auth))
         .expect("the OpenAPI document serializes to JSON");
     json.push('\n');
     json
 }
 
 /// `GET /openapi.json` and Swagger UI under `/docs/`. Merge it into the app
-/// router; it needs no state.
-pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+/// router; `inspect_auth` tells whether the inspection API asks for basic auth.
+pub fn router<S: Clone + Send + Sync + 'static>(inspect_auth: bool) -> Router<S> {
     let config = Config::new([SPEC_PATH])
         .try_it_out_enabled(true)
         .display_request_duration(true)
@@ -196,7 +257,17 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         // The default sends the document to an online validator: not offline.
         .validator_url("none");
     Router::new()
-        .route(SPEC_PATH, get(openapi_json))
+        .route(
+            SPEC_PATH,
+            get(move || async move {
+                let spec = if inspect_auth {
+                    &SPEC_INSPECT_AUTH
+                } else {
+                    &SPEC_INSPECT_OPEN
+                };
+                ([(header::CONTENT_TYPE, JSON_MEDIA_TYPE)], spec.as_str())
+            }),
+        )
         .merge(SwaggerUi::new(DOCS_PATH).config(config))
 }
 
@@ -270,7 +341,11 @@ pub fn operation_errors(method: Option<Method>) -> Vec<ErrorKind> {
 // ---------------------------------------------------------------------------
 // Operations
 
-fn rpc_operation(dialect: Dialect, method: &MethodDescriptor) -> utoipa::openapi::path::Operation {
+fn rpc_operation(
+    dialect: Dialect,
+    method: &MethodDescriptor,
+    rules: &[FieldRule],
+) -> utoipa::openapi::path::Operation {
     let input = method.input();
     let output = method.output();
     let comment = comment(method.parent_file().file_descriptor_proto(), method.path());
@@ -308,12 +383,26 @@ fn rpc_operation(dialect: Dialect, method: &MethodDescriptor) -> utoipa::openapi
     for name in dialect_parameters(dialect) {
         operation = operation.parameter_ref(Ref::new(format!("#/components/parameters/{name}")));
     }
+    // A message with required fields cannot be empty; any other can.
+    let required = rules
+        .iter()
+        .any(|rule| rule.message == input.full_name() && rule.rule == Rule::Required);
     operation = operation.request_body(Some(
         RequestBodyBuilder::new()
             .description(Some(format!(
-                "`{}`. An empty body is the message with every field at its default.",
-                input.full_name()
+                "`{}`. An empty body is the message with every field at its default{}.",
+                input.full_name(),
+                if required {
+                    ", which this call refuses"
+                } else {
+                    ""
+                }
             )))
+            .required(Some(if required {
+                utoipa::openapi::Required::True
+            } else {
+                utoipa::openapi::Required::False
+            }))
             .content(JSON_MEDIA_TYPE, json_content(&input))
             .content(PROTOBUF_MEDIA_TYPE, protobuf_content(&input))
             .build(),
@@ -415,7 +504,8 @@ fn header_parameters() -> Vec<(&'static str, utoipa::openapi::path::Parameter)> 
     let millis = || {
         ObjectBuilder::new()
             .schema_type(Type::Integer)
-            .minimum(Some(0))
+            .minimum(Some(*contract::TIMEOUT_MS.start()))
+            .maximum(Some(*contract::TIMEOUT_MS.end()))
             .examples([10000])
     };
     vec![
@@ -424,8 +514,10 @@ fn header_parameters() -> Vec<(&'static str, utoipa::openapi::path::Parameter)> 
             "Sequence number of the call; echoed in the answer so that pipelined \
              answers can be matched to their calls.",
             ObjectBuilder::new()
-                .schema_type(Type::String)
-                .examples(["17"]),
+                .schema_type(Type::Integer)
+                .minimum(Some(*contract::SEQ_NO.start()))
+                .maximum(Some(*contract::SEQ_NO.end()))
+                .examples([17]),
         ),
         header(
             RPC_TIMEOUT,
@@ -447,7 +539,12 @@ fn response_headers() -> Vec<(&'static str, utoipa::openapi::Header)> {
         (
             RPC_SEQ_NO,
             HeaderBuilder::new()
-                .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(*contract::SEQ_NO.start()))
+                        .maximum(Some(*contract::SEQ_NO.end())),
+                ))
                 .description(Some("The request's `Rpc-SeqNo`, when it had one."))
                 .build(),
         ),
@@ -483,8 +580,11 @@ fn header_ref(name: &str) -> Ref {
 
 // ---------------------------------------------------------------------------
 // Schemas
+//
+// Written as JSON: the keywords below (type lists with "null", anyOf, allOf
+// with siblings) are plain JSON Schema 2020-12, which OpenAPI 3.1 uses as is.
 
-fn message_schema(message: &MessageDescriptor) -> Schema {
+fn message_schema(message: &MessageDescriptor, rules: &[FieldRule]) -> Value {
     let mut description =
         comment(message.parent_file_descriptor_proto(), message.path()).unwrap_or_default();
     push_paragraph(
@@ -495,19 +595,100 @@ fn message_schema(message: &MessageDescriptor) -> Schema {
                 message.full_name()
             )
         } else {
-            format!("Proto message `{}`.", message.full_name())
+            format!(
+                "Proto message `{}`. Properties may also be spelled as in the proto \
+                 (`snake_case`); unknown properties are ignored.",
+                message.full_name()
+            )
         },
     );
-    let mut object = ObjectBuilder::new()
-        .schema_type(Type::Object)
-        .description(Some(description));
-    for field in message.fields() {
-        object = object.property(field.json_name(), field_schema(&field));
+    let mut schema = message_constraints(message, message.full_name(), rules, &[]);
+    let object = schema.as_object_mut().expect("an object schema");
+    object.insert("description".into(), json!(description));
+    let positive: Vec<Value> = contract::any_positive()
+        .into_iter()
+        .filter(|rule| rule.message == message.full_name())
+        .flat_map(|rule| rule.fields.iter().copied().collect::<Vec<_>>())
+        .filter_map(|name| message.get_field_by_name(name))
+        .map(|field| {
+            let own = own_rules(rules, message.full_name(), &[], field.name());
+            let (_, high) = integer_bounds(&field.kind(), &own).expect("an integer field");
+            json!({
+                "required": [field.json_name()],
+                "properties": { field.json_name(): integer_schema(1, high) },
+            })
+        })
+        .collect();
+    if !positive.is_empty() {
+        object.insert("anyOf".into(), Value::Array(positive));
     }
-    object.build().into()
+    schema
 }
 
-fn enum_schema(enumeration: &EnumDescriptor) -> Schema {
+/// `{"type": "object", "properties", "required"}` of `message`, reached
+/// by the field path `prefix` from `rules_message`, whose rules apply.
+fn message_constraints(
+    message: &MessageDescriptor,
+    rules_message: &str,
+    rules: &[FieldRule],
+    prefix: &[&str],
+) -> Value {
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    for field in message.fields() {
+        let own = own_rules(rules, rules_message, prefix, field.name());
+        let mut deeper: Vec<&str> = prefix.to_vec();
+        deeper.push(field.name());
+        let nested = contract::rules_under(rules, rules_message, &deeper)
+            .any(|rule| rule.path.len() > deeper.len());
+        if own.contains(&Rule::Required) {
+            required.push(field.json_name().to_owned());
+        }
+        let mut schema = if nested {
+            let Kind::Message(inner) = field.kind() else {
+                unreachable!("rules lead through message fields only")
+            };
+            let mut refined = message_constraints(&inner, rules_message, rules, &deeper);
+            refined.as_object_mut().expect("an object schema").insert(
+                "allOf".into(),
+                json!([{"$ref": schema_ref(inner.full_name())}]),
+            );
+            refined
+        } else {
+            field_schema(&field, &own)
+        };
+        let object = schema.as_object_mut().expect("an object schema");
+        // Nested fields are described by their own message's schema.
+        if prefix.is_empty() {
+            object.insert("description".into(), json!(field_description(&field, &own)));
+        }
+        if let Some(example) = field_example(&field) {
+            object.insert("examples".into(), json!([example]));
+        }
+        properties.insert(field.json_name().to_owned(), schema);
+    }
+    let mut schema = json!({"type": "object", "properties": properties});
+    if !required.is_empty() {
+        schema["required"] = json!(required);
+    }
+    schema
+}
+
+/// The rules on the field `name` at `prefix` in `message`.
+fn own_rules(rules: &[FieldRule], message: &str, prefix: &[&str], name: &str) -> Vec<Rule> {
+    rules
+        .iter()
+        .filter(|rule| {
+            rule.message == message
+                && rule.path.len() == prefix.len() + 1
+                && rule.path.starts_with(prefix)
+                && rule.path[prefix.len()] == name
+        })
+        .map(|rule| rule.rule.clone())
+        .collect()
+}
+
+fn enum_schema(enumeration: &EnumDescriptor) -> Value {
     let file = enumeration.parent_file_descriptor_proto();
     let mut description = comment(file, enumeration.path()).unwrap_or_default();
     push_paragraph(
@@ -528,106 +709,128 @@ fn enum_schema(enumeration: &EnumDescriptor) -> Schema {
         ));
     }
     push_paragraph(&mut description, table);
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .enum_values(Some(
-            enumeration.values().map(|value| value.name().to_owned()),
-        ))
-        .description(Some(description))
-        .build()
-        .into()
+    let names = enumeration.values().map(|value| json!(value.name()));
+    let numbers = enumeration.values().map(|value| json!(value.number()));
+    json!({
+        "type": ["string", "integer"],
+        "enum": names.chain(numbers).collect::<Vec<_>>(),
+        "description": description,
+    })
 }
 
-fn field_schema(field: &FieldDescriptor) -> RefOr<Schema> {
-    let description = field_description(field);
-    let example = field_example(field.full_name());
+/// A field's schema: its value's, in a list or map when it is one, and
+/// `null` allowed (it means the default) unless the field is required.
+fn field_schema(field: &FieldDescriptor, own: &[Rule]) -> Value {
     if field.is_map() {
         let Kind::Message(entry) = field.kind() else {
             unreachable!("a map field's kind is its entry message")
         };
-        let key = entry.map_entry_key_field().kind();
-        let value = entry.map_entry_value_field().kind();
-        let mut object = ObjectBuilder::new()
-            .schema_type(Type::Object)
-            .additional_properties(Some(AdditionalProperties::RefOr(value_schema(&value))))
-            .description(Some(description));
-        if let Some(pattern) = map_key_pattern(&key) {
-            object = object.property_names(Some(
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .pattern(Some(pattern)),
-            ));
+        let mut schema = json!({
+            "type": ["object", "null"],
+            "additionalProperties": value_schema(&entry.map_entry_value_field().kind(), &[]),
+        });
+        if let Some(pattern) = map_key_pattern(&entry.map_entry_key_field().kind()) {
+            schema["propertyNames"] = json!({"type": "string", "pattern": pattern});
         }
-        return object.into();
+        return schema;
     }
     if field.is_list() {
-        let mut array = ArrayBuilder::new()
-            .items(value_schema(&field.kind()))
-            .description(Some(description));
-        if let Some(example) = example {
-            array = array.examples([example]);
-        }
-        return array.into();
-    }
-    match value_schema(&field.kind()) {
-        RefOr::Ref(reference) => RefBuilder::new()
-            .ref_location(reference.ref_location)
-            .description(Some(description))
-            .into(),
-        RefOr::T(Schema::Object(mut object)) => {
-            object.description = Some(description);
-            if let Some(example) = example {
-                object.examples = vec![example];
+        let mut schema = json!({
+            "type": ["array", "null"],
+            "items": value_schema(&field.kind(), own),
+        });
+        for rule in own {
+            if let Rule::MaxItems(most) = rule {
+                schema["maxItems"] = json!(most);
             }
-            RefOr::T(Schema::Object(object))
         }
-        RefOr::T(other) => RefOr::T(other),
+        return schema;
+    }
+    let schema = value_schema(&field.kind(), own);
+    if own.contains(&Rule::Required) {
+        return schema;
+    }
+    match schema {
+        Value::Object(mut object) if object.contains_key("type") => {
+            let types = match object.remove("type") {
+                Some(Value::Array(mut types)) => {
+                    types.push(json!("null"));
+                    types
+                }
+                Some(one) => vec![one, json!("null")],
+                None => unreachable!("checked above"),
+            };
+            object.insert("type".into(), Value::Array(types));
+            Value::Object(object)
+        }
+        other => json!({"anyOf": [other, {"type": "null"}]}),
     }
 }
 
 /// The schema of one value of a field's type (one element, for a list).
-fn value_schema(kind: &Kind) -> RefOr<Schema> {
-    let typed = |schema_type: Type| ObjectBuilder::new().schema_type(schema_type);
-    let schema = match kind {
-        Kind::Double => {
-            typed(Type::Number).format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
+fn value_schema(kind: &Kind, own: &[Rule]) -> Value {
+    if let Some((low, high)) = integer_bounds(kind, own) {
+        return integer_schema(low, high);
+    }
+    match kind {
+        Kind::Double | Kind::Float => json!({"type": ["number", "string"]}),
+        Kind::Bool => json!({"type": "boolean"}),
+        Kind::String => {
+            let mut schema = json!({"type": "string"});
+            for rule in own {
+                match rule {
+                    Rule::NonEmpty => schema["minLength"] = json!(1),
+                    Rule::Location => schema["pattern"] = json!(contract::location_pattern()),
+                    _ => {}
+                }
+            }
+            schema
         }
-        Kind::Float => {
-            typed(Type::Number).format(Some(SchemaFormat::KnownFormat(KnownFormat::Float)))
-        }
-        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => typed(Type::Integer)
-            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int32)))
-            .minimum(Some(i32::MIN))
-            .maximum(Some(i32::MAX)),
-        Kind::Uint32 | Kind::Fixed32 => typed(Type::Integer)
-            .format(Some(SchemaFormat::Custom("uint32".into())))
-            .minimum(Some(0))
-            .maximum(Some(u32::MAX)),
-        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => typed(Type::String)
-            .format(Some(SchemaFormat::Custom("int64".into())))
-            .pattern(Some(SIGNED_DIGITS)),
-        Kind::Uint64 | Kind::Fixed64 => typed(Type::String)
-            .format(Some(SchemaFormat::Custom("uint64".into())))
-            .pattern(Some(UNSIGNED_DIGITS)),
-        Kind::Bool => typed(Type::Boolean),
-        Kind::String => typed(Type::String),
-        Kind::Bytes => typed(Type::String).content_encoding("base64"),
+        Kind::Bytes => json!({"type": "string", "contentEncoding": "base64"}),
         Kind::Message(message) => match message.full_name() {
-            "google.protobuf.Timestamp" => {
-                typed(Type::String).format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
-            }
+            "google.protobuf.Timestamp" => json!({"type": "string", "format": "date-time"}),
             "google.protobuf.Duration" => {
-                typed(Type::String).pattern(Some(r"^-?[0-9]+(\.[0-9]{1,9})?s$"))
+                json!({"type": "string", "pattern": r"^-?[0-9]+(\.[0-9]{1,9})?s$"})
             }
-            "google.protobuf.Empty" => typed(Type::Object),
+            "google.protobuf.Empty" => json!({"type": "object"}),
             name if is_well_known(name) => {
                 panic!("no JSON mapping for {name} yet: add it to openapi::value_schema")
             }
-            name => return Ref::from_schema_name(name).into(),
+            name => json!({"$ref": schema_ref(name)}),
         },
-        Kind::Enum(enumeration) => return Ref::from_schema_name(enumeration.full_name()).into(),
+        Kind::Enum(enumeration) => json!({"$ref": schema_ref(enumeration.full_name())}),
+        _ => unreachable!("integers are handled above"),
+    }
+}
+
+/// The range of an integer field's values: its type's, narrowed by its rules.
+fn integer_bounds(kind: &Kind, own: &[Rule]) -> Option<(i128, i128)> {
+    let (low, mut high) = IntegerKind::of(kind)?.range();
+    for rule in own {
+        if let Rule::AtMost(most) = rule {
+            high = high.min(i128::from(*most));
+        }
+    }
+    Some((low, high))
+}
+
+/// An integer as proto3 JSON takes it: a number, or a string of decimal
+/// digits (the form 64-bit integers are written in), within `low..=high`.
+fn integer_schema(low: i128, high: i128) -> Value {
+    let number = |value: i128| match u64::try_from(value) {
+        Ok(unsigned) => json!(unsigned),
+        Err(_) => json!(i64::try_from(value).expect("a 64-bit bound")),
     };
-    schema.into()
+    json!({
+        "type": ["integer", "string"],
+        "minimum": number(low),
+        "maximum": number(high),
+        "pattern": contract::integer_pattern(low, high),
+    })
+}
+
+fn schema_ref(name: &str) -> String {
+    format!("#/components/schemas/{name}")
 }
 
 fn map_key_pattern(kind: &Kind) -> Option<&'static str> {
@@ -648,7 +851,7 @@ fn is_well_known(full_name: &str) -> bool {
     full_name.starts_with("google.protobuf.")
 }
 
-fn field_description(field: &FieldDescriptor) -> String {
+fn field_description(field: &FieldDescriptor, own: &[Rule]) -> String {
     let message = field.parent_message();
     let mut description =
         member_comment(message.parent_file_descriptor_proto(), field.path()).unwrap_or_default();
@@ -691,8 +894,14 @@ fn field_description(field: &FieldDescriptor) -> String {
     };
     match element {
         Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 | Kind::Uint64 | Kind::Fixed64 => notes.push_str(
-            " A 64-bit integer, written as a decimal string; a JSON number is accepted on input too.",
+            " A 64-bit integer, written as a decimal string; a JSON number is accepted on input \
+             too, and so are integral exponent forms (`1e3`, `\"1e3\"`).",
         ),
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 | Kind::Uint32 | Kind::Fixed32 => notes
+            .push_str(
+                " Written as a JSON number; a string holding one is accepted on input too, and \
+                 so are integral exponent forms (`1e3`, `\"1e3\"`).",
+            ),
         Kind::Enum(_) => {
             notes.push_str(" Written as the value's name; the number is accepted on input too.")
         }
@@ -714,6 +923,26 @@ fn field_description(field: &FieldDescriptor) -> String {
             oneof.name(),
             members.join(", ")
         ));
+    }
+    if !own.contains(&Rule::Required) {
+        notes.push_str(" `null` means the default.");
+    }
+    for rule in own {
+        notes.push_str(&match rule {
+            Rule::Required => {
+                " Required: a request without it is refused (`STATUS_INVALID_ARGUMENT`).".to_owned()
+            }
+            Rule::NonEmpty => " Must not be empty.".to_owned(),
+            Rule::Location => {
+                " `a.b.c.d:port` (IPv4) or `[v6]:port` (IPv6), no zone id.".to_owned()
+            }
+            Rule::AtMost(most) => {
+                format!(" At most {most}: larger values are refused (`STATUS_INVALID_ARGUMENT`).")
+            }
+            Rule::MaxItems(most) => format!(
+                " At most {most} entries: longer lists are refused (`STATUS_INVALID_ARGUMENT`)."
+            ),
+        });
     }
     push_paragraph(&mut description, notes);
     description
@@ -742,12 +971,9 @@ fn type_name(kind: &Kind) -> Cow<'static, str> {
 }
 
 /// Example values shown by Swagger UI and used by the tests' example requests,
-/// by full proto field name. A test checks that every name is a real field.
+/// by full proto field name (tokens and compiler digests are the demo's, from
+/// [`field_example`]). A test checks that every name is a real field.
 pub const FIELD_EXAMPLES: &[(&str, &str)] = &[
-    (
-        "yadcc.EnvironmentDesc.compiler_digest",
-        r#""6b86b273ff34fce19d6b804eff5a3f5747ada4eaa22f1d49c01e52ddb7875b4b""#,
-    ),
     ("yadcc.scheduler.RunningTask.servant_task_id", r#""42""#),
     ("yadcc.scheduler.RunningTask.task_grant_id", r#""7""#),
     (
@@ -757,10 +983,6 @@ pub const FIELD_EXAMPLES: &[(&str, &str)] = &[
     (
         "yadcc.scheduler.RunningTask.task_digest",
         r#""d4735e3a265e16eee03f59718b9b5d03019c07d8b6c51f90da3a666eec13ab35""#,
-    ),
-    (
-        "yadcc.scheduler.HeartbeatRequest.token",
-        r#""servant-token""#,
     ),
     (
         "yadcc.scheduler.HeartbeatRequest.next_heartbeat_in_ms",
@@ -794,7 +1016,6 @@ pub const FIELD_EXAMPLES: &[(&str, &str)] = &[
         "yadcc.scheduler.HeartbeatResponse.expired_tasks",
         r#"["7"]"#,
     ),
-    ("yadcc.scheduler.GetConfigRequest.token", r#""user-token""#),
     (
         "yadcc.scheduler.GetConfigResponse.serving_daemon_token",
         r#""3f1c9a4be07d4c55a1e2b6f08d9c7e21""#,
@@ -803,10 +1024,6 @@ pub const FIELD_EXAMPLES: &[(&str, &str)] = &[
     (
         "yadcc.scheduler.StartingTaskGrant.servant_location",
         r#""192.0.2.10:8335""#,
-    ),
-    (
-        "yadcc.scheduler.WaitForStartingTaskRequest.token",
-        r#""user-token""#,
     ),
     (
         "yadcc.scheduler.WaitForStartingTaskRequest.milliseconds_to_wait",
@@ -829,10 +1046,6 @@ pub const FIELD_EXAMPLES: &[(&str, &str)] = &[
         "1",
     ),
     (
-        "yadcc.scheduler.KeepTaskAliveRequest.token",
-        r#""user-token""#,
-    ),
-    (
         "yadcc.scheduler.KeepTaskAliveRequest.task_grant_ids",
         r#"["7"]"#,
     ),
@@ -841,11 +1054,23 @@ pub const FIELD_EXAMPLES: &[(&str, &str)] = &[
         "10000",
     ),
     ("yadcc.scheduler.KeepTaskAliveResponse.statuses", "[true]"),
-    ("yadcc.scheduler.FreeTaskRequest.token", r#""user-token""#),
     ("yadcc.scheduler.FreeTaskRequest.task_grant_ids", r#"["7"]"#),
 ];
 
-fn field_example(full_name: &str) -> Option<Value> {
+/// The example of a field: the demo's tokens and first compiler for those
+/// fields, so that "Try it out" works against `--demo`, else [`FIELD_EXAMPLES`].
+fn field_example(field: &FieldDescriptor) -> Option<Value> {
+    let full_name = field.full_name();
+    if field.name() == "token" && field.kind() == Kind::String {
+        return Some(json!(if full_name.starts_with(HEARTBEAT_REQUEST) {
+            sim::DEMO_SERVANT_TOKEN
+        } else {
+            sim::DEMO_USER_TOKEN
+        }));
+    }
+    if full_name == "yadcc.EnvironmentDesc.compiler_digest" {
+        return Some(json!(sim::environment_digest(0)));
+    }
     FIELD_EXAMPLES
         .iter()
         .find(|(name, _)| *name == full_name)
@@ -1088,9 +1313,8 @@ fn table_cell(text: &str) -> String {
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "documentation",
     responses((status = 200, description = "This OpenAPI document", content_type = "application/json", body = Object)))]
-async fn openapi_json() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, JSON_MEDIA_TYPE)], SPEC.as_str())
-}
+#[allow(dead_code)]
+fn openapi_json() {}
 
 // The handlers below live in `http::routes`; these items carry their
 // documentation only. A test calls each documented path on a real server.
@@ -1178,7 +1402,7 @@ mod tests {
 
     #[test]
     fn comments_become_descriptions() {
-        let json = serde_json::to_value(document()).unwrap();
+        let json = document();
         let heartbeat = &json["paths"]["/rpc/yadcc.scheduler.SchedulerService.Heartbeat"]["post"];
         assert_eq!(
             heartbeat["summary"],
@@ -1207,17 +1431,22 @@ mod tests {
 
     #[test]
     fn wire_mapping_of_field_types() {
-        let json = serde_json::to_value(document()).unwrap();
+        let json = document();
         let schemas = &json["components"]["schemas"];
         let heartbeat = &schemas["yadcc.scheduler.HeartbeatRequest"]["properties"];
-        assert_eq!(heartbeat["totalMemoryInBytes"]["type"], "string");
-        assert_eq!(heartbeat["totalMemoryInBytes"]["pattern"], UNSIGNED_DIGITS);
-        assert_eq!(heartbeat["numProcessors"]["type"], "integer");
+        let memory = &heartbeat["totalMemoryInBytes"];
+        assert_eq!(memory["type"], json!(["integer", "string", "null"]));
+        assert_eq!(memory["maximum"], json!(u64::MAX));
         assert_eq!(
-            heartbeat["servantPriority"]["$ref"],
+            memory["pattern"],
+            contract::integer_pattern(0, u64::MAX.into())
+        );
+        assert_eq!(heartbeat["numProcessors"]["maximum"], json!(u32::MAX));
+        assert_eq!(
+            heartbeat["servantPriority"]["anyOf"][0]["$ref"],
             "#/components/schemas/yadcc.scheduler.ServantPriority"
         );
-        assert_eq!(heartbeat["envDescs"]["type"], "array");
+        assert_eq!(heartbeat["envDescs"]["type"], json!(["array", "null"]));
         assert_eq!(
             heartbeat["envDescs"]["items"]["$ref"],
             "#/components/schemas/yadcc.EnvironmentDesc"
@@ -1229,15 +1458,112 @@ mod tests {
                 .unwrap()
                 .contains("`optional`")
         );
+        let status = &schemas["yadcc.scheduler.Status"]["enum"];
+        assert_eq!(status[0], "STATUS_UNKNOWN");
+        assert!(status.as_array().unwrap().contains(&json!(1004)));
+    }
+
+    #[test]
+    fn the_contract_becomes_constraints() {
+        let json = document();
+        let limits = Limits::default();
+        let schemas = &json["components"]["schemas"];
+        let heartbeat = &schemas["yadcc.scheduler.HeartbeatRequest"];
+        assert_eq!(heartbeat["required"], json!(["location"]));
         assert_eq!(
-            schemas["yadcc.scheduler.Status"]["enum"][0],
-            "STATUS_UNKNOWN"
+            heartbeat["properties"]["location"]["pattern"],
+            contract::location_pattern()
+        );
+        assert_eq!(
+            heartbeat["properties"]["nextHeartbeatInMs"]["maximum"],
+            json!(limits.max_next_heartbeat.as_millis())
+        );
+        assert_eq!(
+            heartbeat["properties"]["envDescs"]["maxItems"],
+            json!(limits.max_environments_per_servant)
+        );
+        let wait = &schemas["yadcc.scheduler.WaitForStartingTaskRequest"];
+        assert_eq!(wait["required"], json!(["envDesc"]));
+        let env = &wait["properties"]["envDesc"];
+        assert_eq!(env["required"], json!(["compilerDigest"]));
+        assert_eq!(env["properties"]["compilerDigest"]["minLength"], 1);
+        assert_eq!(
+            env["allOf"][0]["$ref"],
+            "#/components/schemas/yadcc.EnvironmentDesc"
+        );
+        assert_eq!(
+            wait["properties"]["millisecondsToWait"]["maximum"],
+            json!(limits.max_wait.as_millis())
+        );
+        assert_eq!(
+            wait["anyOf"][0]["properties"]["immediateReqs"]["minimum"],
+            1
+        );
+        assert_eq!(wait["anyOf"][1]["required"], json!(["prefetchReqs"]));
+        let keep = &schemas["yadcc.scheduler.KeepTaskAliveRequest"]["properties"];
+        assert_eq!(
+            keep["taskGrantIds"]["maxItems"],
+            json!(limits.max_ids_per_request)
+        );
+        let heartbeat_path = &json["paths"]["/rpc/yadcc.scheduler.SchedulerService.Heartbeat"];
+        assert_eq!(heartbeat_path["post"]["requestBody"]["required"], true);
+        let config_path = &json["paths"]["/rpc/yadcc.scheduler.SchedulerService.GetConfig"];
+        assert_eq!(config_path["post"]["requestBody"]["required"], false);
+        let timeout = &json["components"]["parameters"][RPC_TIMEOUT]["schema"];
+        assert_eq!(timeout["type"], "integer");
+        assert_eq!(timeout["maximum"], json!(contract::TIMEOUT_MS.end()));
+    }
+
+    #[test]
+    fn basic_auth_covers_the_inspection_api_when_on() {
+        for inspect_auth in [true, false] {
+            let json = document_for(inspect_auth);
+            let mut guarded = 0;
+            for (path, item) in json["paths"].as_object().unwrap() {
+                for operation in item.as_object().unwrap().values() {
+                    let security = &operation["security"];
+                    if inspect_auth && path.starts_with(INSPECT_API_PREFIX) {
+                        assert_eq!(security, &json!([{ INSPECT_SECURITY: [] }]), "{path}");
+                        guarded += 1;
+                    } else {
+                        assert!(security.is_null(), "{path}");
+                    }
+                }
+            }
+            assert_eq!(guarded > 0, inspect_auth);
+            assert_eq!(
+                json["components"]["securitySchemes"][INSPECT_SECURITY]["scheme"]
+                    .as_str()
+                    .is_some(),
+                inspect_auth
+            );
+        }
+    }
+
+    #[test]
+    fn examples_are_the_demos() {
+        let json = document();
+        let schemas = &json["components"]["schemas"];
+        let example = |message: &str, field: &str| {
+            schemas[message]["properties"][field]["examples"][0].clone()
+        };
+        assert_eq!(
+            example("yadcc.scheduler.HeartbeatRequest", "token"),
+            sim::DEMO_SERVANT_TOKEN
+        );
+        assert_eq!(
+            example("yadcc.scheduler.GetConfigRequest", "token"),
+            sim::DEMO_USER_TOKEN
+        );
+        assert_eq!(
+            example("yadcc.EnvironmentDesc", "compilerDigest"),
+            json!(sim::environment_digest(0))
         );
     }
 
     #[test]
     fn error_responses_follow_the_error_table() {
-        let json = serde_json::to_value(document()).unwrap();
+        let json = document();
         let service = pb::DESCRIPTOR_POOL
             .get_service_by_name(pb::SCHEDULER_SERVICE)
             .unwrap();

@@ -26,7 +26,7 @@ use super::{
     error::{ApiError, ErrorKind},
     routes::AppState,
 };
-use crate::{pb::SCHEDULER_SERVICE, protocol::Protocol, rpc, service::Method};
+use crate::{contract, pb::SCHEDULER_SERVICE, protocol::Protocol, rpc, service::Method};
 
 /// Sequence number header of `http+pb`; echoed so pipelined answers can be matched.
 pub const RPC_SEQ_NO: HeaderName = HeaderName::from_static("rpc-seqno");
@@ -72,6 +72,10 @@ pub async fn http_pb(
 ) -> Response {
     let seq_no = request.headers().get(RPC_SEQ_NO).cloned();
     let method = resolve_full_name(&full_name);
+    if let Some(Err(error)) = seq_no.as_ref().map(check_seq_no) {
+        // Not echoed: what came is not a sequence number.
+        return error.into_response();
+    }
     let mut response = serve(&state, Dialect::HttpPb, method, peer, request).await;
     if let Some(seq_no) = seq_no {
         response.headers_mut().insert(RPC_SEQ_NO, seq_no);
@@ -97,6 +101,23 @@ pub fn resolve_full_name(full_name: &str) -> Result<Method, ApiError> {
         .rsplit_once('.')
         .ok_or_else(|| not_found(ErrorKind::ServiceNotFound, full_name))
         .and_then(|(service, method)| resolve(service, method))
+}
+
+/// `Rpc-SeqNo` is the caller's decimal correlation id; anything else is refused
+/// rather than echoed, since no answer to it could be matched.
+fn check_seq_no(value: &HeaderValue) -> Result<(), ApiError> {
+    value
+        .to_str()
+        .ok()
+        .and_then(|text| contract::header_integer(text, &contract::SEQ_NO))
+        .map(|_| ())
+        .ok_or_else(|| {
+            ApiError::malformed(format!(
+                "{RPC_SEQ_NO} must be a decimal integer from {} to {}",
+                contract::SEQ_NO.start(),
+                contract::SEQ_NO.end()
+            ))
+        })
 }
 
 pub(super) fn resolve(service: &str, method: &str) -> Result<Method, ApiError> {
@@ -267,12 +288,17 @@ fn deadline(
     let Some(value) = headers.get(&name) else {
         return Ok(None);
     };
-    let millis: u64 = value
+    let range = contract::TIMEOUT_MS;
+    let millis = value
         .to_str()
         .ok()
-        .and_then(|text| text.trim().parse().ok())
+        .and_then(|text| contract::header_integer(text, &range))
         .ok_or_else(|| {
-            ApiError::malformed(format!("{name} must be a whole number of milliseconds"))
+            ApiError::malformed(format!(
+                "{name} must be a whole number of milliseconds from {} to {}",
+                range.start(),
+                range.end()
+            ))
         })?;
     Ok(Some(
         started + Duration::from_millis(millis).min(rpc::MAX_DEADLINE),

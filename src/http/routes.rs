@@ -179,7 +179,9 @@ pub fn app(state: AppState) -> Router {
         .merge(rpc)
         .merge(operations)
         .merge(people)
-        .merge(crate::openapi::router())
+        .merge(crate::openapi::router(
+            state.settings.inspect_credential.is_some(),
+        ))
         .fallback(fallback)
         .layer(AccessLogLayer)
         .with_state(state)
