@@ -36,6 +36,7 @@ use utoipa::{
         ComponentsBuilder, ContentBuilder, HeaderBuilder, HttpMethod, InfoBuilder, KnownFormat,
         LicenseBuilder, ObjectBuilder, OpenApi, OpenApiBuilder, PathItem, PathsBuilder, Ref,
         ResponseBuilder, SchemaFormat, ServerBuilder, Type,
+        schema::SchemaType,
         extensions::ExtensionsBuilder,
         path::{OperationBuilder, ParameterBuilder, ParameterIn},
         request_body::RequestBodyBuilder,
@@ -404,17 +405,29 @@ fn rpc_operation(
                 utoipa::openapi::Required::False
             }))
             .content(JSON_MEDIA_TYPE, json_content(&input))
-            .content(PROTOBUF_MEDIA_TYPE, protobuf_content(&input))
+            .content(
+                PROTOBUF_MEDIA_TYPE,
+                protobuf_content(&input, PROTOBUF_MEDIA_TYPE),
+            )
             .build(),
     ));
 
-    let mut ok = ResponseBuilder::new()
-        .description(format!(
-            "`{}`, in the request's encoding.",
-            output.full_name()
-        ))
-        .content(JSON_MEDIA_TYPE, json_content(&output))
-        .content(PROTOBUF_MEDIA_TYPE, protobuf_content(&output));
+    let mut ok = ResponseBuilder::new().description(format!(
+        "`{}`, in the request's media type.",
+        output.full_name()
+    ))
+;
+    // The answer has the request's media type (or, without one, the route
+    // style's default binary type): every one of them is documented.
+    for (media_type, encoding) in MEDIA_TYPES {
+        ok = ok.content(
+            *media_type,
+            match encoding {
+                Encoding::Json => json_content(&output),
+                Encoding::Binary => protobuf_content(&output, media_type),
+            },
+        );
+    }
     if dialect == Dialect::HttpPb {
         ok = ok.header_ref(RPC_SEQ_NO, header_ref(RPC_SEQ_NO));
     }
@@ -457,16 +470,16 @@ fn json_content(message: &MessageDescriptor) -> utoipa::openapi::Content {
 }
 
 /// Binary bodies have no JSON schema: a note naming the message stands in.
-fn protobuf_content(message: &MessageDescriptor) -> utoipa::openapi::Content {
+fn protobuf_content(message: &MessageDescriptor, media_type: &str) -> utoipa::openapi::Content {
     let aliases: Vec<String> = MEDIA_TYPES
         .iter()
-        .filter(|(name, encoding)| *encoding == Encoding::Binary && *name != PROTOBUF_MEDIA_TYPE)
+        .filter(|(name, encoding)| *encoding == Encoding::Binary && *name != media_type)
         .map(|(name, _)| format!("`{name}`"))
         .collect();
     let schema = ObjectBuilder::new()
         .schema_type(Type::String)
         .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
-        .content_media_type(PROTOBUF_MEDIA_TYPE)
+        .content_media_type(media_type)
         .description(Some(format!(
             "Binary protobuf of message `{}`: one message in the proto3 wire format, \
              no length prefix. Also accepted as {}.",
@@ -501,23 +514,26 @@ fn header_parameters() -> Vec<(&'static str, utoipa::openapi::path::Parameter)> 
                 .build(),
         )
     };
-    let millis = || {
+    // A header is text: the integer is documented both as an integer with
+    // its range and as the decimal digits that spell it, which is what
+    // schemathesis and other validators read headers as.
+    let integer = |range: &std::ops::RangeInclusive<u64>| {
         ObjectBuilder::new()
-            .schema_type(Type::Integer)
-            .minimum(Some(*contract::TIMEOUT_MS.start()))
-            .maximum(Some(*contract::TIMEOUT_MS.end()))
-            .examples([10000])
+            .schema_type(SchemaType::from_iter([Type::Integer, Type::String]))
+            .minimum(Some(*range.start()))
+            .maximum(Some(*range.end()))
+            .pattern(Some(contract::integer_pattern(
+                (*range.start()).into(),
+                (*range.end()).into(),
+            )))
     };
+    let millis = || integer(&contract::TIMEOUT_MS).examples([10000]);
     vec![
         header(
             RPC_SEQ_NO,
             "Sequence number of the call; echoed in the answer so that pipelined \
              answers can be matched to their calls.",
-            ObjectBuilder::new()
-                .schema_type(Type::Integer)
-                .minimum(Some(*contract::SEQ_NO.start()))
-                .maximum(Some(*contract::SEQ_NO.end()))
-                .examples([17]),
+            integer(&contract::SEQ_NO).examples([17]),
         ),
         header(
             RPC_TIMEOUT,
@@ -541,9 +557,13 @@ fn response_headers() -> Vec<(&'static str, utoipa::openapi::Header)> {
             HeaderBuilder::new()
                 .schema(Some(
                     ObjectBuilder::new()
-                        .schema_type(Type::Integer)
+                        .schema_type(SchemaType::from_iter([Type::Integer, Type::String]))
                         .minimum(Some(*contract::SEQ_NO.start()))
-                        .maximum(Some(*contract::SEQ_NO.end())),
+                        .maximum(Some(*contract::SEQ_NO.end()))
+                        .pattern(Some(contract::integer_pattern(
+                            (*contract::SEQ_NO.start()).into(),
+                            (*contract::SEQ_NO.end()).into(),
+                        ))),
                 ))
                 .description(Some("The request's `Rpc-SeqNo`, when it had one."))
                 .build(),
@@ -1510,7 +1530,7 @@ mod tests {
         let config_path = &json["paths"]["/rpc/yadcc.scheduler.SchedulerService.GetConfig"];
         assert_eq!(config_path["post"]["requestBody"]["required"], false);
         let timeout = &json["components"]["parameters"][RPC_TIMEOUT]["schema"];
-        assert_eq!(timeout["type"], "integer");
+        assert_eq!(timeout["type"], json!(["integer", "string"]));
         assert_eq!(timeout["maximum"], json!(contract::TIMEOUT_MS.end()));
     }
 

@@ -4,6 +4,7 @@ mod browser;
 mod daemons;
 mod dashboard;
 mod dialects;
+mod differential;
 mod edge;
 mod errors;
 mod fidelity;
