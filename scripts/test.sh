@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need on a fresh Debian machine
 # (Chromium for the dashboard browser test, the OpenAPI validator, a Python
-# grpcio client and buf for the gRPC tests), then runs every test. Safe to run
-# again: installed pieces are skipped.
+# grpcio client and buf for the gRPC tests, Google's protobuf and schemathesis
+# from PyPI), then runs every test and finally schemathesis against a live
+# server. Safe to run again: installed pieces are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,5 +46,9 @@ if [ "$(cat "$tools/npm/.pinned" 2>/dev/null)" != "$buf_npm" ]; then
 fi
 
 scripts/validate_openapi.sh
+scripts/python_deps.sh
 
 cargo test --locked "$@"
+
+echo "== schemathesis (every check, both route styles)"
+scripts/schemathesis.sh

@@ -36,10 +36,10 @@ use utoipa::{
         ComponentsBuilder, ContentBuilder, HeaderBuilder, HttpMethod, InfoBuilder, KnownFormat,
         LicenseBuilder, ObjectBuilder, OpenApi, OpenApiBuilder, PathItem, PathsBuilder, Ref,
         ResponseBuilder, SchemaFormat, ServerBuilder, Type,
-        schema::SchemaType,
         extensions::ExtensionsBuilder,
         path::{OperationBuilder, ParameterBuilder, ParameterIn},
         request_body::RequestBodyBuilder,
+        schema::SchemaType,
         tag::TagBuilder,
     },
 };
@@ -415,8 +415,7 @@ fn rpc_operation(
     let mut ok = ResponseBuilder::new().description(format!(
         "`{}`, in the request's media type.",
         output.full_name()
-    ))
-;
+    ));
     // The answer has the request's media type (or, without one, the route
     // style's default binary type): every one of them is documented.
     for (media_type, encoding) in MEDIA_TYPES {

@@ -96,9 +96,7 @@ async fn encode_route(Path(name): Path<String>, body: Bytes) -> Response {
         "yadcc.scheduler.WaitForStartingTaskResponse" => {
             encode_echo::<pb::WaitForStartingTaskResponse>(&body)
         }
-        "yadcc.scheduler.KeepTaskAliveResponse" => {
-            encode_echo::<pb::KeepTaskAliveResponse>(&body)
-        }
+        "yadcc.scheduler.KeepTaskAliveResponse" => encode_echo::<pb::KeepTaskAliveResponse>(&body),
         "yadcc.scheduler.FreeTaskResponse" => encode_echo::<pb::FreeTaskResponse>(&body),
         "yadcc.scheduler.GetRunningTasksResponse" => {
             encode_echo::<pb::GetRunningTasksResponse>(&body)
