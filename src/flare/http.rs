@@ -7,9 +7,15 @@
 
 use std::{future::ready, net::SocketAddr};
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header};
+use axum::{
+    Router,
+    body::Body,
+    extract::ConnectInfo,
+    http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header},
+};
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::{net::TcpStream, sync::watch, task::JoinSet, time::Instant};
+use tower::ServiceExt;
 
 use super::conn::{self, InFlight, Next, Reader};
 use crate::{
@@ -35,6 +41,7 @@ const LOG: &str = "yadcc_scheduler::flare";
 /// listener read to recognise it.
 pub async fn serve_http(
     state: AppState,
+    router: Router,
     stream: TcpStream,
     peer: SocketAddr,
     already_read: BytesMut,
@@ -75,6 +82,16 @@ pub async fn serve_http(
             }
         };
         let close_after = request.close;
+        if let Some(plain) = request.plain {
+            // Not a daemon call: a client that also uses this connection for
+            // other endpoints. The router answers it, as on any connection.
+            let answer = route_plain(&router, plain, request.body, peer).await;
+            drop(request.budget);
+            if answers.send(answer).await.is_err() || close_after {
+                break;
+            }
+            continue;
+        }
         let Some(slot) = in_flight.start() else {
             let overloaded = ApiError::new(
                 ErrorKind::Overloaded,
@@ -123,6 +140,9 @@ pub async fn serve_http(
 
 /// A request read whole, its head checked.
 struct Request {
+    /// Set when this is not a daemon call (no `Rpc-SeqNo`, or not under
+    /// `/rpc/`): the router serves it.
+    plain: Option<Plain>,
     head: dialect::CheckedHead,
     seq_no: Option<HeaderValue>,
     body: Bytes,
@@ -140,6 +160,44 @@ impl Request {
             media_type: self.head.media_type,
         }
     }
+}
+
+/// The head of a request for the router.
+struct Plain {
+    method: HttpMethod,
+    uri: String,
+    headers: HeaderMap,
+}
+
+/// Serves a request that is not a daemon call through the router and
+/// writes its answer whole, with `Content-Length`.
+async fn route_plain(router: &Router, plain: Plain, body: Bytes, peer: SocketAddr) -> Bytes {
+    let request = axum::http::Request::builder()
+        .method(plain.method)
+        .uri(plain.uri)
+        .body(Body::from(body));
+    let mut request = match request {
+        Ok(request) => request,
+        Err(error) => {
+            let error = ApiError::malformed(format!("unusable request line: {error}"));
+            let (status, headers, payload) = dialect::answer_parts(Err(error), "application/json");
+            return write_answer(status, &headers, None, &payload);
+        }
+    };
+    *request.headers_mut() = plain.headers;
+    request.extensions_mut().insert(ConnectInfo(peer));
+    let response = match router.clone().oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    };
+    let (parts, body) = response.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    let mut headers = parts.headers;
+    headers.remove(header::CONTENT_LENGTH);
+    headers.remove(header::TRANSFER_ENCODING);
+    write_answer(parts.status, &headers, None, &body)
 }
 
 /// Why reading a request ended the connection.
@@ -220,12 +278,17 @@ async fn read_request(
     };
     let headers = head.headers.map_err(Refused::Silently)?;
     let http_method = head.method.map_err(Refused::Silently)?;
-    let seq_no = headers.get(RPC_SEQ_NO).cloned();
+    let seq_no = dialect::echoed_seq_no(&headers);
     let close = head.http10
         || headers
             .get(header::CONNECTION)
             .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"close"));
     let path = head.path.split('?').next().unwrap_or("");
+    let plain = (!(path.starts_with("/rpc/") && seq_no.is_some())).then(|| Plain {
+        method: http_method.clone(),
+        uri: head.path.clone(),
+        headers: headers.clone(),
+    });
     let method = match path.strip_prefix("/rpc/") {
         Some(full_name) => dialect::resolve_full_name(full_name),
         None => Err(ApiError::new(
@@ -293,6 +356,7 @@ async fn read_request(
     }
     let body = reader.buf.split_to(end).freeze().slice(head.len..);
     Ok(Request {
+        plain,
         head: checked,
         seq_no,
         body,

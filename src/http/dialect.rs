@@ -70,12 +70,8 @@ pub async fn http_pb(
     Path(full_name): Path<String>,
     request: Request,
 ) -> Response {
-    let seq_no = request.headers().get(RPC_SEQ_NO).cloned();
+    let seq_no = echoed_seq_no(request.headers());
     let method = resolve_full_name(&full_name);
-    if let Some(Err(error)) = seq_no.as_ref().map(check_seq_no) {
-        // Not echoed: what came is not a sequence number.
-        return error.into_response();
-    }
     let mut response = serve(&state, Dialect::HttpPb, method, peer, request).await;
     if let Some(seq_no) = seq_no {
         response.headers_mut().insert(RPC_SEQ_NO, seq_no);
@@ -101,6 +97,15 @@ pub fn resolve_full_name(full_name: &str) -> Result<Method, ApiError> {
         .rsplit_once('.')
         .ok_or_else(|| not_found(ErrorKind::ServiceNotFound, full_name))
         .and_then(|(service, method)| resolve(service, method))
+}
+
+/// The `Rpc-SeqNo` to echo: the request's, when it is a sequence number
+/// (an invalid one fails the call in [`check_head`] and is not echoed).
+pub fn echoed_seq_no(headers: &HeaderMap) -> Option<HeaderValue> {
+    headers
+        .get(RPC_SEQ_NO)
+        .filter(|value| check_seq_no(value).is_ok())
+        .cloned()
 }
 
 /// `Rpc-SeqNo` is the caller's decimal correlation id; anything else is refused
@@ -165,8 +170,8 @@ pub struct CheckedHead {
     pub media_type: &'static str,
 }
 
-/// Checks a request's head: verb, method, `Content-Type`, `Content-Encoding`,
-/// deadline header. The first failure is the call's error.
+/// Checks a request's head: verb, method, `Rpc-SeqNo`, `Content-Type`,
+/// `Content-Encoding`, deadline header. The first failure is the call's error.
 pub fn check_head(
     state: &AppState,
     dialect: Dialect,
@@ -199,6 +204,11 @@ pub fn check_head(
             ));
         }
         let method = method?;
+        if dialect == Dialect::HttpPb
+            && let Some(seq_no) = headers.get(RPC_SEQ_NO)
+        {
+            check_seq_no(seq_no)?;
+        }
         format.as_ref().map_err(Clone::clone)?;
         reject_content_encoding(headers)?;
         deadline.as_ref().map_err(Clone::clone)?;

@@ -225,7 +225,15 @@ async fn serve_connection(
         }
         Sniffed::DaemonHttp => {
             let _open = state.metrics.connection_opened(Protocol::HttpPb);
-            flare::http::serve_http(state.clone(), stream, peer, first, stopping).await;
+            flare::http::serve_http(
+                state.clone(),
+                shared.router.clone(),
+                stream,
+                peer,
+                first,
+                stopping,
+            )
+            .await;
         }
         Sniffed::Hyper => {
             let _open = state.metrics.connection_opened(Protocol::Http);

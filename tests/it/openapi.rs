@@ -974,3 +974,62 @@ async fn every_contract_rule_is_what_the_server_enforces() {
     }
     assert!(checked >= 20, "only {checked} cases");
 }
+
+/// A client that sends daemon-style calls (`Rpc-SeqNo`) and then other
+/// requests on one keep-alive connection (as schemathesis and scripts with a
+/// session do) gets each answered as on any connection; a sequence number
+/// that is not one is refused and not echoed, on the daemons' path too.
+#[tokio::test]
+async fn one_connection_serves_daemon_calls_and_other_endpoints() {
+    use crate::support::{RawConnection, Server, http_pb_request};
+    let server = Server::start().await;
+    let mut connection = RawConnection::open(server.addr).await;
+    let config = pb::GetConfigRequest {
+        token: crate::support::USER_TOKEN.into(),
+    };
+    connection
+        .send(&http_pb_request(
+            "GetConfig",
+            7,
+            &config.encode_to_vec(),
+            &[],
+        ))
+        .await;
+    let answer = connection.read_response().await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.header("rpc-seqno"), Some("7"));
+
+    connection
+        .send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    let health = connection.read_response().await;
+    assert_eq!(
+        health.status,
+        200,
+        "{:?}",
+        String::from_utf8_lossy(&health.body)
+    );
+    assert_eq!(health.body, b"ok\n");
+
+    connection
+        .send(&http_pb_request(
+            "GetConfig",
+            8,
+            &config.encode_to_vec(),
+            &[("Rpc-Timeout", "abc")],
+        ))
+        .await;
+    let refused = connection.read_response().await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.header("rpc-error-code"), Some("5"));
+
+    let mut fresh = RawConnection::open(server.addr).await;
+    let bad_seq_no = String::from_utf8(http_pb_request("GetConfig", 9, &[], &[]))
+        .unwrap()
+        .replace("Rpc-SeqNo: 9", "Rpc-SeqNo: nine");
+    fresh.send(bad_seq_no.as_bytes()).await;
+    let refused = fresh.read_response().await;
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.header("rpc-seqno"), None, "not echoed");
+    server.stop().await;
+}
