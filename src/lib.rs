@@ -14,7 +14,8 @@
 //!                            http::grpc     gRPC and gRPC-Web, on the Connect path by Content-Type
 //!        -> rpc             the one entry every protocol calls: deadline, metrics,
 //!                           access log, peer protocol ([`protocol::Protocol`] labels)
-//!        -> http::codec     bytes <-> prost message (binary protobuf, proto3 JSON)
+//!        -> http::codec     bytes <-> prost message (binary protobuf, proto3 JSON;
+//!                           http::json brings every canonical JSON form to pbjson's)
 //!        -> service         prost message <-> engine domain types; scheduler `Status`
 //!        -> engine          servants, grants, waiters, tokens, expiry (no HTTP, no protobuf)
 //! ```
@@ -57,7 +58,10 @@
 //!
 //! Tests: unit tests beside the code (the engine's in `engine/tests.rs`, with
 //! paused time), integration tests over real sockets and real Chromium in
-//! `tests/it/`, engine benchmarks in `benches/`.
+//! `tests/it/` (with `differential.rs`, the JSON mapping against Google's
+//! protobuf through `scripts/differential.py`), engine benchmarks in
+//! `benches/`; `scripts/schemathesis.sh` tests the OpenAPI document against a
+//! live server.
 
 pub mod config;
 pub mod contract;
