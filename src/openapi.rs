@@ -627,7 +627,7 @@ fn message_schema(message: &MessageDescriptor, rules: &[FieldRule]) -> Value {
     let positive: Vec<Value> = contract::any_positive()
         .into_iter()
         .filter(|rule| rule.message == message.full_name())
-        .flat_map(|rule| rule.fields.iter().copied().collect::<Vec<_>>())
+        .flat_map(|rule| rule.fields.to_vec())
         .filter_map(|name| message.get_field_by_name(name))
         .map(|field| {
             let own = own_rules(rules, message.full_name(), &[], field.name());
