@@ -37,6 +37,20 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
+# A servant offering the documented example compiler, heartbeating for the
+# whole run, so that WaitForStartingTask calls reach the grant logic.
+digest=$("$python" -c "import json, urllib.request; d = json.load(urllib.request.urlopen('http://127.0.0.1:$port/openapi.json')); print(d['components']['schemas']['yadcc.EnvironmentDesc']['properties']['compilerDigest']['examples'][0])")
+heartbeat="{\"location\":\"127.0.0.1:1\",\"capacity\":100000,\"nextHeartbeatInMs\":10000,\"servantPriority\":\"SERVANT_PRIORITY_DEDICATED\",\"envDescs\":[{\"compilerDigest\":\"$digest\"}]}"
+(
+  while kill -0 "$server" 2>/dev/null; do
+    "$python" -c "import sys, urllib.request; urllib.request.urlopen(urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), headers={'Content-Type': 'application/json'}), timeout=5)" \
+      "http://127.0.0.1:$port/rpc/yadcc.scheduler.SchedulerService.Heartbeat" "$heartbeat" >/dev/null 2>&1 || true
+    sleep 3
+  done
+) &
+servant=$!
+trap 'kill "$servant" "$server" 2>/dev/null || true; rm -f "$log"' EXIT
+
 "$python" -m schemathesis.cli --config-file scripts/schemathesis.toml run \
   "http://127.0.0.1:$port/openapi.json" \
   --checks all \
