@@ -49,6 +49,8 @@ pub enum Rule {
     AtMost(u64),
     /// A list of at most this many elements.
     MaxItems(usize),
+    /// A string of at most this many characters.
+    MaxLength(usize),
 }
 
 /// A rule on one field: `path` leads from `message` (full proto name) to the
@@ -99,7 +101,22 @@ pub fn field_rules(limits: &Limits) -> Vec<FieldRule> {
             &["running_tasks"],
             Rule::MaxItems(limits.max_running_tasks_per_servant),
         ),
+        rule(
+            HEARTBEAT,
+            &["env_descs", "compiler_digest"],
+            Rule::MaxLength(limits.max_digest_chars),
+        ),
+        rule(
+            HEARTBEAT,
+            &["running_tasks", "task_digest"],
+            Rule::MaxLength(limits.max_digest_chars),
+        ),
         rule(WAIT, &["env_desc"], Rule::Required),
+        rule(
+            WAIT,
+            &["env_desc", "compiler_digest"],
+            Rule::MaxLength(limits.max_digest_chars),
+        ),
         rule(WAIT, &["env_desc", "compiler_digest"], Rule::Required),
         rule(WAIT, &["env_desc", "compiler_digest"], Rule::NonEmpty),
         rule(

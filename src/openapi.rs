@@ -672,7 +672,14 @@ fn message_constraints(
                 "allOf".into(),
                 json!([{"$ref": schema_ref(inner.full_name())}]),
             );
-            refined
+            if field.is_list() {
+                // The rules apply to each element.
+                let mut list = field_schema(&field, &own);
+                list["items"] = refined;
+                list
+            } else {
+                refined
+            }
         } else {
             field_schema(&field, &own)
         };
@@ -799,6 +806,7 @@ fn value_schema(kind: &Kind, own: &[Rule]) -> Value {
             for rule in own {
                 match rule {
                     Rule::NonEmpty => schema["minLength"] = json!(1),
+                    Rule::MaxLength(most) => schema["maxLength"] = json!(most),
                     Rule::Location => schema["pattern"] = json!(contract::location_pattern()),
                     _ => {}
                 }
@@ -960,6 +968,10 @@ fn field_description(field: &FieldDescriptor, own: &[Rule]) -> String {
             }
             Rule::MaxItems(most) => format!(
                 " At most {most} entries: longer lists are refused (`STATUS_INVALID_ARGUMENT`)."
+            ),
+            Rule::MaxLength(most) => format!(
+                " At most {most} characters: longer strings are refused \
+                 (`STATUS_INVALID_ARGUMENT`)."
             ),
         });
     }
@@ -1467,8 +1479,12 @@ mod tests {
         );
         assert_eq!(heartbeat["envDescs"]["type"], json!(["array", "null"]));
         assert_eq!(
-            heartbeat["envDescs"]["items"]["$ref"],
+            heartbeat["envDescs"]["items"]["allOf"][0]["$ref"],
             "#/components/schemas/yadcc.EnvironmentDesc"
+        );
+        assert_eq!(
+            heartbeat["envDescs"]["items"]["properties"]["compilerDigest"]["maxLength"],
+            json!(Limits::default().max_digest_chars)
         );
         let wait = &schemas["yadcc.scheduler.WaitForStartingTaskRequest"]["properties"];
         assert!(

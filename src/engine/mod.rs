@@ -138,9 +138,9 @@ pub struct Limits {
     /// Most running tasks all servants' last reports may hold together
     /// (1 Mi); a heartbeat that would pass it is refused.
     pub max_reported_tasks: usize,
-    /// Longest compiler or task digest, in bytes (256; yadcc's are 64 hex
+    /// Longest compiler or task digest, in characters (256; yadcc's are 64 hex
     /// characters).
-    pub max_digest_bytes: usize,
+    pub max_digest_chars: usize,
     /// Most queued requests at once; beyond, `NoQuotaAvailable` at once (100000).
     pub max_waiters: usize,
     /// Most queued requests of one requesting machine (IP); beyond,
@@ -169,7 +169,7 @@ impl Default for Limits {
             max_environments_per_servant: 1024,
             max_running_tasks_per_servant: 8192,
             max_reported_tasks: 1 << 20,
-            max_digest_bytes: 256,
+            max_digest_chars: 256,
             max_waiters: 100_000,
             max_waiters_per_machine: 64,
             max_requesters: 65536,
@@ -271,13 +271,15 @@ fn check_count(field: &str, count: usize, limit: usize) -> Result<(), Rejection>
     }
 }
 
-/// Rule "limits": a digest longer than `max_digest_bytes` is
-/// `InvalidArgument` naming the wire field.
+/// Rule "limits": a digest longer than `max_digest_chars` is
+/// `InvalidArgument` naming the wire field. Counted in characters, as JSON
+/// Schema's `maxLength` counts, so the OpenAPI document can state the limit.
 fn check_digest(field: &str, digest: &str, limit: usize) -> Result<(), Rejection> {
-    if digest.len() > limit {
+    // At most 4 bytes a character: only long strings need counting.
+    if digest.len() > limit && digest.chars().count() > limit {
         Err(Rejection::InvalidArgument(format!(
-            "{field} is {} bytes long, more than the {limit} byte limit",
-            digest.len()
+            "{field} is {} characters long, more than the {limit} character limit",
+            digest.chars().count()
         )))
     } else {
         Ok(())
@@ -368,7 +370,7 @@ impl Scheduler {
             hb.running_tasks.len(),
             sh.limits.max_running_tasks_per_servant,
         )?;
-        let limit = sh.limits.max_digest_bytes;
+        let limit = sh.limits.max_digest_chars;
         for env in &hb.environments {
             check_digest("env_descs.compiler_digest", env, limit)?;
         }
@@ -405,7 +407,7 @@ impl Scheduler {
         check_digest(
             "env_desc.compiler_digest",
             &req.environment,
-            sh.limits.max_digest_bytes,
+            sh.limits.max_digest_chars,
         )?;
         let limit = sh.limits.max_grants_per_request;
         let total = req.immediate.saturating_add(req.prefetch).min(limit);

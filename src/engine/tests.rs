@@ -873,18 +873,25 @@ async fn invalid_argument_limits() {
         s.heartbeat(b),
         "running_tasks has 8193 entries, more than the 8192 limit",
     );
+    // Characters, not bytes: 256 two-byte characters are within the limit.
+    let mut b = hb("10.0.0.1:8335", 4);
+    b.environments = vec!["é".repeat(256)];
+    assert!(s.heartbeat(b).is_ok());
     let mut b = hb("10.0.0.1:8335", 4);
     b.environments = vec!["d".repeat(257)];
     invalid(
         s.heartbeat(b),
-        "env_descs.compiler_digest is 257 bytes long, more than the 256 byte limit",
+        "env_descs.compiler_digest is 257 characters long, more than the 256 character limit",
     );
     let mut b = hb("10.0.0.1:8335", 4);
     b.running_tasks = vec![ReportedTask {
         task_digest: "t".repeat(257),
         ..task(1)
     }];
-    invalid(s.heartbeat(b), "running_tasks.task_digest is 257 bytes");
+    invalid(
+        s.heartbeat(b),
+        "running_tasks.task_digest is 257 characters",
+    );
     let mut b = hb("10.0.0.1:8335", 4);
     b.location = "10.0.0.1".into();
     invalid(s.heartbeat(b), "location \"10.0.0.1\" is not IP:port");
@@ -924,7 +931,7 @@ async fn invalid_argument_limits() {
             ..req()
         })
         .await,
-        "env_desc.compiler_digest is 257 bytes long",
+        "env_desc.compiler_digest is 257 characters long",
     );
     invalid(
         s.keep_alive(USER, ip(HOME), &[1], ms(30_001)),

@@ -27,7 +27,7 @@ use prost::Message;
 use tokio::net::TcpListener;
 use yadcc_scheduler::{
     AppState, app,
-    engine::{Config, Scheduler},
+    engine::{Config, Scheduler, TokenSet},
     http::{
         codec::{Encoding, decode, encode},
         routes::HttpSettings,
@@ -118,8 +118,8 @@ async fn json_mapping_agrees_with_googles_protobuf() {
 
     // Anyone's token is accepted, so the live calls reach the service.
     let engine = Scheduler::new(Config {
-        user_tokens: vec![String::new()],
-        servant_tokens: vec![String::new()],
+        user_tokens: TokenSet::anyone(),
+        servant_tokens: TokenSet::anyone(),
         ..Config::default()
     });
     let state = AppState::new(engine, HttpSettings::default());

@@ -837,6 +837,10 @@ fn set_path(request: &mut Value, path: &[String], value: Option<Value>) {
             .unwrap()
             .entry(name.clone())
             .or_insert_with(|| json!({}));
+        // Through a list: its first element.
+        if let Value::Array(items) = node {
+            node = items.first_mut().expect("a list with an element");
+        }
     }
     let object = node.as_object_mut().unwrap();
     match value {
@@ -911,6 +915,10 @@ async fn every_contract_rule_is_what_the_server_enforces() {
                 (Some(json!("127.0.0.1:08335")), false),
             ],
             Rule::AtMost(most) => vec![(Some(json!(most)), true), (Some(json!(most + 1)), false)],
+            Rule::MaxLength(most) => vec![
+                (Some(json!("é".repeat(*most))), true),
+                (Some(json!("d".repeat(most + 1))), false),
+            ],
             Rule::MaxItems(most) => {
                 // The smallest element, so the longest list fits the body limit.
                 let element = match request.pointer(&format!("/{}/0", field.join("/"))) {
