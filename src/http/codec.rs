@@ -144,7 +144,15 @@ where
         Encoding::Binary => T::decode(body).map_err(|error| {
             ApiError::malformed(format!("body is not a valid protobuf message: {error}"))
         }),
-        Encoding::Json if body.iter().all(u8::is_ascii_whitespace) => Ok(T::default()),
+        // JSON's whitespace only: a form feed (which `is_ascii_whitespace`
+        // counts) is not JSON.
+        Encoding::Json
+            if body
+                .iter()
+                .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) =>
+        {
+            Ok(T::default())
+        }
         Encoding::Json => {
             let name = T::full_name();
             let descriptor = pb::DESCRIPTOR_POOL
@@ -301,7 +309,9 @@ mod tests {
             let error = decode::<pb::GetConfigRequest>(encoding, body).unwrap_err();
             assert_eq!(error.kind, ErrorKind::MalformedRequest, "{body:?}");
         }
-        let empty: pb::GetRunningTasksRequest = decode(Encoding::Json, b"  ").unwrap();
+        let empty: pb::GetRunningTasksRequest = decode(Encoding::Json, b" \t\r\n").unwrap();
         assert_eq!(empty, pb::GetRunningTasksRequest {});
+        let error = decode::<pb::GetRunningTasksRequest>(Encoding::Json, b"\x0c").unwrap_err();
+        assert_eq!(error.kind, ErrorKind::MalformedRequest);
     }
 }
