@@ -457,6 +457,16 @@ async fn measure(
             json!(round3(completed as f64 / wall.as_secs_f64())),
         );
         fields.insert("connections".into(), json!(connections));
+        // P5's yardstick: the scheduler's CPU per 1,000 simulated machines.
+        let per_thousand = scheduler
+            .get("cpu_seconds_per_second")
+            .and_then(Value::as_f64)
+            .filter(|_| cluster.machines() > 0)
+            .map(|cpu| round3(cpu * 1000.0 / cluster.machines() as f64));
+        fields.insert(
+            "scheduler_cpu_per_1000_machines".into(),
+            json!(per_thousand),
+        );
         fields.insert("scheduler".into(), scheduler);
         fields.insert("loadgen".into(), loadgen);
     }
