@@ -1,12 +1,17 @@
 //! The command line. Flag names are the reference scheduler's (snake_case, so
 //! existing deployment scripts keep working); each is also accepted in
-//! kebab-case and as a `YADCC_*` environment variable.
+//! kebab-case and as a `YADCC_*` environment variable. The original's gflags
+//! habits (`--flagfile`, `-name=value`, `--noflag`, its logging flags) are
+//! rewritten by [`gflags`] before clap sees them.
 
-use std::{net::IpAddr, net::SocketAddr, time::Duration};
+pub mod gflags;
 
-use clap::Parser;
+use std::{ffi::OsString, net::IpAddr, net::SocketAddr, time::Duration};
+
+use clap::{CommandFactory, Parser};
 
 use crate::{
+    dashboard::InspectAccess,
     engine,
     http::routes::HttpSettings,
     limits::{self, EdgeSettings},
@@ -18,7 +23,9 @@ use crate::{
 /// JSON to `/rpc/yadcc.scheduler.SchedulerService.<Method>`; people open the
 /// dashboard at `/` and the API docs at `/docs`.
 #[derive(Debug, Clone, Parser)]
-#[command(version, about, long_about)]
+// Repeating a flag is not an error: the last one wins, as with gflags (a
+// flag file, then an override on the command line).
+#[command(version, about, long_about, args_override_self = true)]
 pub struct Cli {
     /// Port to listen on (all interfaces). Ignored when --listen is given.
     #[arg(long, env = "YADCC_PORT", default_value_t = 8336)]
@@ -89,8 +96,9 @@ pub struct Cli {
     )]
     pub servant_min_memory_for_accepting_new_task: u64,
 
-    /// `user:password` for HTTP basic auth on the dashboard and inspection API.
-    /// Without it they are open (they never show tokens).
+    /// `user:password` for HTTP basic auth on the dashboard, `/api/v1/*` and
+    /// `/inspect/*`. Without it (and without --debugging_no_inspect_auth) they
+    /// are closed, as in the original.
     #[arg(
         long = "inspect_credential",
         visible_alias = "inspect-credential",
@@ -98,6 +106,16 @@ pub struct Cli {
         hide_env_values = true
     )]
     pub inspect_credential: Option<String>,
+
+    /// Open the dashboard, `/api/v1/*` and `/inspect/*` to anyone who can
+    /// reach the port, without a credential (the original's flag; for
+    /// debugging or a trusted network).
+    #[arg(
+        long = "debugging_no_inspect_auth",
+        visible_alias = "debugging-no-inspect-auth",
+        env = "YADCC_DEBUGGING_NO_INSPECT_AUTH"
+    )]
+    pub debugging_no_inspect_auth: bool,
 
     /// Largest accepted request body (sizes like 4M).
     #[arg(
@@ -298,6 +316,34 @@ pub struct Settings {
 }
 
 impl Cli {
+    /// Parses a command line as the original scheduler's operators write it
+    /// (see [`gflags`]); also returns the warnings to log once logging is up.
+    pub fn parse_gflags(
+        args: impl IntoIterator<Item = OsString>,
+    ) -> Result<(Cli, Vec<String>), clap::Error> {
+        let mut command = Cli::command();
+        command.build();
+        let normalised = gflags::normalise(&command, args)
+            .map_err(|message| command.error(clap::error::ErrorKind::InvalidValue, message))?;
+        let cli = Cli::try_parse_from(normalised.args)?;
+        Ok((cli, normalised.warnings))
+    }
+
+    /// Who may read the inspection pages: the original's rules, plus the
+    /// demo, whose data is simulated and which listens on loopback only.
+    fn inspect_access(&self, listen: SocketAddr) -> InspectAccess {
+        if self.debugging_no_inspect_auth {
+            return InspectAccess::Open;
+        }
+        if let Some(credential) = &self.inspect_credential {
+            return InspectAccess::Credential(credential.clone());
+        }
+        if self.demo && listen.ip().is_loopback() {
+            return InspectAccess::Open;
+        }
+        InspectAccess::Closed
+    }
+
     /// Checks the flags and turns them into settings. Errors say what to pass.
     pub fn settings(&self) -> Result<Settings, String> {
         let demo_tokens = |given: &Option<String>, demo: &str| {
@@ -376,21 +422,22 @@ impl Cli {
             adoption_window: Duration::from_secs(self.adoption_window),
             ..engine::Config::default()
         };
+        let listen = self.listen.unwrap_or_else(|| {
+            // The demo's tokens are public: keep it off the network.
+            let ip = if self.demo {
+                [127, 0, 0, 1]
+            } else {
+                [0, 0, 0, 0]
+            };
+            SocketAddr::from((ip, self.port))
+        });
         Ok(Settings {
-            listen: self.listen.unwrap_or_else(|| {
-                // The demo's tokens are public: keep it off the network.
-                let ip = if self.demo {
-                    [127, 0, 0, 1]
-                } else {
-                    [0, 0, 0, 0]
-                };
-                SocketAddr::from((ip, self.port))
-            }),
+            listen,
             engine,
             http: HttpSettings {
                 max_body_bytes,
                 trusted_proxies: self.trusted_proxies.clone(),
-                inspect_credential: self.inspect_credential.clone().map(Into::into),
+                inspect: self.inspect_access(listen),
                 edge,
                 cors_allowed_origins,
             },
@@ -517,6 +564,113 @@ mod tests {
         assert_eq!(over_http.demo_protocol, crate::sim::Protocol::HttpPb);
         assert!(cli(&["--demo"]).settings().is_ok());
         assert!(Cli::try_parse_from(["yadcc-scheduler", "--demo", "--protocol=grpc"]).is_err());
+    }
+
+    fn gflags(args: &[&str]) -> (Cli, Vec<String>) {
+        Cli::parse_gflags(
+            std::iter::once("yadcc-scheduler")
+                .chain(args.iter().copied())
+                .map(OsString::from),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_originals_command_line_works_unchanged() {
+        let (cli, warnings) = gflags(&[
+            "-port=8337",
+            "--acceptable_user_tokens=u1,u2",
+            "-acceptable_servant_tokens",
+            "s",
+            "--min_daemon_version=2",
+            "--serving_daemon_token_rollout_interval=600",
+            "--servant_min_memory_for_accepting_new_task=4G",
+            "--inspect_credential=ops:pw",
+            "--logtostderr",
+            "--v=1",
+            "--log_dir=/var/log/yadcc",
+            "--flare_concurrency_hint=8",
+            "--port=8338",
+        ]);
+        let settings = cli.settings().unwrap();
+        assert_eq!(settings.listen.port(), 8338, "the last --port wins");
+        assert_eq!(
+            settings.engine.user_tokens,
+            engine::TokenSet::new(["u1", "u2"])
+        );
+        assert_eq!(settings.engine.servant_tokens, engine::TokenSet::new(["s"]));
+        assert_eq!(settings.engine.min_daemon_version, 2);
+        assert_eq!(
+            settings.engine.serving_daemon_token_rollout_interval,
+            Duration::from_secs(600)
+        );
+        assert_eq!(
+            settings.engine.servant_min_memory_for_accepting_new_task,
+            4 << 30
+        );
+        assert!(matches!(settings.http.inspect, InspectAccess::Credential(ref c) if c == "ops:pw"));
+        assert_eq!(warnings.len(), 4, "{warnings:?}");
+    }
+
+    #[test]
+    fn a_flagfile_and_the_originals_booleans_work() {
+        let path = std::env::temp_dir().join(format!("yadcc-cli-{}.flags", std::process::id()));
+        std::fs::write(
+            &path,
+            "# production\n--acceptable_user_tokens=u\n--acceptable_servant_tokens=s\n--debugging_no_inspect_auth\n",
+        )
+        .unwrap();
+        let (cli, _) = gflags(&[&format!("--flagfile={}", path.display())]);
+        assert!(matches!(
+            cli.settings().unwrap().http.inspect,
+            InspectAccess::Open
+        ));
+        let (cli, _) = gflags(&[
+            &format!("-flagfile={}", path.display()),
+            "--nodebugging_no_inspect_auth",
+        ]);
+        assert!(matches!(
+            cli.settings().unwrap().http.inspect,
+            InspectAccess::Closed
+        ));
+        std::fs::remove_file(&path).unwrap();
+        let error =
+            Cli::parse_gflags(["yadcc-scheduler", "--flagfile=/nonexistent"].map(OsString::from))
+                .unwrap_err()
+                .to_string();
+        assert!(error.contains("/nonexistent"), "{error}");
+    }
+
+    #[test]
+    fn inspection_is_closed_unless_a_flag_opens_it() {
+        let tokens = [
+            "--acceptable_user_tokens=u",
+            "--acceptable_servant_tokens=s",
+        ];
+        let access = |extra: &[&str]| {
+            let args: Vec<&str> = tokens.iter().chain(extra).copied().collect();
+            cli(&args).settings().unwrap().http.inspect
+        };
+        assert!(matches!(access(&[]), InspectAccess::Closed));
+        assert!(matches!(
+            access(&["--debugging_no_inspect_auth"]),
+            InspectAccess::Open
+        ));
+        assert!(matches!(
+            access(&["--inspect_credential=a:b"]),
+            InspectAccess::Credential(_)
+        ));
+        // The original: the debugging flag wins over a credential.
+        assert!(matches!(
+            access(&["--inspect_credential=a:b", "--debugging_no_inspect_auth"]),
+            InspectAccess::Open
+        ));
+        // The demo on loopback is open; the demo on the network is not.
+        assert!(matches!(access(&["--demo"]), InspectAccess::Open));
+        assert!(matches!(
+            access(&["--demo", "--listen=0.0.0.0:8336"]),
+            InspectAccess::Closed
+        ));
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! What people look at: the inspection API (JSON over the engine snapshot), a
-//! server-side history ring, and the static page from `web/`, embedded in the
-//! binary. Optionally behind HTTP basic auth (`--inspect_credential`). Nothing
-//! here shows a token.
+//! server-side history ring, the static page from `web/`, embedded in the
+//! binary, and the original scheduler's inspection dump at
+//! `/inspect/vars/yadcc/task_dispatcher`. All of it is closed unless
+//! `--inspect_credential` (HTTP basic auth) or `--debugging_no_inspect_auth`
+//! opens it, as in the original; every answer carries the security headers.
+//! Nothing here shows a token.
 
 use std::{
-    collections::VecDeque,
+    collections::{BTreeMap, VecDeque},
     net::IpAddr,
     sync::{Arc, Mutex, Weak},
     time::{Duration, SystemTime, UNIX_EPOCH},
@@ -27,6 +30,7 @@ use crate::{
         self, NotAcceptingReason, Scheduler, ServantPriority,
         tokens::{self, TokenSet},
     },
+    pb,
     protocol::PeerProtocols,
 };
 
@@ -45,10 +49,42 @@ pub struct Dashboard {
     history: Mutex<History>,
     /// The last overview served, as JSON, and when it was built.
     overview_cache: Mutex<Option<(tokio::time::Instant, bytes::Bytes)>>,
-    /// `user:password`, compared like tokens: in constant time.
-    credential: Option<TokenSet>,
+    access: Access,
     /// The protocol of each peer's latest call.
     peer_protocols: Arc<PeerProtocols>,
+}
+
+/// Who may read the dashboard, `/api/v1/*` and `/inspect/*`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum InspectAccess {
+    /// Nobody (the original's default): answers say which flag opens them.
+    #[default]
+    Closed,
+    /// HTTP basic auth with this `user:password` (`--inspect_credential`).
+    Credential(String),
+    /// Anyone who reaches the port (`--debugging_no_inspect_auth`, or the
+    /// demo on loopback).
+    Open,
+}
+
+/// Never shows the credential.
+impl std::fmt::Debug for InspectAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InspectAccess::Closed => f.write_str("Closed"),
+            InspectAccess::Credential(_) => f.write_str("Credential(<redacted>)"),
+            InspectAccess::Open => f.write_str("Open"),
+        }
+    }
+}
+
+/// [`InspectAccess`] ready for checking.
+#[derive(Debug)]
+enum Access {
+    Closed,
+    /// `user:password`, compared like tokens: in constant time.
+    Credential(TokenSet),
+    Open,
 }
 
 #[derive(Debug, Default)]
@@ -62,14 +98,20 @@ impl Dashboard {
     /// dashboard is dropped. Must run inside a tokio runtime.
     pub fn start(
         engine: Scheduler,
-        credential: Option<String>,
+        access: InspectAccess,
         peer_protocols: Arc<PeerProtocols>,
     ) -> Arc<Dashboard> {
         let dashboard = Arc::new(Dashboard {
             engine,
             history: Mutex::default(),
             overview_cache: Mutex::default(),
-            credential: credential.map(|credential| TokenSet::new(&[credential])),
+            access: match access {
+                InspectAccess::Closed => Access::Closed,
+                InspectAccess::Credential(credential) => {
+                    Access::Credential(TokenSet::new(&[credential]))
+                }
+                InspectAccess::Open => Access::Open,
+            },
             peer_protocols,
         });
         tokio::spawn(sample_forever(Arc::downgrade(&dashboard)));
@@ -485,10 +527,268 @@ pub struct HistorySample {
     pub grants_per_second: f64,
 }
 
+/// The framework's exposed-variables page, where the original serves its dump.
+pub const INSPECT_VARS: &str = "/inspect/vars";
+/// The original scheduler's inspection dump.
+pub const TASK_DISPATCHER_PATH: &str = "/inspect/vars/yadcc/task_dispatcher";
+
+/// The original scheduler's inspection dump, field for field: what scripts
+/// written against `/inspect/vars/yadcc/task_dispatcher` read. Times are
+/// `YYYY-MM-DD HH:MM:SS` in UTC (the original used its local time zone).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TaskDispatcherDump {
+    /// Servants in registration order.
+    pub servants: Vec<DumpServant>,
+    /// Grants, keyed by grant id (decimal).
+    pub tasks: BTreeMap<String, DumpTask>,
+    pub servants_up: u64,
+    /// Grants counted against servants, zombies included.
+    pub running_tasks: u64,
+    pub capacity: u64,
+    pub capacity_available: u64,
+    pub capacity_unavailable: u64,
+}
+
+/// One servant in the original's dump.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DumpServant {
+    pub version: u32,
+    /// Present when the observed and reported locations agree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// Present (with `reported_location`) when they differ: behind NAT.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_location: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reported_location: Option<String>,
+    pub discovered_at: String,
+    pub expires_at: String,
+    pub environments: Vec<String>,
+    /// `SERVANT_PRIORITY_DEDICATED` or `SERVANT_PRIORITY_USER`.
+    pub priority: String,
+    /// Present when it takes tasks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tasks: Option<u32>,
+    /// Present instead of `max_tasks` when it takes none, e.g.
+    /// `NOT_ACCEPTING_TASK_REASON_BEHIND_NAT`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_accepting_task_reason: Option<String>,
+    pub num_processors: u32,
+    pub current_load: u32,
+    pub capacity_available: u32,
+    pub total_memory_mb: u64,
+    pub memory_available_mb: u64,
+    pub running_tasks: u32,
+    pub ever_assigned_tasks: u64,
+}
+
+/// One grant in the original's dump.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DumpTask {
+    /// The grant id (a JSON number, as in the original).
+    pub task_id: u64,
+    /// Empty for a task adopted after a restart.
+    pub requestor_ip: String,
+    /// Empty for a task adopted after a restart.
+    pub compiler_digest: String,
+    pub started_at: String,
+    /// For a zombie, when its lease ended is not kept: the time of the dump.
+    pub expires_at: String,
+    pub prefetched_task: bool,
+    pub servant_location: String,
+    pub zombie: bool,
+}
+
+impl Dashboard {
+    /// The original's dump, from one engine snapshot.
+    pub fn task_dispatcher_dump(&self) -> TaskDispatcherDump {
+        let snapshot = self.engine.snapshot();
+        let now = SystemTime::now();
+        let servants = snapshot
+            .servants
+            .iter()
+            .map(|servant| {
+                let (observed, reported) = (
+                    servant.observed_location.to_string(),
+                    servant.reported_location.to_string(),
+                );
+                let (location, observed_location, reported_location) = if observed == reported {
+                    (Some(observed), None, None)
+                } else {
+                    (None, Some(observed), Some(reported))
+                };
+                let accepting = servant.max_tasks > 0;
+                DumpServant {
+                    version: servant.version,
+                    location,
+                    observed_location,
+                    reported_location,
+                    discovered_at: format_time(
+                        now.checked_sub(servant.discovered_ago)
+                            .unwrap_or(UNIX_EPOCH),
+                    ),
+                    expires_at: format_time(now + servant.expires_in),
+                    environments: servant.environments.clone(),
+                    priority: match servant.priority {
+                        ServantPriority::Dedicated => pb::ServantPriority::Dedicated,
+                        ServantPriority::User => pb::ServantPriority::User,
+                    }
+                    .as_str_name()
+                    .to_owned(),
+                    max_tasks: accepting.then_some(servant.max_tasks),
+                    not_accepting_task_reason: (!accepting)
+                        .then(|| reason_name(servant.not_accepting_reason)),
+                    num_processors: servant.num_processors,
+                    current_load: servant.current_load,
+                    capacity_available: servant.capacity_available,
+                    total_memory_mb: servant.total_memory >> 20,
+                    memory_available_mb: servant.memory_available >> 20,
+                    running_tasks: servant.running,
+                    ever_assigned_tasks: servant.ever_assigned,
+                }
+            })
+            .collect();
+        let tasks = snapshot
+            .grants
+            .iter()
+            .map(|grant| {
+                let task = DumpTask {
+                    task_id: grant.id,
+                    requestor_ip: grant.requester.map(|ip| ip.to_string()).unwrap_or_default(),
+                    compiler_digest: grant.environment.clone().unwrap_or_default(),
+                    started_at: format_time(now.checked_sub(grant.age).unwrap_or(UNIX_EPOCH)),
+                    expires_at: format_time(now + grant.lease_left),
+                    prefetched_task: grant.prefetch,
+                    servant_location: grant.servant.to_string(),
+                    zombie: grant.zombie,
+                };
+                (grant.id.to_string(), task)
+            })
+            .collect();
+        let totals = &snapshot.totals;
+        TaskDispatcherDump {
+            servants,
+            tasks,
+            servants_up: totals.servants_up as u64,
+            running_tasks: totals.running,
+            capacity: totals.capacity,
+            capacity_available: totals.capacity_available,
+            capacity_unavailable: totals.capacity_unavailable,
+        }
+    }
+}
+
+/// The protobuf enum name the original printed; a code the proto does not
+/// know is shown as its number.
+fn reason_name(reason: Option<NotAcceptingReason>) -> String {
+    let code = reason.map_or(0, |reason| reason.code());
+    i32::try_from(code)
+        .ok()
+        .and_then(|code| pb::NotAcceptingTaskReason::try_from(code).ok())
+        .map_or_else(
+            || format!("NOT_ACCEPTING_TASK_REASON_{code}"),
+            |known| known.as_str_name().to_owned(),
+        )
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in UTC, the original's format.
+fn format_time(at: SystemTime) -> String {
+    let seconds = at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let (days, of_day) = (seconds / 86_400, seconds % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60
+    )
+}
+
+/// The Gregorian date `days` after 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// The original scheduler's inspection dump (same path, same fields).
+#[utoipa::path(get, path = "/inspect/vars/yadcc/task_dispatcher", tag = "inspection",
+    responses((status = 200, description = "The dump", body = TaskDispatcherDump),
+              (status = 401, description = "Basic auth required (--inspect_credential)"),
+              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
+async fn task_dispatcher(State(dashboard): State<Arc<Dashboard>>) -> Json<TaskDispatcherDump> {
+    Json(dashboard.task_dispatcher_dump())
+}
+
+/// The exposed variables under `yadcc`, as the framework nests them.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct YadccVars {
+    pub task_dispatcher: TaskDispatcherDump,
+}
+
+/// Every exposed variable, as the framework nests them.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct InspectVars {
+    pub yadcc: YadccVars,
+}
+
+/// All exposed variables (only the dump, here).
+#[utoipa::path(get, path = "/inspect/vars", tag = "inspection",
+    responses((status = 200, description = "Every exposed variable", body = InspectVars),
+              (status = 401, description = "Basic auth required (--inspect_credential)"),
+              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
+async fn inspect_vars(State(dashboard): State<Arc<Dashboard>>) -> Json<InspectVars> {
+    Json(InspectVars {
+        yadcc: YadccVars {
+            task_dispatcher: dashboard.task_dispatcher_dump(),
+        },
+    })
+}
+
+/// The exposed variables under `yadcc`.
+#[utoipa::path(get, path = "/inspect/vars/yadcc", tag = "inspection",
+    responses((status = 200, description = "The variables under yadcc", body = YadccVars),
+              (status = 401, description = "Basic auth required (--inspect_credential)"),
+              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
+async fn inspect_vars_yadcc(State(dashboard): State<Arc<Dashboard>>) -> Json<YadccVars> {
+    Json(YadccVars {
+        task_dispatcher: dashboard.task_dispatcher_dump(),
+    })
+}
+
+/// Behind the same access check as the real pages, so a closed scheduler
+/// does not tell which inspection pages exist.
+async fn no_such_inspection_page(request: Request) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!(
+            "no inspection page at {}; the scheduler's dump is at {TASK_DISPATCHER_PATH}\n",
+            request.uri().path()
+        ),
+    )
+        .into_response()
+}
+
 /// Cluster overview: totals, servants, grants, running tasks, environments.
 #[utoipa::path(get, path = "/api/v1/overview", tag = "dashboard",
     responses((status = 200, description = "The cluster now", body = Overview),
-              (status = 401, description = "Basic auth required (--inspect_credential)")))]
+              (status = 401, description = "Basic auth required (--inspect_credential)"),
+              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
 async fn overview(State(dashboard): State<Arc<Dashboard>>) -> Response {
     (
         [(
@@ -503,7 +803,8 @@ async fn overview(State(dashboard): State<Arc<Dashboard>>) -> Response {
 /// One sample per second for the last hour.
 #[utoipa::path(get, path = "/api/v1/history", tag = "dashboard",
     responses((status = 200, description = "History, oldest first", body = HistoryView),
-              (status = 401, description = "Basic auth required (--inspect_credential)")))]
+              (status = 401, description = "Basic auth required (--inspect_credential)"),
+              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
 async fn history(State(dashboard): State<Arc<Dashboard>>) -> Json<HistoryView> {
     Json(dashboard.history())
 }
@@ -511,8 +812,13 @@ async fn history(State(dashboard): State<Arc<Dashboard>>) -> Json<HistoryView> {
 /// The dashboard's part of the OpenAPI document.
 #[derive(utoipa::OpenApi)]
 #[openapi(
-    paths(overview, history),
+    paths(overview, history, inspect_vars, inspect_vars_yadcc, task_dispatcher),
     components(schemas(
+        InspectVars,
+        YadccVars,
+        TaskDispatcherDump,
+        DumpServant,
+        DumpTask,
         Overview,
         RequesterRow,
         TotalsView,
@@ -523,7 +829,11 @@ async fn history(State(dashboard): State<Arc<Dashboard>>) -> Json<HistoryView> {
         EnvironmentRow,
         HistoryView,
         HistorySample
-    ))
+    )),
+    tags(
+        (name = "dashboard", description = "The dashboard's JSON. Closed unless --inspect_credential (basic auth) or --debugging_no_inspect_auth is given."),
+        (name = "inspection", description = "The original scheduler's inspection dump, same path and fields. Closed like the dashboard."),
+    )
 )]
 pub struct DashboardApi;
 
@@ -542,7 +852,23 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
-/// `/`, its assets and `/api/v1/*`, behind basic auth when a credential is set.
+/// The dashboard's `Content-Security-Policy`: its own scripts, styles and
+/// JSON only, never framed. The page has no inline script or style attribute
+/// (the browser test runs it under this policy).
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
+     style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; \
+     form-action 'none'; frame-ancestors 'none'";
+
+/// Headers on every answer of the dashboard and the inspection API, refusals
+/// included.
+pub const SECURITY_HEADERS: [(&str, &str); 4] = [
+    ("content-security-policy", CONTENT_SECURITY_POLICY),
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "DENY"),
+    ("referrer-policy", "no-referrer"),
+];
+
+/// `/`, its assets, `/api/v1/*` and `/inspect/*`, behind [`InspectAccess`].
 pub fn router<S>(dashboard: Arc<Dashboard>) -> Router<S> {
     Router::new()
         .route(
@@ -559,42 +885,125 @@ pub fn router<S>(dashboard: Arc<Dashboard>) -> Router<S> {
         )
         .route("/api/v1/overview", get(overview))
         .route("/api/v1/history", get(history))
+        .route(INSPECT_VARS, get(inspect_vars))
+        .route(&format!("{INSPECT_VARS}/yadcc"), get(inspect_vars_yadcc))
+        .route(TASK_DISPATCHER_PATH, get(task_dispatcher))
+        .route("/inspect", get(no_such_inspection_page))
+        .route("/inspect/{*rest}", get(no_such_inspection_page))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&dashboard),
-            require_credential,
+            require_access,
         ))
+        .layer(middleware::from_fn(security_headers))
         .with_state(dashboard)
 }
 
-async fn require_credential(
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in SECURITY_HEADERS {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+/// Why a request was refused, in words that name the flag to pass.
+const CLOSED_MESSAGE: &str = "inspection pages are closed: start the scheduler with \
+     --inspect_credential=USER:PASSWORD (HTTP basic auth) or, on a trusted network, \
+     --debugging_no_inspect_auth\n";
+const CREDENTIAL_MESSAGE: &str =
+    "credentials required: HTTP basic auth with the USER:PASSWORD given to --inspect_credential\n";
+
+async fn require_access(
     State(dashboard): State<Arc<Dashboard>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let Some(expected) = &dashboard.credential else {
-        return next.run(request).await;
+    let expected = match &dashboard.access {
+        Access::Open => return next.run(request).await,
+        Access::Closed => {
+            return (
+                StatusCode::FORBIDDEN,
+                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+                CLOSED_MESSAGE,
+            )
+                .into_response();
+        }
+        Access::Credential(expected) => expected,
     };
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Basic "))
-        .and_then(|encoded| {
-            base64::engine::general_purpose::STANDARD
-                .decode(encoded.trim())
-                .ok()
-        })
-        .and_then(|decoded| String::from_utf8(decoded).ok());
+        .and_then(basic_credentials);
     if presented.is_some_and(|presented| expected.accepts(&tokens::digest(&presented))) {
         return next.run(request).await;
     }
     (
         StatusCode::UNAUTHORIZED,
-        [(
-            header::WWW_AUTHENTICATE,
-            "Basic realm=\"yadcc scheduler\", charset=\"UTF-8\"",
-        )],
-        "credentials required\n",
+        [
+            (
+                header::WWW_AUTHENTICATE,
+                "Basic realm=\"yadcc scheduler\", charset=\"UTF-8\"",
+            ),
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+        ],
+        CREDENTIAL_MESSAGE,
     )
         .into_response()
+}
+
+/// `user:password` from an `Authorization` value. The scheme name is
+/// case-insensitive (RFC 9110), so `basic` and `BASIC` work too.
+fn basic_credentials(value: &str) -> Option<String> {
+    let (scheme, encoded) = value.trim_start().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    String::from_utf8(decoded).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_print_as_the_original_printed_them() {
+        assert_eq!(format_time(UNIX_EPOCH), "1970-01-01 00:00:00");
+        // 2024-02-29 (leap day) 13:05:09 UTC.
+        let leap_day = UNIX_EPOCH + Duration::from_secs(1_709_211_909);
+        assert_eq!(format_time(leap_day), "2024-02-29 13:05:09");
+        let new_year = UNIX_EPOCH + Duration::from_secs(1_767_225_599);
+        assert_eq!(format_time(new_year), "2025-12-31 23:59:59");
+    }
+
+    #[test]
+    fn the_basic_scheme_is_matched_without_regard_to_case() {
+        let encoded = base64::engine::general_purpose::STANDARD.encode("ops:pw");
+        for scheme in ["Basic", "basic", "BASIC", "bAsIc"] {
+            assert_eq!(
+                basic_credentials(&format!("{scheme} {encoded}")).as_deref(),
+                Some("ops:pw"),
+                "{scheme}"
+            );
+        }
+        assert_eq!(basic_credentials(&format!("Bearer {encoded}")), None);
+        assert_eq!(basic_credentials("Basic !!!"), None);
+    }
+
+    #[test]
+    fn unknown_reasons_keep_their_number() {
+        assert_eq!(
+            reason_name(Some(NotAcceptingReason::BehindNat)),
+            "NOT_ACCEPTING_TASK_REASON_BEHIND_NAT"
+        );
+        assert_eq!(reason_name(None), "NOT_ACCEPTING_TASK_REASON_UNKNOWN");
+        assert_eq!(
+            reason_name(Some(NotAcceptingReason::Other(4242))),
+            "NOT_ACCEPTING_TASK_REASON_4242"
+        );
+    }
 }

@@ -3,12 +3,12 @@
 
 use std::{net::SocketAddr, process::ExitCode};
 
-use clap::Parser;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 use yadcc_scheduler::{
     AppState, app,
     config::{Cli, Settings},
+    dashboard::InspectAccess,
     engine::{self, Scheduler},
     limits, net, sim,
 };
@@ -21,7 +21,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (cli, flag_warnings) =
+        Cli::parse_gflags(std::env::args_os()).unwrap_or_else(|error| error.exit());
     // The demo's simulated cluster makes ~50 calls a second: keep its access
     // log out of the way unless RUST_LOG asks for it.
     let default_filter = if cli.demo {
@@ -37,6 +38,9 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    for warning in flag_warnings {
+        tracing::warn!("{warning}");
+    }
     let settings = match cli.settings() {
         Ok(settings) => settings,
         Err(message) => {
@@ -131,10 +135,25 @@ fn warn_about_open_doors(settings: &Settings) {
             );
         }
     }
-    if settings.http.inspect_credential.is_none() {
-        tracing::info!(
-            "dashboard and inspection API are open (no --inspect_credential); they never show tokens"
-        );
+    match &settings.http.inspect {
+        InspectAccess::Closed => tracing::info!(
+            "dashboard, /api/v1 and /inspect are closed: pass --inspect_credential=USER:PASSWORD \
+             (basic auth) or --debugging_no_inspect_auth to open them"
+        ),
+        InspectAccess::Credential(_) => tracing::info!(
+            "dashboard, /api/v1 and /inspect ask for the --inspect_credential (basic auth)"
+        ),
+        InspectAccess::Open if settings.demo && settings.listen.ip().is_loopback() => {
+            tracing::info!(
+                "demo: dashboard, /api/v1 and /inspect are open without a credential, \
+                 because the demo listens on loopback only"
+            )
+        }
+        InspectAccess::Open => tracing::warn!(
+            "--debugging_no_inspect_auth: dashboard, /api/v1 and /inspect are open to anyone \
+             who reaches {} (they never show tokens, but show grant ids and addresses)",
+            settings.listen
+        ),
     }
 }
 

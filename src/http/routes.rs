@@ -46,8 +46,8 @@ pub struct HttpSettings {
     pub max_body_bytes: usize,
     /// Peers whose `X-Forwarded-For` is believed. Empty: the socket address is the caller.
     pub trusted_proxies: Vec<IpAddr>,
-    /// `user:password` guarding the dashboard and inspection API; None: open.
-    pub inspect_credential: Option<crate::engine::Redacted<String>>,
+    /// Who may read the dashboard, `/api/v1/*` and `/inspect/*` (default: nobody).
+    pub inspect: dashboard::InspectAccess,
     /// Timeouts, connection caps and the budget for buffered bodies.
     pub edge: EdgeSettings,
     /// Origins whose browser pages may call the RPCs (CORS); `*` for any.
@@ -60,7 +60,7 @@ impl Default for HttpSettings {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             trusted_proxies: Vec::new(),
-            inspect_credential: None,
+            inspect: dashboard::InspectAccess::Closed,
             edge: EdgeSettings::default(),
             cors_allowed_origins: Vec::new(),
         }
@@ -134,7 +134,7 @@ impl AppState {
             metrics: Metrics::new(engine.clone()),
             dashboard: Dashboard::start(
                 engine.clone(),
-                settings.inspect_credential.clone().map(|c| c.0),
+                settings.inspect.clone(),
                 Arc::clone(&peer_protocols),
             ),
             peer_protocols,

@@ -73,7 +73,7 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
         eprintln!("SKIPPED: no chromium on PATH; scripts/test.sh installs it");
         return;
     };
-    let server = Server::start().await;
+    let server = Server::start_inspectable().await;
     heartbeat_from(&server, "127.0.0.2", "127.0.0.2:8335", 8).await;
     heartbeat_from(&server, "127.0.0.3", "127.0.0.3:8335", 4).await;
     heartbeat_from(&server, "127.0.0.4", "192.168.77.5:8335", 4).await;

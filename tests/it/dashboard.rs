@@ -1,8 +1,14 @@
-//! The inspection API over a real socket, and its optional basic auth.
+//! The inspection API over a real socket: the dashboard's JSON, the
+//! original's dump, the original's posture (closed unless a flag opens it)
+//! and the security headers.
 
 use base64::Engine as _;
 use serde_json::Value;
-use yadcc_scheduler::{http::routes::HttpSettings, pb};
+use yadcc_scheduler::{
+    dashboard::{InspectAccess, SECURITY_HEADERS},
+    http::routes::HttpSettings,
+    pb,
+};
 
 use crate::support::*;
 
@@ -18,7 +24,7 @@ async fn get_json(server: &Server, path: &str) -> Value {
 
 #[tokio::test]
 async fn overview_shows_servants_grants_environments_and_totals() {
-    let server = Server::start().await;
+    let server = Server::start_inspectable().await;
     register_servant(&server, 8335, 4).await;
     let granted = acquire(&server, 1, 1).await;
     assert_eq!(granted.grants.len(), 2);
@@ -75,7 +81,7 @@ async fn overview_shows_servants_grants_environments_and_totals() {
 
 #[tokio::test]
 async fn history_is_sampled_every_second() {
-    let server = Server::start().await;
+    let server = Server::start_inspectable().await;
     register_servant(&server, 8335, 4).await;
     let mut samples = Vec::new();
     let deadline = tokio::time::Instant::now() + STEP;
@@ -98,14 +104,20 @@ async fn a_credential_guards_the_dashboard_but_not_the_rpcs() {
     let server = Server::start_with(
         engine_config(),
         HttpSettings {
-            inspect_credential: Some("ops:s3cret".into()),
+            inspect: InspectAccess::Credential("ops:s3cret".into()),
             ..HttpSettings::default()
         },
         "127.0.0.1:0",
     )
     .await;
     let client = http_client();
-    for path in ["/", "/app.js", "/api/v1/overview", "/api/v1/history"] {
+    for path in [
+        "/",
+        "/app.js",
+        "/api/v1/overview",
+        "/api/v1/history",
+        "/inspect/vars/yadcc/task_dispatcher",
+    ] {
         let anonymous = client.get(server.url(path)).send().await.expect("send");
         assert_eq!(anonymous.status().as_u16(), 401, "{path}");
         assert!(
@@ -121,19 +133,22 @@ async fn a_credential_guards_the_dashboard_but_not_the_rpcs() {
             .await
             .expect("send");
         assert_eq!(wrong.status().as_u16(), 401, "{path}");
-        let right = client
-            .get(server.url(path))
-            .header(
-                "authorization",
-                format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode("ops:s3cret")
-                ),
-            )
-            .send()
-            .await
-            .expect("send");
-        assert_eq!(right.status().as_u16(), 200, "{path}");
+        // The scheme name is case-insensitive: some clients send `basic`.
+        for scheme in ["Basic", "basic", "BASIC"] {
+            let right = client
+                .get(server.url(path))
+                .header(
+                    "authorization",
+                    format!(
+                        "{scheme} {}",
+                        base64::engine::general_purpose::STANDARD.encode("ops:s3cret")
+                    ),
+                )
+                .send()
+                .await
+                .expect("send");
+            assert_eq!(right.status().as_u16(), 200, "{path} with {scheme}");
+        }
     }
     let rpc = call_raw(
         server.addr,
@@ -149,7 +164,7 @@ async fn a_credential_guards_the_dashboard_but_not_the_rpcs() {
 
 #[tokio::test]
 async fn the_page_and_its_assets_are_served_from_the_binary() {
-    let server = Server::start().await;
+    let server = Server::start_inspectable().await;
     let client = http_client();
     for (path, content_type, marker) in [
         ("/", "text/html", "<html"),
@@ -167,5 +182,155 @@ async fn the_page_and_its_assets_are_served_from_the_binary() {
         );
         assert!(response.text().await.unwrap().contains(marker), "{path}");
     }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn inspection_is_closed_by_default_and_says_which_flag_opens_it() {
+    let server = Server::start().await;
+    let client = http_client();
+    for path in [
+        "/",
+        "/app.js",
+        "/api/v1/overview",
+        "/api/v1/history",
+        "/inspect/vars",
+        "/inspect/vars/yadcc/task_dispatcher",
+        "/inspect/anything",
+    ] {
+        let response = client.get(server.url(path)).send().await.expect("send");
+        assert_eq!(response.status().as_u16(), 403, "{path}");
+        let message = response.text().await.unwrap();
+        assert!(
+            message.contains("--inspect_credential"),
+            "{path}: {message}"
+        );
+        assert!(
+            message.contains("--debugging_no_inspect_auth"),
+            "{path}: {message}"
+        );
+    }
+    let rpc = call_raw(
+        server.addr,
+        "GetConfig",
+        &pb::GetConfigRequest {
+            token: USER_TOKEN.into(),
+        },
+    )
+    .await;
+    assert_eq!(rpc.status, 200, "RPCs are not inspection pages");
+    let metrics = client.get(server.url("/healthz")).send().await.unwrap();
+    assert_eq!(metrics.status().as_u16(), 200);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn every_dashboard_and_inspection_answer_carries_the_security_headers() {
+    let open = Server::start_inspectable().await;
+    let closed = Server::start().await;
+    let client = http_client();
+    for (server, path) in [
+        (&open, "/"),
+        (&open, "/app.js"),
+        (&open, "/api/v1/overview"),
+        (&open, "/inspect/vars/yadcc/task_dispatcher"),
+        (&open, "/inspect/nothing-here"),
+        (&closed, "/"),
+        (&closed, "/api/v1/overview"),
+    ] {
+        let response = client.get(server.url(path)).send().await.expect("send");
+        for (name, value) in SECURITY_HEADERS {
+            assert_eq!(
+                response.headers().get(name).and_then(|v| v.to_str().ok()),
+                Some(value),
+                "{path}: {name}"
+            );
+        }
+    }
+    let csp = SECURITY_HEADERS[0].1;
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert!(
+        !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"),
+        "{csp}"
+    );
+    open.stop().await;
+    closed.stop().await;
+}
+
+#[tokio::test]
+async fn the_originals_dump_has_its_shape_and_field_names() {
+    let server = Server::start_inspectable().await;
+    heartbeat_from(&server, "127.0.0.2", "127.0.0.2:8335", 4).await;
+    // Behind NAT: observed 127.0.0.3, reported a private address.
+    heartbeat_from(&server, "127.0.0.3", "192.168.7.9:8335", 4).await;
+    let granted = acquire(&server, 1, 1).await;
+    assert_eq!(granted.grants.len(), 2);
+
+    let dump = get_json(&server, "/inspect/vars/yadcc/task_dispatcher").await;
+    assert_eq!(dump["servants_up"], 2);
+    assert_eq!(dump["running_tasks"], 2);
+    assert_eq!(dump["capacity"], 4, "the NAT servant offers nothing");
+    assert_eq!(dump["capacity_available"], 2);
+    assert!(dump["capacity_unavailable"].is_u64());
+
+    let servants = dump["servants"].as_array().expect("servants array");
+    assert_eq!(servants.len(), 2);
+    let direct = &servants[0];
+    assert_eq!(direct["location"], "127.0.0.2:8335");
+    assert!(direct.get("observed_location").is_none());
+    assert_eq!(direct["max_tasks"], 4);
+    assert!(direct.get("not_accepting_task_reason").is_none());
+    assert_eq!(direct["priority"], "SERVANT_PRIORITY_USER");
+    assert_eq!(direct["environments"], serde_json::json!([DIGEST]));
+    assert_eq!(direct["running_tasks"], 2);
+    assert_eq!(direct["ever_assigned_tasks"], 2);
+    for field in [
+        "version",
+        "num_processors",
+        "current_load",
+        "capacity_available",
+        "total_memory_mb",
+        "memory_available_mb",
+    ] {
+        assert!(direct[field].is_u64(), "{field}: {direct}");
+    }
+    for field in ["discovered_at", "expires_at"] {
+        let time = direct[field].as_str().expect("times are strings");
+        assert_eq!(time.len(), "2024-01-01 00:00:00".len(), "{field}: {time}");
+        assert_eq!(&time[4..5], "-");
+        assert_eq!(&time[10..11], " ");
+    }
+    let nat = &servants[1];
+    assert!(nat.get("location").is_none());
+    assert_eq!(nat["observed_location"], "127.0.0.3:8335");
+    assert_eq!(nat["reported_location"], "192.168.7.9:8335");
+    assert!(nat.get("max_tasks").is_none());
+    assert_eq!(
+        nat["not_accepting_task_reason"],
+        "NOT_ACCEPTING_TASK_REASON_BEHIND_NAT"
+    );
+
+    let tasks = dump["tasks"].as_object().expect("tasks keyed by grant id");
+    assert_eq!(tasks.len(), 2);
+    for grant in &granted.grants {
+        let task = &tasks[&grant.task_grant_id.to_string()];
+        assert_eq!(task["task_id"].as_u64(), Some(grant.task_grant_id));
+        assert_eq!(task["requestor_ip"], "127.0.0.1");
+        assert_eq!(task["compiler_digest"], DIGEST);
+        assert_eq!(task["servant_location"], "127.0.0.2:8335");
+        assert_eq!(task["zombie"], false);
+        assert!(task["started_at"].is_string() && task["expires_at"].is_string());
+    }
+    assert_eq!(
+        tasks
+            .values()
+            .filter(|task| task["prefetched_task"] == true)
+            .count(),
+        1
+    );
+    // The framework nests exposed variables by path.
+    let vars = get_json(&server, "/inspect/vars").await;
+    assert_eq!(vars["yadcc"]["task_dispatcher"]["servants_up"], 2);
+    assert!(!dump.to_string().contains(USER_TOKEN));
     server.stop().await;
 }

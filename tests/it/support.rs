@@ -36,6 +36,14 @@ pub fn engine_config() -> engine::Config {
     }
 }
 
+/// Settings of a scheduler started with `--debugging_no_inspect_auth`.
+pub fn open_inspection() -> HttpSettings {
+    HttpSettings {
+        inspect: yadcc_scheduler::dashboard::InspectAccess::Open,
+        ..HttpSettings::default()
+    }
+}
+
 pub struct Server {
     pub addr: SocketAddr,
     pub engine: Scheduler,
@@ -46,6 +54,12 @@ pub struct Server {
 impl Server {
     pub async fn start() -> Server {
         Server::start_with(engine_config(), HttpSettings::default(), "127.0.0.1:0").await
+    }
+
+    /// A server whose dashboard and inspection pages are open
+    /// (`--debugging_no_inspect_auth`).
+    pub async fn start_inspectable() -> Server {
+        Server::start_with(engine_config(), open_inspection(), "127.0.0.1:0").await
     }
 
     pub async fn start_with(config: engine::Config, settings: HttpSettings, bind: &str) -> Server {

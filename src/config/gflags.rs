@@ -1,0 +1,430 @@
+//! The original scheduler's command lines, as operators wrote them for gflags,
+//! rewritten into what clap parses. One pass over argv, before clap:
+//!
+//! - `--flagfile=FILE` (or `--flagfile FILE`) is replaced by the flags in
+//!   FILE: one per line, leading whitespace skipped, `#` starts a comment line,
+//!   the rest of the line taken literally (gflags does not trim the end either).
+//! - `-name`, `-name=value`, `-name value` are `--name...` (single-character
+//!   names such as `-h` stay clap's short flags).
+//! - Booleans: `--flag`, `--noflag`, `--flag=true|false` (also `1/0`, `yes/no`,
+//!   `t/f`, `y/n`); the last occurrence wins, as in gflags.
+//! - Flags of the original's logging library (glog) and RPC framework
+//!   (`--flare_*`) are dropped with a warning: they have no effect here.
+//!
+//! Everything else passes through unchanged, so clap still rejects a typo.
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    ffi::OsString,
+    path::Path,
+};
+
+use clap::{ArgAction, Command};
+
+/// Flag files read per command line, nested ones included: a file that
+/// includes itself is an error, not a hang.
+pub const MAX_FLAGFILES: usize = 64;
+/// Largest flag file read.
+pub const MAX_FLAGFILE_BYTES: u64 = 1 << 20;
+
+/// glog's flags that take no value (`--logtostderr`, `--nologtostderr`).
+const GLOG_BOOLEANS: &[&str] = &[
+    "logtostderr",
+    "logtostdout",
+    "alsologtostderr",
+    "colorlogtostderr",
+    "colorlogtostdout",
+    "drop_log_memory",
+    "log_prefix",
+    "log_year_in_prefix",
+    "log_utc_time",
+    "log_file_header",
+    "timestamp_in_logfile_name",
+    "stop_logging_if_full_disk",
+    "symbolize_stacktrace",
+];
+
+/// glog's flags that take a value (`--v=2`, `--log_dir /var/log`).
+const GLOG_VALUED: &[&str] = &[
+    "v",
+    "vmodule",
+    "log_dir",
+    "log_link",
+    "logfile_mode",
+    "max_log_size",
+    "minloglevel",
+    "stderrthreshold",
+    "logbuflevel",
+    "logbufsecs",
+    "logcleansecs",
+    "logemaillevel",
+    "logmailer",
+    "alsologtoemail",
+    "log_backtrace_at",
+    // gflags' own: names flags that may be undefined, which all of these are.
+    "undefok",
+];
+
+/// argv rewritten for clap, and what the operator should be told once logging
+/// is up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Normalised {
+    /// Program name first, as clap expects.
+    pub args: Vec<OsString>,
+    /// One line per flag that was accepted but has no effect.
+    pub warnings: Vec<String>,
+}
+
+/// The flags `command` defines: every long name and alias, and whether it is a
+/// switch (takes no value).
+struct KnownFlags {
+    switches: BTreeMap<String, String>,
+    valued: Vec<String>,
+}
+
+impl KnownFlags {
+    fn of(command: &Command) -> Self {
+        let mut switches = BTreeMap::new();
+        let mut valued = Vec::new();
+        for arg in command.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let names = std::iter::once(long).chain(arg.get_all_aliases().unwrap_or_default());
+            let switch = matches!(arg.get_action(), ArgAction::SetTrue);
+            for name in names {
+                if switch {
+                    switches.insert(name.to_owned(), long.to_owned());
+                } else {
+                    valued.push(name.to_owned());
+                }
+            }
+        }
+        KnownFlags { switches, valued }
+    }
+}
+
+/// Rewrites `args` (program name first) for `command`. Errors name the flag or
+/// file at fault.
+pub fn normalise(
+    command: &Command,
+    args: impl IntoIterator<Item = OsString>,
+) -> Result<Normalised, String> {
+    let known = KnownFlags::of(command);
+    let mut queue: VecDeque<OsString> = args.into_iter().collect();
+    let mut out: Vec<OsString> = queue.pop_front().into_iter().collect();
+    let mut warnings = Vec::new();
+    // Canonical switch name -> its last value.
+    let mut switches: BTreeMap<String, bool> = BTreeMap::new();
+    let mut flagfiles_read = 0;
+
+    while let Some(arg) = queue.pop_front() {
+        let Some(text) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if text == "--" {
+            out.push(arg);
+            out.extend(queue.drain(..));
+            break;
+        }
+        let Some(body) = flag_body(text) else {
+            out.push(arg);
+            continue;
+        };
+        let (name, value) = match body.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (body, None),
+        };
+
+        if name == "flagfile" {
+            let path = match value {
+                Some(path) => path.to_owned(),
+                None => queue
+                    .pop_front()
+                    .and_then(|next| next.into_string().ok())
+                    .ok_or("--flagfile needs a file name")?,
+            };
+            flagfiles_read += 1;
+            if flagfiles_read > MAX_FLAGFILES {
+                return Err(format!(
+                    "more than {MAX_FLAGFILES} --flagfile files (does {path} include itself?)"
+                ));
+            }
+            for (index, line) in read_flagfile(Path::new(&path))?.into_iter().enumerate() {
+                queue.insert(index, line.into());
+            }
+            continue;
+        }
+
+        if let Some(canonical) = known.switches.get(name) {
+            let on = match value {
+                None => true,
+                Some(value) => parse_bool(value)
+                    .ok_or_else(|| format!("--{name}={value}: expected true or false"))?,
+            };
+            switches.insert(canonical.clone(), on);
+            continue;
+        }
+        if let Some(canonical) = name.strip_prefix("no").and_then(|n| known.switches.get(n))
+            && value.is_none()
+        {
+            switches.insert(canonical.clone(), false);
+            continue;
+        }
+        if known.valued.iter().any(|known| known == name) {
+            out.push(format!("--{body}").into());
+            continue;
+        }
+
+        if let Some(framework) = framework_flag(name) {
+            warnings.push(format!(
+                "--{name} is a flag of the original's {framework} and has no effect here \
+                 (logs go to stderr; RUST_LOG chooses what is logged)"
+            ));
+            let takes_value = !GLOG_BOOLEANS.contains(&name)
+                && !name
+                    .strip_prefix("no")
+                    .is_some_and(|n| GLOG_BOOLEANS.contains(&n));
+            // `--flag value`: the original has no positional arguments, so a
+            // following word that is not a flag can only be this flag's value.
+            if value.is_none()
+                && takes_value
+                && queue
+                    .front()
+                    .is_some_and(|next| !next.to_string_lossy().starts_with('-'))
+            {
+                queue.pop_front();
+            }
+            continue;
+        }
+        // Unknown: clap says so, with its suggestions.
+        out.push(format!("--{body}").into());
+    }
+
+    for (name, on) in switches {
+        if on {
+            out.push(format!("--{name}").into());
+        }
+    }
+    Ok(Normalised {
+        args: out,
+        warnings,
+    })
+}
+
+/// `--name[=value]` or `-name[=value]` without the dashes; None for values,
+/// `-`, and single-character short flags (`-h`).
+fn flag_body(text: &str) -> Option<&str> {
+    if let Some(body) = text.strip_prefix("--") {
+        return (!body.is_empty()).then_some(body);
+    }
+    let body = text.strip_prefix('-')?;
+    let name = body.split('=').next().unwrap_or_default();
+    (name.len() > 1).then_some(body)
+}
+
+/// gflags' spellings of a boolean.
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "t" | "yes" | "y" | "1" => Some(true),
+        "false" | "f" | "no" | "n" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+/// Which part of the original's stack defines `name`, if it is one we accept
+/// and ignore.
+fn framework_flag(name: &str) -> Option<&'static str> {
+    if name.starts_with("flare_") || name.starts_with("noflare_") {
+        return Some("RPC framework (flare)");
+    }
+    let base = name.strip_prefix("no").unwrap_or(name);
+    (GLOG_BOOLEANS.contains(&base) || GLOG_VALUED.contains(&name))
+        .then_some("logging library (glog)")
+}
+
+/// The flags in a gflags flag file, in order.
+fn read_flagfile(path: &Path) -> Result<Vec<String>, String> {
+    let shown = path.display();
+    let size = std::fs::metadata(path)
+        .map_err(|error| format!("--flagfile={shown}: {error}"))?
+        .len();
+    if size > MAX_FLAGFILE_BYTES {
+        return Err(format!(
+            "--flagfile={shown}: {size} bytes, more than the {MAX_FLAGFILE_BYTES} a flag file may have"
+        ));
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|error| format!("--flagfile={shown}: {error}"))?;
+    parse_flagfile(&text).map_err(|error| format!("--flagfile={shown}: {error}"))
+}
+
+/// gflags' reading of a flag file's text.
+fn parse_flagfile(text: &str) -> Result<Vec<String>, String> {
+    let mut flags = Vec::new();
+    for (index, raw) in text.split('\n').enumerate() {
+        let line = raw.strip_suffix('\r').unwrap_or(raw).trim_start();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if !line.starts_with('-') {
+            // gflags reads such a line as a list of program names the
+            // following flags apply to; silently applying or dropping them
+            // would both surprise someone.
+            return Err(format!(
+                "line {}: {line:?} is not a flag; program-name sections are not supported",
+                index + 1
+            ));
+        }
+        flags.push(line.to_owned());
+    }
+    Ok(flags)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Arg, ArgAction};
+
+    fn command() -> Command {
+        Command::new("test")
+            .arg(Arg::new("port").long("port"))
+            .arg(
+                Arg::new("tokens")
+                    .long("acceptable_user_tokens")
+                    .visible_alias("acceptable-user-tokens"),
+            )
+            .arg(Arg::new("demo").long("demo").action(ArgAction::SetTrue))
+            .arg(
+                Arg::new("open")
+                    .long("debugging_no_inspect_auth")
+                    .alias("debugging-no-inspect-auth")
+                    .action(ArgAction::SetTrue),
+            )
+    }
+
+    fn run(args: &[&str]) -> Result<Normalised, String> {
+        normalise(
+            &command(),
+            std::iter::once("prog")
+                .chain(args.iter().copied())
+                .map(OsString::from),
+        )
+    }
+
+    fn args(args: &[&str]) -> Vec<String> {
+        run(args)
+            .unwrap()
+            .args
+            .into_iter()
+            .skip(1)
+            .map(|arg| arg.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn single_dash_long_flags_become_double_dash() {
+        assert_eq!(
+            args(&["-port=9000", "-acceptable_user_tokens", "a,b", "-h"]),
+            vec!["--port=9000", "--acceptable_user_tokens", "a,b", "-h"]
+        );
+    }
+
+    #[test]
+    fn booleans_take_gflags_spellings_and_the_last_one_wins() {
+        assert_eq!(args(&["--demo"]), vec!["--demo"]);
+        assert_eq!(args(&["-demo=true"]), vec!["--demo"]);
+        assert_eq!(args(&["--demo", "--nodemo"]), Vec::<String>::new());
+        assert_eq!(args(&["--demo=false"]), Vec::<String>::new());
+        assert_eq!(args(&["--nodemo", "--demo=yes"]), vec!["--demo"]);
+        assert_eq!(
+            args(&["--debugging-no-inspect-auth=1"]),
+            vec!["--debugging_no_inspect_auth"]
+        );
+        let error = run(&["--demo=maybe"]).unwrap_err();
+        assert!(error.contains("--demo=maybe"), "{error}");
+    }
+
+    #[test]
+    fn framework_flags_are_dropped_with_a_warning() {
+        let normalised = run(&[
+            "--logtostderr",
+            "--v=2",
+            "--log_dir",
+            "/var/log/yadcc",
+            "-minloglevel",
+            "1",
+            "--nologtostderr",
+            "--flare_concurrency_hint=8",
+            "--port=1",
+        ])
+        .unwrap();
+        let kept: Vec<_> = normalised.args.iter().skip(1).collect();
+        assert_eq!(kept, vec!["--port=1"]);
+        assert_eq!(normalised.warnings.len(), 6, "{:?}", normalised.warnings);
+        assert!(normalised.warnings[0].contains("--logtostderr"));
+        assert!(normalised.warnings[5].contains("flare"));
+        assert!(
+            normalised
+                .warnings
+                .iter()
+                .all(|warning| warning.contains("no effect"))
+        );
+    }
+
+    #[test]
+    fn a_glog_switch_does_not_swallow_the_next_word() {
+        // `--logtostderr` takes no value: `8336` stays for clap (which then
+        // refuses it, as the original would ignore it).
+        assert_eq!(args(&["--logtostderr", "8336"]), vec!["8336"]);
+    }
+
+    #[test]
+    fn unknown_flags_pass_through_for_clap_to_refuse() {
+        assert_eq!(args(&["-prot=1"]), vec!["--prot=1"]);
+    }
+
+    #[test]
+    fn everything_after_a_double_dash_is_left_alone() {
+        assert_eq!(args(&["--", "-demo"]), vec!["--", "-demo"]);
+    }
+
+    #[test]
+    fn flag_files_hold_one_flag_per_line_with_comments() {
+        let flags = parse_flagfile(
+            "# scheduler flags\n  --port=9000\r\n\n-acceptable_user_tokens=a, b \n#--demo\n",
+        )
+        .unwrap();
+        // Values are literal: the trailing space is part of the token list.
+        assert_eq!(flags, vec!["--port=9000", "-acceptable_user_tokens=a, b "]);
+        let error = parse_flagfile("--port=1\nyadcc-scheduler\n").unwrap_err();
+        assert!(error.contains("line 2"), "{error}");
+    }
+
+    #[test]
+    fn flag_files_expand_in_place_and_later_flags_override() {
+        let dir = std::env::temp_dir().join(format!("yadcc-flagfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let inner = dir.join("inner.flags");
+        let outer = dir.join("outer.flags");
+        std::fs::write(&inner, "--demo\n").unwrap();
+        std::fs::write(
+            &outer,
+            format!("--port=1\n--flagfile={}\n--logtostderr\n", inner.display()),
+        )
+        .unwrap();
+        let outer_flag = format!("-flagfile={}", outer.display());
+        let normalised = run(&[&outer_flag, "--port=2"]).unwrap();
+        let kept: Vec<_> = normalised.args.iter().skip(1).collect();
+        assert_eq!(kept, vec!["--port=1", "--port=2", "--demo"]);
+        assert_eq!(normalised.warnings.len(), 1);
+
+        let looping = dir.join("loop.flags");
+        std::fs::write(&looping, format!("--flagfile={}\n", looping.display())).unwrap();
+        let error = run(&[&format!("--flagfile={}", looping.display())]).unwrap_err();
+        assert!(error.contains("include itself"), "{error}");
+
+        let missing = run(&["--flagfile", "/nonexistent/yadcc.flags"]).unwrap_err();
+        assert!(missing.contains("/nonexistent/yadcc.flags"), "{missing}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
