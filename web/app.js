@@ -129,6 +129,29 @@
 
   const shortDigest = (d) => (d.length > 16 ? d.slice(0, 12) + '…' : d);
 
+  // "10.0.0.2:8335" -> "10.0.0.2", "[::1]:8335" -> "::1": the key of peerProtocols.
+  function ipOf(location) {
+    const s = str(location);
+    const v6 = /^\[([^\]]+)\]:\d+$/.exec(s);
+    if (v6) return v6[1];
+    const colon = s.lastIndexOf(':');
+    return colon > 0 && s.indexOf(':') === colon ? s.slice(0, colon) : s;
+  }
+  // The protocol a machine's daemon speaks, when the scheduler reports it.
+  const protocolOf = (ctx, ip) => (ctx.protocols && ctx.protocols.get(ip)) || '';
+  const protocolColumn = (ipOfItem) => ({
+    id: 'protocol', label: 'Protocol', cls: 'c-proto', w: 92,
+    title: 'Protocol its daemon speaks to the scheduler (as last seen)',
+    sort: (it, ctx) => protocolOf(ctx, ipOfItem(it)) || '~',
+    sig: (it, ctx) => protocolOf(ctx, ipOfItem(it)),
+    render: (c, it, ctx) => {
+      const p = protocolOf(ctx, ipOfItem(it));
+      c.textContent = p || '—';
+      c.title = p ? p : 'not reported';
+      toggleClass(c, 'muted', !p);
+    },
+  });
+
   const REASON_LABELS = {
     UNKNOWN: 'Not accepting',
     USER_INSTRUCTED: 'Disabled by its owner',
@@ -465,6 +488,7 @@
       for (const col of this.columns) {
         const c = document.createElement(col.rowHeader ? 'th' : 'td');
         if (col.rowHeader) c.scope = 'row';
+        c.dataset.col = col.id;
         const cls = (col.cls || '') + (col.numeric ? ' num' : '');
         if (cls) c.className = cls.trim();
         if (col.init) col.init(c);
@@ -619,6 +643,7 @@
           c.title = (st.detail ? st.label + ': ' + st.detail : st.label) + ' (' + c._tag.textContent + ' servant)';
         },
       },
+      protocolColumn((s) => ipOf(s.location)),
       numCol('version', 'Ver', (s) => s.version, { w: 50, title: 'Daemon version' }),
       {
         id: 'envs', label: 'Envs', numeric: true, w: 58, title: 'Compiler environments it offers',
@@ -888,8 +913,111 @@
     ],
   });
 
+  // ------------------------------------------------------- requesters
+
+  // Machines whose delegates ask for grants, as icemon lists its clients.
+  // Rates come from successive counters (`grantsTotal`, `refusedTotal`,
+  // 64-bit decimal strings), measured between two overviews.
+  const requestersTable = new Table({
+    name: 'requesters',
+    keyAttr: 'requester',
+    noun: 'machines',
+    emptyText: 'No machine holds or waits for a grant.',
+    keyOf: (r) => r.ip,
+    defaultSort: ['grantsHeld', -1],
+    haystack: (r, ctx) => str(r.ip) + ' ' + protocolOf(ctx, str(r.ip)),
+    show: (r, mode) => {
+      switch (mode) {
+        case 'holding': return num(r.grantsHeld) > 0;
+        case 'waiting': return num(r.waiting) > 0;
+        case 'refused': return big(r.refusedTotal) !== null && big(r.refusedTotal) > 0n;
+        default: return true;
+      }
+    },
+    columns: [
+      {
+        id: 'ip', label: 'Machine', rowHeader: true, cls: 'c-loc', w: 170,
+        sort: (r) => locKey(r.ip),
+        sig: (r) => str(r.ip),
+        init: jumpInit,
+        render: (c, r) => jumpSet(c, str(r.ip), 'grants', str(r.ip), 'show the grants held by ' + str(r.ip)),
+      },
+      protocolColumn((r) => str(r.ip)),
+      numCol('grantsHeld', 'Grants held', (r) => r.grantsHeld, { w: 100, title: 'Grants it holds now' }),
+      numCol('waiting', 'Waiting', (r) => r.waiting, { w: 84, cls: 'c-warn-if', title: 'Calls it has queued for quota' }),
+      {
+        id: 'rate', label: 'Grants / s', numeric: true, w: 96, firstDir: -1,
+        title: 'Grants it received per second, between the last two updates',
+        sort: (r) => (isNum(r.rate) ? r.rate : -1),
+        text: (r) => (isNum(r.rate) ? NF2.format(r.rate) : '—'),
+      },
+      {
+        id: 'grantsTotal', label: 'Grants total', numeric: true, w: 110,
+        title: 'Grants it received since the scheduler started',
+        sort: (r) => decKey(r.grantsTotal),
+        text: (r) => fmtBig(r.grantsTotal),
+      },
+      {
+        id: 'refused', label: 'Refused renewals', numeric: true, w: 130,
+        title: 'Renewals or frees of grants it does not own, refused since start',
+        sort: (r) => decKey(r.refusedTotal),
+        sig: (r) => str(r.refusedTotal) + '|' + (isNum(r.refusedRate) ? r.refusedRate : ''),
+        render: (c, r) => {
+          const total = big(r.refusedTotal);
+          c.textContent = fmtBig(r.refusedTotal);
+          c.title = isNum(r.refusedRate) ? NF2.format(r.refusedRate) + ' per second lately' : '';
+          toggleClass(c, 'warn', total !== null && total > 0n);
+        },
+      },
+    ],
+  });
+
+  // Previous counters per machine: { grants: BigInt, refused: BigInt, atMs }.
+  const requesterCounters = new Map();
+  function perSecond(now, before, atMs, beforeMs) {
+    if (now === null || before === null || !(atMs > beforeMs) || now < before) return null;
+    return Number(now - before) / ((atMs - beforeMs) / 1000);
+  }
+  // `requesters` as the scheduler reports it; without it (an older
+  // scheduler), what the grants tell: who holds how many.
+  function requesterRows(d, grants, atMs) {
+    if (!Array.isArray(d.requesters)) {
+      const held = new Map();
+      for (const g of grants) {
+        const ip = str(g.requester);
+        if (ip) held.set(ip, (held.get(ip) || 0) + 1);
+      }
+      requestersTable.infoSuffix = ' · from grants (this scheduler reports no requester counters)';
+      return Array.from(held, ([ip, n]) => ({ ip: ip, grantsHeld: n, waiting: null, rate: null }));
+    }
+    requestersTable.infoSuffix = '';
+    const rows = [];
+    const seen = new Set();
+    for (const r of objs(d.requesters)) {
+      const ip = str(r.ip);
+      if (!ip) continue;
+      seen.add(ip);
+      const grants = big(r.grantsTotal);
+      const refused = big(r.refusedTotal);
+      const prev = requesterCounters.get(ip);
+      let rate = prev ? prev.rate : null;
+      let refusedRate = prev ? prev.refusedRate : null;
+      if (prev && atMs > prev.atMs) {
+        rate = perSecond(grants, prev.grants, atMs, prev.atMs);
+        refusedRate = perSecond(refused, prev.refused, atMs, prev.atMs);
+      }
+      // The same document twice (served from the scheduler's cache) keeps the last rate.
+      if (!prev || atMs > prev.atMs) {
+        requesterCounters.set(ip, { grants: grants, refused: refused, atMs: atMs, rate: rate, refusedRate: refusedRate });
+      }
+      rows.push(Object.assign({}, r, { ip: ip, rate: rate, refusedRate: refusedRate }));
+    }
+    for (const ip of requesterCounters.keys()) if (!seen.has(ip)) requesterCounters.delete(ip);
+    return rows;
+  }
+
   // Numbers that need attention get a warning colour.
-  for (const t of [servantsTable, grantsTable, envTable]) {
+  for (const t of [servantsTable, grantsTable, envTable, requestersTable]) {
     for (const col of t.columns) {
       if (col.cls && col.cls.includes('c-warn-if') && !col.render) {
         const get = col.text;
@@ -903,7 +1031,7 @@
     }
   }
 
-  const tables = { servants: servantsTable, grants: grantsTable, environments: envTable };
+  const tables = { servants: servantsTable, grants: grantsTable, environments: envTable, requesters: requestersTable };
 
   // -------------------------------------------------------------- tabs
 
@@ -1040,6 +1168,40 @@
     const legend = {};
     for (const k of ['capacity', 'running', 'waiters', 'grantsPerSecond']) legend[k] = document.querySelector('[data-legend="' + k + '"]');
 
+    // Time between axis labels: the smallest round step giving at most `count`.
+    const TIME_STEPS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
+    function timeStep(spanMs, count) {
+      for (const s of TIME_STEPS_S) if (spanMs / (s * 1000) <= count) return s * 1000;
+      return 3600 * 1000;
+    }
+
+    const RANGES_S = [300, 900, 3600];
+    const RANGE_NAMES = { 300: 'Last 5 minutes', 900: 'Last 15 minutes', 3600: 'Last hour' };
+    // Two samples' worth, so a single sample is a point at the right, not a division by zero.
+    const MIN_SPAN_MS = 2000;
+    let rangeS = RANGES_S.includes(ui.rangeSeconds) ? ui.rangeSeconds : 3600;
+    const heading = document.getElementById('history-title');
+    const rangeButtons = Array.from(document.querySelectorAll('#range button[data-range]'));
+    function showRange() {
+      for (const b of rangeButtons) b.setAttribute('aria-pressed', Number(b.dataset.range) === rangeS ? 'true' : 'false');
+    }
+    for (const b of rangeButtons) {
+      b.addEventListener('click', () => {
+        rangeS = Number(b.dataset.range);
+        ui.rangeSeconds = rangeS;
+        saveUi();
+        showRange();
+        draw();
+      });
+    }
+    showRange();
+    function setTitle(x0, x1) {
+      const n = samples.length;
+      const full = n && samples[0].atMs <= x1 - rangeS * 1000;
+      setText(heading, !n ? 'History' : full ? RANGE_NAMES[rangeS] : 'Since ' + fmtClock(samples[0].atMs) +
+        ' (' + fmtDuration(x1 - samples[0].atMs) + ')');
+    }
+
     function niceStep(max, count, integer) {
       if (!(max > 0)) return 1;
       const raw = max / count;
@@ -1077,7 +1239,13 @@
       const n = samples.length;
       const last = n ? samples[n - 1].atMs : Date.now();
       const x1 = last;
-      const x0 = last - 3600 * 1000;
+      // The chosen range, or less: a fresh scheduler's first minutes fill
+      // the width instead of a sliver at the right edge of an empty hour.
+      const first = n ? samples[0].atMs : last;
+      const x0 = Math.min(last - MIN_SPAN_MS, Math.max(first, last - rangeS * 1000));
+      box.dataset.rangeSeconds = String(rangeS);
+      box.dataset.spanSeconds = String(Math.round((x1 - x0) / 1000));
+      setTitle(x0, x1);
       const px = (t) => M.l + ((t - x0) / (x1 - x0)) * plotW;
 
       let topMax = 0;
@@ -1104,16 +1272,17 @@
         hline(grid, v === 0 ? 'axis' : 'gridline', M.l, width - M.r, yBot(v));
         text(grid, 'tick', M.l - 6, yBot(v) + 4, fmtTick(v), 'end');
       }
-      const tickEvery = plotW < 520 ? 20 : 10; // minutes
-      const firstTick = Math.ceil(x0 / (tickEvery * 60000)) * tickEvery * 60000;
-      for (let t = firstTick; t <= x1; t += tickEvery * 60000) {
+      const tickMs = timeStep(x1 - x0, Math.max(2, Math.floor(plotW / 90)));
+      const tickFmt = tickMs < 60000 ? CLOCK : CLOCK_HM;
+      const firstTick = Math.ceil(x0 / tickMs) * tickMs;
+      for (let t = firstTick; t <= x1; t += tickMs) {
         const x = px(t);
         const v = mk('line', 'gridline vtick', grid);
         v.setAttribute('x1', x.toFixed(1));
         v.setAttribute('x2', x.toFixed(1));
         v.setAttribute('y1', String(M.t));
         v.setAttribute('y2', String(botY0));
-        text(grid, 'tick', x, botY0 + 16, CLOCK_HM.format(new Date(t)), 'middle');
+        text(grid, 'tick', x, botY0 + 16, tickFmt.format(new Date(t)), 'middle');
       }
       panelLabels.replaceChildren();
       text(panelLabels, 'plabel', M.l + 6, M.t + 12, 'tasks');
@@ -1201,10 +1370,11 @@
       let peakRun = 0;
       let peakWait = 0;
       for (const x of samples) {
+        if (scale && x.atMs < scale.x0) continue;
         peakRun = Math.max(peakRun, x.running);
         peakWait = Math.max(peakWait, x.waiters);
       }
-      title.textContent = 'Last hour: now capacity ' + s.capacity + ', running ' + s.running + ', waiters ' +
+      title.textContent = heading.textContent + ': now capacity ' + s.capacity + ', running ' + s.running + ', waiters ' +
         s.waiters + ', ' + s.grantsPerSecond + ' grants per second; peak running ' + peakRun +
         ', peak waiters ' + peakWait + '.';
     }
@@ -1415,7 +1585,14 @@
     const envs = objs(d.environments);
     const tasksByGrant = new Map();
     for (const t of tasks) if (t.grantId !== null && t.grantId !== undefined) tasksByGrant.set(str(t.grantId), t);
-    const ctx = { now: isNum(d.generatedAtMs) ? d.generatedAtMs : Date.now(), tasksByGrant: tasksByGrant };
+    const protocols = new Map();
+    if (d.peerProtocols && typeof d.peerProtocols === 'object' && !Array.isArray(d.peerProtocols)) {
+      for (const [ip, label] of Object.entries(d.peerProtocols)) if (typeof label === 'string') protocols.set(ip, label);
+    }
+    const ctx = {
+      now: isNum(d.generatedAtMs) ? d.generatedAtMs : Date.now(), tasksByGrant: tasksByGrant, protocols: protocols,
+    };
+    const requesters = requesterRows(d, grants, ctx.now);
 
     // Tasks servants report under a grant the scheduler no longer has.
     const grantIds = new Set();
@@ -1429,6 +1606,8 @@
     servantsTable.setItems(servants, ctx);
     grantsTable.setItems(grants, ctx);
     envTable.setItems(envs, ctx);
+    requestersTable.setItems(requesters, ctx);
+    setText(countEls.requesters, NF.format(requesters.length));
     setText(countEls.servants, NF.format(servants.length));
     setText(countEls.grants, NF.format(grants.length));
     setText(countEls.environments, NF.format(envs.length));
@@ -1441,6 +1620,7 @@
     stats.totalMs += ms;
     stats.lastTables = {
       servants: servantsTable.lastRenderMs, grants: grantsTable.lastRenderMs, environments: envTable.lastRenderMs,
+      requesters: requestersTable.lastRenderMs,
     };
     mainEl.dataset.renderMs = ms.toFixed(1);
   }

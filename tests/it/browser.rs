@@ -1,5 +1,7 @@
 //! The dashboard in real headless Chromium: the DOM after its scripts ran
-//! shows the servants, grants and totals of a populated scheduler.
+//! shows the servants, grants, requesters and totals of a populated
+//! scheduler, and the history chart's range choices. The page is served with
+//! its `Content-Security-Policy`, so this also proves the page works under it.
 
 use std::{
     path::{Path, PathBuf},
@@ -63,6 +65,29 @@ fn attribute_of(dom: &str, marker: &str, attribute: &str) -> Option<String> {
     Some(tag[value_start..value_start + value_len].to_owned())
 }
 
+/// The text of the cell of column `column` in the first row whose start tag
+/// contains `row_marker`.
+fn cell_text(dom: &str, row_marker: &str, column: &str) -> Option<String> {
+    let row_start = dom.find(row_marker)?;
+    let row = &dom[row_start..row_start + dom[row_start..].find("</tr>")?];
+    let at = row.find(&format!(r#"data-col="{column}""#))?;
+    let content_start = at + row[at..].find('>')? + 1;
+    let content = &row[content_start..];
+    let end = content.find("</t")?;
+    // Drop nested tags (buttons, spans): the text is what a person reads.
+    let mut text = String::new();
+    let mut in_tag = false;
+    for ch in content[..end].chars() {
+        match ch {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            _ if !in_tag => text.push(ch),
+            _ => {}
+        }
+    }
+    Some(text)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
     let Some(binary) = chromium() else {
@@ -120,6 +145,57 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
         dom.contains(&format!(r#"data-digest="{DIGEST}""#)),
         "environment row"
     );
+    assert!(
+        dom.contains(r#"data-location="127.0.0.2:8335""#) && dom.contains(r#"data-col="protocol""#),
+        "the servants table has a Protocol column"
+    );
+
+    // The history chart: 5 min / 15 min / 1 h, and it spans the data it has
+    // (a fresh server has seconds of it), not a fixed hour.
+    for range in ["300", "900", "3600"] {
+        assert!(
+            dom.contains(&format!(r#"data-range="{range}""#)),
+            "range choice {range}"
+        );
+    }
+    assert_eq!(
+        attribute_of(&dom, r#"data-range="3600""#, "aria-pressed").as_deref(),
+        Some("true"),
+        "one hour is the default choice"
+    );
+    assert_eq!(
+        attribute_of(&dom, r#"id="chart""#, "data-range-seconds").as_deref(),
+        Some("3600")
+    );
+    let span: u64 = attribute_of(&dom, r#"id="chart""#, "data-span-seconds")
+        .and_then(|span| span.parse().ok())
+        .expect("the chart says what it spans");
+    assert!(span < 600, "a fresh server's chart spans its data: {span} s");
+
+    // Requesters, as icemon lists its clients: the machine that took the
+    // three grants, with the engine's counters.
+    let requester = r#"data-requester="127.0.0.1""#;
+    assert!(dom.contains(requester), "requester row");
+    assert_eq!(
+        cell_text(&dom, requester, "grantsHeld").as_deref(),
+        Some("3"),
+        "grants held"
+    );
+    assert_eq!(
+        cell_text(&dom, requester, "waiting").as_deref(),
+        Some("0"),
+        "waiting, from the overview's requesters"
+    );
+    assert_eq!(
+        cell_text(&dom, requester, "grantsTotal").as_deref(),
+        Some("3"),
+        "grants total, from the overview's requesters"
+    );
+    assert_eq!(
+        cell_text(&dom, requester, "refused").as_deref(),
+        Some("0")
+    );
+
     let status = attribute_of(&dom, r#"id="status""#, "class").unwrap_or_default();
     assert!(
         status.contains("live") || dom.contains(">live<"),
