@@ -45,10 +45,16 @@
 //! - [`http::reflection`]: gRPC server reflection from that descriptor set.
 //! - [`openapi`]: the OpenAPI document built from the descriptor pool, served
 //!   at `/openapi.json` with Swagger UI at `/docs`; committed in `openapi/`.
-//! - [`dashboard`]: inspection API over the engine snapshot, history ring and the
-//!   embedded static page from `web/`.
+//! - [`dashboard`]: inspection API over the engine snapshot, history ring, the
+//!   embedded static page from `web/` (servants, grants, environments,
+//!   requesters, history chart) and the original's dump at
+//!   `/inspect/vars/yadcc/task_dispatcher`; who may read them
+//!   ([`dashboard::InspectAccess`]: closed unless a flag opens them) and the
+//!   security headers on every answer.
 //! - [`metrics`]: Prometheus exposition.
-//! - [`config`]: the command line (`src/main.rs` starts and stops the server).
+//! - [`config`]: the command line (`src/main.rs` starts and stops the server);
+//!   [`config::gflags`] first rewrites the original's gflags habits
+//!   (`--flagfile`, `-name=value`, `--noflag`, glog and `--flare_*` flags).
 //! - [`sim`]: a simulated cluster of stock daemons (each machine servant and
 //!   delegate, at most two shared connections, the daemons' timeouts) speaking
 //!   `flare://`, `http+pb` or JSON from the outside: its client side of the

@@ -170,7 +170,10 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
     let span: u64 = attribute_of(&dom, r#"id="chart""#, "data-span-seconds")
         .and_then(|span| span.parse().ok())
         .expect("the chart says what it spans");
-    assert!(span < 600, "a fresh server's chart spans its data: {span} s");
+    assert!(
+        span < 600,
+        "a fresh server's chart spans its data: {span} s"
+    );
 
     // Requesters, as icemon lists its clients: the machine that took the
     // three grants, with the engine's counters.
@@ -191,10 +194,7 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
         Some("3"),
         "grants total, from the overview's requesters"
     );
-    assert_eq!(
-        cell_text(&dom, requester, "refused").as_deref(),
-        Some("0")
-    );
+    assert_eq!(cell_text(&dom, requester, "refused").as_deref(), Some("0"));
 
     let status = attribute_of(&dom, r#"id="status""#, "class").unwrap_or_default();
     assert!(
