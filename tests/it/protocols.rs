@@ -31,7 +31,8 @@ async fn metrics(server: &Server) -> String {
 
 #[tokio::test]
 async fn each_peer_shows_the_protocol_of_its_latest_call() {
-    let server = Server::start().await;
+    // The overview is an inspection page: open it as `--debugging_no_inspect_auth` does.
+    let server = Server::start_inspectable().await;
     // Connect from 127.0.0.2, the /rpc/ route from 127.0.0.3.
     let mut connect =
         RawConnection::open_from(server.addr, Some("127.0.0.2".parse().unwrap())).await;
