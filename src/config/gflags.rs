@@ -89,11 +89,11 @@ impl KnownFlags {
         for arg in command.get_arguments() {
             let Some(long) = arg.get_long() else { continue };
             let names = std::iter::once(long).chain(arg.get_all_aliases().unwrap_or_default());
-            let switch = matches!(arg.get_action(), ArgAction::SetTrue);
+            let action = arg.get_action();
             for name in names {
-                if switch {
+                if matches!(action, ArgAction::SetTrue) {
                     switches.insert(name.to_owned(), long.to_owned());
-                } else {
+                } else if action.takes_values() {
                     valued.push(name.to_owned());
                 }
             }
@@ -115,6 +115,8 @@ pub fn normalise(
     // Canonical switch name -> its last value.
     let mut switches: BTreeMap<String, bool> = BTreeMap::new();
     let mut flagfiles_read = 0;
+    // What follows `--`, kept for the very end.
+    let mut after_double_dash = Vec::new();
 
     while let Some(arg) = queue.pop_front() {
         let Some(text) = arg.to_str() else {
@@ -122,8 +124,8 @@ pub fn normalise(
             continue;
         };
         if text == "--" {
-            out.push(arg);
-            out.extend(queue.drain(..));
+            after_double_dash.push(arg);
+            after_double_dash.extend(queue.drain(..));
             break;
         }
         let Some(body) = flag_body(text) else {
@@ -171,7 +173,21 @@ pub fn normalise(
             continue;
         }
         if known.valued.iter().any(|known| known == name) {
-            out.push(format!("--{body}").into());
+            // gflags' `--name value` takes the next word whatever it looks
+            // like (a token may start with `-`); joined, clap reads it so too.
+            let next = if value.is_none() {
+                queue.pop_front()
+            } else {
+                None
+            };
+            match next {
+                Some(next) => {
+                    let mut joined = OsString::from(format!("--{name}="));
+                    joined.push(next);
+                    out.push(joined);
+                }
+                None => out.push(format!("--{body}").into()),
+            }
             continue;
         }
 
@@ -205,6 +221,7 @@ pub fn normalise(
             out.push(format!("--{name}").into());
         }
     }
+    out.extend(after_double_dash);
     Ok(Normalised {
         args: out,
         warnings,
@@ -288,6 +305,7 @@ mod tests {
     fn command() -> Command {
         Command::new("test")
             .arg(Arg::new("port").long("port"))
+            .arg(Arg::new("help").long("help").action(ArgAction::Help))
             .arg(
                 Arg::new("tokens")
                     .long("acceptable_user_tokens")
@@ -325,7 +343,12 @@ mod tests {
     fn single_dash_long_flags_become_double_dash() {
         assert_eq!(
             args(&["-port=9000", "-acceptable_user_tokens", "a,b", "-h"]),
-            vec!["--port=9000", "--acceptable_user_tokens", "a,b", "-h"]
+            vec!["--port=9000", "--acceptable_user_tokens=a,b", "-h"]
+        );
+        // gflags takes the next word as the value, even one starting with `-`.
+        assert_eq!(
+            args(&["--acceptable_user_tokens", "-secret"]),
+            vec!["--acceptable_user_tokens=-secret"]
         );
     }
 
@@ -381,11 +404,16 @@ mod tests {
     #[test]
     fn unknown_flags_pass_through_for_clap_to_refuse() {
         assert_eq!(args(&["-prot=1"]), vec!["--prot=1"]);
+        // A flag without a value does not take the next word.
+        assert_eq!(args(&["-help", "--demo"]), vec!["--help", "--demo"]);
     }
 
     #[test]
     fn everything_after_a_double_dash_is_left_alone() {
-        assert_eq!(args(&["--", "-demo"]), vec!["--", "-demo"]);
+        assert_eq!(
+            args(&["--demo", "--", "-demo"]),
+            vec!["--demo", "--", "-demo"]
+        );
     }
 
     #[test]
