@@ -191,10 +191,9 @@ pub fn normalise(
             continue;
         }
 
-        if let Some(framework) = framework_flag(name) {
+        if let Some((framework, instead)) = framework_flag(name) {
             warnings.push(format!(
-                "--{name} is a flag of the original's {framework} and has no effect here \
-                 (logs go to stderr; RUST_LOG chooses what is logged)"
+                "--{name} is a flag of the original's {framework} and has no effect here ({instead})"
             ));
             let takes_value = !GLOG_BOOLEANS.contains(&name)
                 && !name
@@ -249,14 +248,19 @@ fn parse_bool(value: &str) -> Option<bool> {
 }
 
 /// Which part of the original's stack defines `name`, if it is one we accept
-/// and ignore.
-fn framework_flag(name: &str) -> Option<&'static str> {
+/// and ignore, and what serves its purpose here.
+fn framework_flag(name: &str) -> Option<(&'static str, &'static str)> {
     if name.starts_with("flare_") || name.starts_with("noflare_") {
-        return Some("RPC framework (flare)");
+        return Some((
+            "RPC framework (flare)",
+            "see --help for this scheduler's own limits",
+        ));
     }
     let base = name.strip_prefix("no").unwrap_or(name);
-    (GLOG_BOOLEANS.contains(&base) || GLOG_VALUED.contains(&name))
-        .then_some("logging library (glog)")
+    (GLOG_BOOLEANS.contains(&base) || GLOG_VALUED.contains(&name)).then_some((
+        "logging library (glog)",
+        "logs go to stderr; RUST_LOG chooses what is logged",
+    ))
 }
 
 /// The flags in a gflags flag file, in order.
