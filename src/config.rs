@@ -336,7 +336,7 @@ impl Cli {
             return InspectAccess::Open;
         }
         if let Some(credential) = &self.inspect_credential {
-            return InspectAccess::Credential(credential.clone());
+            return InspectAccess::Credential(credential.as_str().into());
         }
         if self.demo && listen.ip().is_loopback() {
             return InspectAccess::Open;
@@ -608,7 +608,13 @@ mod tests {
             settings.engine.servant_min_memory_for_accepting_new_task,
             4 << 30
         );
-        assert!(matches!(settings.http.inspect, InspectAccess::Credential(ref c) if c == "ops:pw"));
+        assert!(
+            matches!(settings.http.inspect, InspectAccess::Credential(ref c) if c.as_str() == "ops:pw")
+        );
+        assert!(
+            !format!("{:?}", settings.http).contains("ops:pw"),
+            "the credential never reaches a log"
+        );
         assert_eq!(warnings.len(), 4, "{warnings:?}");
     }
 
@@ -671,6 +677,48 @@ mod tests {
             access(&["--demo", "--listen=0.0.0.0:8336"]),
             InspectAccess::Closed
         ));
+    }
+
+    fn user_tokens(flag: &str) -> engine::TokenSet {
+        cli(&[
+            &format!("--acceptable_user_tokens={flag}"),
+            "--acceptable_servant_tokens=s",
+        ])
+        .settings()
+        .unwrap()
+        .engine
+        .user_tokens
+    }
+
+    #[test]
+    fn token_lists_are_read_as_the_original_reads_them() {
+        // Literal entries: "a, " is `a` and a single space, nothing else.
+        let spaced = user_tokens("a, ");
+        assert!(spaced.accepts_token("a") && spaced.accepts_token(" "));
+        assert!(!spaced.accepts_token("b") && !spaced.accepts_token(""));
+        assert!(!spaced.accepts_anyone() && !spaced.accepts_empty_token());
+        // An empty entry accepts the empty token (daemons without --token), never anyone.
+        let trailing = user_tokens("a,");
+        assert!(trailing.accepts_token("") && trailing.accepts_token("a"));
+        assert!(!trailing.accepts_token("b") && !trailing.accepts_anyone());
+        assert!(trailing.accepts_empty_token(), "warned about at start");
+        assert!(user_tokens(",a").accepts_token(""));
+        // Only a flag that is empty as a whole keeps the open mode.
+        assert!(user_tokens("").accepts_anyone());
+    }
+
+    #[test]
+    fn a_flagfile_keeps_token_lists_literal() {
+        let path = std::env::temp_dir().join(format!("yadcc-tokens-{}.flags", std::process::id()));
+        std::fs::write(
+            &path,
+            "--acceptable_user_tokens=a, \n--acceptable_servant_tokens=s\n",
+        )
+        .unwrap();
+        let (cli, _) = gflags(&[&format!("--flagfile={}", path.display())]);
+        std::fs::remove_file(&path).unwrap();
+        let tokens = cli.settings().unwrap().engine.user_tokens;
+        assert!(tokens.accepts_token(" ") && !tokens.accepts_token("b"));
     }
 
     #[test]

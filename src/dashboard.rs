@@ -26,10 +26,7 @@ use serde::{Serialize, Serializer};
 use utoipa::ToSchema;
 
 use crate::{
-    engine::{
-        self, NotAcceptingReason, Scheduler, ServantPriority,
-        tokens::{self, TokenSet},
-    },
+    engine::{self, NotAcceptingReason, Redacted, Scheduler, ServantPriority, TokenSet},
     pb,
     protocol::PeerProtocols,
 };
@@ -55,27 +52,16 @@ pub struct Dashboard {
 }
 
 /// Who may read the dashboard, `/api/v1/*` and `/inspect/*`.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum InspectAccess {
     /// Nobody (the original's default): answers say which flag opens them.
     #[default]
     Closed,
     /// HTTP basic auth with this `user:password` (`--inspect_credential`).
-    Credential(String),
+    Credential(Redacted<String>),
     /// Anyone who reaches the port (`--debugging_no_inspect_auth`, or the
     /// demo on loopback).
     Open,
-}
-
-/// Never shows the credential.
-impl std::fmt::Debug for InspectAccess {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            InspectAccess::Closed => f.write_str("Closed"),
-            InspectAccess::Credential(_) => f.write_str("Credential(<redacted>)"),
-            InspectAccess::Open => f.write_str("Open"),
-        }
-    }
 }
 
 /// [`InspectAccess`] ready for checking.
@@ -108,7 +94,7 @@ impl Dashboard {
             access: match access {
                 InspectAccess::Closed => Access::Closed,
                 InspectAccess::Credential(credential) => {
-                    Access::Credential(TokenSet::new(&[credential]))
+                    Access::Credential(TokenSet::new([credential.0]))
                 }
                 InspectAccess::Open => Access::Open,
             },
@@ -936,7 +922,7 @@ async fn require_access(
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(basic_credentials);
-    if presented.is_some_and(|presented| expected.accepts(&tokens::digest(&presented))) {
+    if presented.is_some_and(|presented| expected.accepts_token(&presented)) {
         return next.run(request).await;
     }
     (

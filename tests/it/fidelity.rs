@@ -319,7 +319,8 @@ async fn after_a_restart_running_tasks_are_adopted_quietly() {
 
 #[tokio::test]
 async fn the_overview_lists_requesters() {
-    let server = Server::start().await;
+    // The overview is an inspection page: open it as `--debugging_no_inspect_auth` does.
+    let server = Server::start_inspectable().await;
     register_servant(&server, 8335, 4).await;
     acquire(&server, 2, 0).await;
     let overview: serde_json::Value = http_client()
