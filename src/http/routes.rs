@@ -179,9 +179,10 @@ pub fn app(state: AppState) -> Router {
         .merge(rpc)
         .merge(operations)
         .merge(people)
-        .merge(crate::openapi::router(
-            state.settings.inspect_credential.is_some(),
-        ))
+        .merge(crate::openapi::router(matches!(
+            state.settings.inspect,
+            dashboard::InspectAccess::Credential(_)
+        )))
         .fallback(fallback)
         .layer(AccessLogLayer)
         .with_state(state)
