@@ -29,6 +29,9 @@ async fn server() -> Server {
     Server::start_with(
         engine::Config {
             min_daemon_version: 5,
+            // As long after start: unknown ids are neither adopted nor
+            // renewed early, so the client's unknown id renews false.
+            adoption_window: std::time::Duration::ZERO,
             ..engine_config()
         },
         HttpSettings {
