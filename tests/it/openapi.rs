@@ -486,7 +486,7 @@ async fn endpoints_that_are_not_rpcs_answer_as_documented() {
             assert!(problems.is_empty(), "GET {path}: {problems:?}");
         }
         if path == openapi::SPEC_PATH {
-            // This server has no inspection credential.
+            // This server's inspection API is open: no security scheme.
             assert!(
                 body == openapi::render_for(false).as_bytes(),
                 "the served document is the one rendered for this server"
