@@ -93,8 +93,16 @@ const TAG_CONNECT: &str = "Connect";
 /// Name of the basic-auth security scheme of the inspection API.
 pub const INSPECT_SECURITY: &str = "inspectCredential";
 
-/// Path prefix of the inspection API that [`INSPECT_SECURITY`] guards.
-pub const INSPECT_API_PREFIX: &str = "/api/v1/";
+/// Path prefixes of the inspection API that [`INSPECT_SECURITY`] guards: the
+/// dashboard's JSON and the original's inspection pages.
+pub const INSPECT_API_PREFIXES: [&str; 2] = ["/api/v1/", "/inspect/"];
+
+/// Whether `path` is behind the inspection credential.
+pub fn is_inspection_path(path: &str) -> bool {
+    INSPECT_API_PREFIXES
+        .iter()
+        .any(|prefix| path.starts_with(prefix))
+}
 
 /// The document as served, rendered once per inspection posture.
 static SPEC_INSPECT_AUTH: LazyLock<String> = LazyLock::new(|| render_for(true));
@@ -209,7 +217,7 @@ pub fn document_for(inspect_auth: bool) -> Value {
             .expect("paths is an object")
             .iter_mut()
         {
-            if !path.starts_with(INSPECT_API_PREFIX) {
+            if !is_inspection_path(path) {
                 continue;
             }
             for operation in item
@@ -1557,7 +1565,7 @@ mod tests {
             for (path, item) in json["paths"].as_object().unwrap() {
                 for operation in item.as_object().unwrap().values() {
                     let security = &operation["security"];
-                    if inspect_auth && path.starts_with(INSPECT_API_PREFIX) {
+                    if inspect_auth && is_inspection_path(path) {
                         assert_eq!(security, &json!([{ INSPECT_SECURITY: [] }]), "{path}");
                         guarded += 1;
                     } else {
@@ -1565,7 +1573,8 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(guarded > 0, inspect_auth);
+            // The dashboard's two and the dump's three GET operations.
+            assert_eq!(guarded, if inspect_auth { 5 } else { 0 });
             assert_eq!(
                 json["components"]["securitySchemes"][INSPECT_SECURITY]["scheme"]
                     .as_str()
