@@ -3,9 +3,7 @@
 //! run the real binary, so its limits and memory are the process's own.
 
 use std::{
-    io::{BufRead, BufReader},
     net::{IpAddr, SocketAddr},
-    process::{Child, Command, Stdio},
     time::Duration,
 };
 
@@ -138,96 +136,6 @@ async fn half_sent_requests_are_closed_after_the_header_timeout_while_others_are
         sent_at.elapsed()
     );
     server.stop().await;
-}
-
-/// The real binary, on a port of its own, with its stderr drained.
-struct Binary {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Binary {
-    /// Starts `yadcc-scheduler` with `flags`, under `ulimit -n nofile` if given.
-    fn start(flags: &[&str], nofile: Option<u32>) -> Binary {
-        let program = env!("CARGO_BIN_EXE_yadcc-scheduler");
-        let mut args: Vec<String> = vec![
-            "--listen=127.0.0.1:0".into(),
-            format!("--acceptable_user_tokens={USER_TOKEN}"),
-            format!("--acceptable_servant_tokens={SERVANT_TOKEN}"),
-        ];
-        args.extend(flags.iter().map(|flag| (*flag).to_owned()));
-        let mut command = match nofile {
-            Some(limit) => {
-                let mut command = Command::new("sh");
-                command
-                    .arg("-c")
-                    .arg(format!(
-                        "ulimit -Sn {limit} && ulimit -Hn {limit} && exec \"$0\" \"$@\""
-                    ))
-                    .arg(program);
-                command
-            }
-            None => Command::new(program),
-        };
-        let mut child = command
-            .args(&args)
-            .env("RUST_LOG", "info,yadcc_scheduler::access=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the binary");
-        let stderr = child.stderr.take().expect("stderr");
-        let (found, address) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut found = Some(found);
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if let Some(at) = line.find("listening on http://") {
-                    let rest = &line[at + "listening on http://".len()..];
-                    let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
-                    if let Some(found) = found.take() {
-                        let _ = found.send(addr);
-                    }
-                }
-            }
-        });
-        let addr = address
-            .recv_timeout(STEP)
-            .expect("the binary says where it listens")
-            .parse()
-            .expect("socket address");
-        Binary { child, addr }
-    }
-
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("process status");
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))
-            .and_then(|value| value.split_whitespace().next())
-            .and_then(|kib| kib.parse().ok())
-            .expect("VmRSS")
-    }
-
-    fn open_files_limit(&self) -> u64 {
-        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.child.id()))
-            .expect("process limits");
-        limits
-            .lines()
-            .find(|line| line.starts_with("Max open files"))
-            .and_then(|line| line.split_whitespace().nth(3))
-            .and_then(|soft| soft.parse().ok())
-            .expect("Max open files")
-    }
-}
-
-impl Drop for Binary {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// One flare GetConfig from `local`; true when answered with status 0.

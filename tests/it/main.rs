@@ -14,6 +14,7 @@ mod long_poll;
 mod openapi;
 mod operations;
 mod protocols;
+mod restart;
 mod sim;
 mod support;
 mod wire;
