@@ -60,7 +60,8 @@
 //!   `flare://`, `http+pb` or JSON from the outside: its client side of the
 //!   wire (`sim::wire`, `sim::client`) uses [`pb`] only, never the server's
 //!   modules. Used by `--demo`, the load generator (`src/bin/loadgen.rs`),
-//!   `tests/it/daemons.rs` and `scripts/bench.sh`.
+//!   `tests/it/daemons.rs`, `tests/it/restart.rs` (SIGKILL and restart of the
+//!   real binary under load) and `scripts/bench.sh`.
 //!
 //! Tests: unit tests beside the code (the engine's in `engine/tests.rs`, with
 //! paused time), integration tests over real sockets and real Chromium in
