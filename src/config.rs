@@ -191,6 +191,7 @@ pub struct Cli {
     pub max_connections: usize,
 
     /// Open connections from one IP address at most; more are closed at once.
+    /// A --trusted_proxies address is exempt (everyone behind it shares it).
     #[arg(
         long = "max_connections_per_ip",
         visible_alias = "max-connections-per-ip",
@@ -277,7 +278,13 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{trimmed:?} is not a size like 4096, 512M or 10G"))
 }
 
-/// Parses `10s`, `500ms`, `2m`, `1h`; a bare number is seconds.
+/// The longest duration a flag accepts: deadlines are computed as
+/// `Instant::now() + timeout`, which panics past the clock's range, and no
+/// timeout here is sensibly longer.
+pub const MAX_FLAG_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// Parses `10s`, `500ms`, `2m`, `1h`; a bare number is seconds; at most
+/// [`MAX_FLAG_DURATION`].
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
     let lower = trimmed.to_ascii_lowercase();
@@ -292,13 +299,20 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     } else {
         (lower.as_str(), 1000)
     };
-    digits
+    let duration = digits
         .trim()
         .parse::<u64>()
         .ok()
         .and_then(|value| value.checked_mul(unit_ms))
         .map(Duration::from_millis)
-        .ok_or_else(|| format!("{trimmed:?} is not a duration like 10s, 500ms or 2m"))
+        .ok_or_else(|| format!("{trimmed:?} is not a duration like 10s, 500ms or 2m"))?;
+    if duration > MAX_FLAG_DURATION {
+        return Err(format!(
+            "{trimmed:?} is longer than the {}h maximum",
+            MAX_FLAG_DURATION.as_secs() / 3600
+        ));
+    }
+    Ok(duration)
 }
 
 /// Settings derived from the command line.
@@ -530,6 +544,23 @@ mod tests {
         assert!(error.contains("--idle_timeout"), "{error}");
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn durations_are_capped_at_a_day() {
+        assert_eq!(parse_duration("24h"), Ok(MAX_FLAG_DURATION));
+        assert_eq!(parse_duration("86400"), Ok(MAX_FLAG_DURATION));
+        for too_long in ["25h", "86401s", "18446744073709551615ms", "1441m"] {
+            let error = parse_duration(too_long).unwrap_err();
+            assert!(error.contains("24h maximum"), "{too_long}: {error}");
+        }
+        let error = Cli::try_parse_from([
+            "yadcc-scheduler",
+            "--header_read_timeout=18446744073709551615ms",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("24h maximum"), "{error}");
     }
 
     #[test]

@@ -43,7 +43,10 @@ pub struct EdgeSettings {
     /// Open connections from one IP address at most.
     pub max_connections_per_ip: usize,
     /// Bytes buffered at most for bodies larger than [`SMALL_BODY_BYTES`]
-    /// that are still arriving or being served.
+    /// that are still arriving. The daemons' protocols (`flare`, `http+pb`)
+    /// keep a body's share until its call is answered; the general HTTP path
+    /// (hyper) gives it back once the body is read, so bodies being served
+    /// there are bounded by the connection caps instead.
     pub max_buffered_body_bytes: usize,
     /// After a shutdown signal, how long connections may drain.
     pub shutdown_grace: Duration,

@@ -71,35 +71,59 @@ impl std::fmt::Display for Protocol {
 pub const MAX_PEERS: usize = 65_536;
 /// A peer silent this long is forgotten when room is needed.
 pub const PEER_FORGET_AFTER: Duration = Duration::from_secs(600);
+/// When full, the table is swept for forgotten peers at most this often: a
+/// sweep walks every entry under the lock, and a flood of new addresses must
+/// not pay for one per call.
+pub const PEER_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The protocol of each peer's latest call, for the dashboard.
 #[derive(Debug, Default)]
 pub struct PeerProtocols {
-    latest: Mutex<HashMap<IpAddr, (Protocol, Instant)>>,
+    table: Mutex<PeerTable>,
+}
+
+#[derive(Debug, Default)]
+struct PeerTable {
+    latest: HashMap<IpAddr, (Protocol, Instant)>,
+    /// No sweep before this; None: none yet.
+    next_sweep: Option<Instant>,
+    sweeps: u64,
 }
 
 impl PeerProtocols {
     /// Notes a call from `peer` over `protocol`.
     pub fn record(&self, peer: IpAddr, protocol: Protocol) {
-        let now = Instant::now();
-        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(entry) = latest.get_mut(&peer) {
+        self.record_at(peer, protocol, Instant::now());
+    }
+
+    fn record_at(&self, peer: IpAddr, protocol: Protocol, now: Instant) {
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let table = &mut *table;
+        if let Some(entry) = table.latest.get_mut(&peer) {
             *entry = (protocol, now);
             return;
         }
-        if latest.len() >= MAX_PEERS {
-            latest.retain(|_, (_, seen)| now.duration_since(*seen) < PEER_FORGET_AFTER);
-            if latest.len() >= MAX_PEERS {
+        if table.latest.len() >= MAX_PEERS {
+            if table.next_sweep.is_some_and(|next| now < next) {
+                return;
+            }
+            table.sweeps += 1;
+            table.next_sweep = Some(now + PEER_SWEEP_INTERVAL);
+            table
+                .latest
+                .retain(|_, (_, seen)| now.saturating_duration_since(*seen) < PEER_FORGET_AFTER);
+            if table.latest.len() >= MAX_PEERS {
                 return;
             }
         }
-        latest.insert(peer, (protocol, now));
+        table.latest.insert(peer, (protocol, now));
     }
 
     /// Peer address -> protocol label of its latest call.
     pub fn labels(&self) -> std::collections::BTreeMap<String, &'static str> {
-        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
-        latest
+        let table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        table
+            .latest
             .iter()
             .map(|(ip, (protocol, _))| (ip.to_string(), protocol.label()))
             .collect()
@@ -126,5 +150,47 @@ mod tests {
         peers.record(ip, Protocol::HttpPb);
         peers.record(ip, Protocol::Flare);
         assert_eq!(peers.labels().get("10.0.0.1"), Some(&"flare"));
+    }
+
+    #[test]
+    fn a_full_table_is_swept_at_most_once_per_interval() {
+        let peers = PeerProtocols::default();
+        let start = Instant::now();
+        let address = |n: u32| IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + n));
+        let full = u32::try_from(MAX_PEERS).unwrap();
+        for n in 0..full {
+            peers.record_at(address(n), Protocol::Flare, start);
+        }
+        let sweeps = || peers.table.lock().unwrap().sweeps;
+        assert_eq!(sweeps(), 0);
+
+        // A flood of new addresses while nobody is old enough to forget.
+        for n in full..full + 10_000 {
+            peers.record_at(address(n), Protocol::Http, start + Duration::from_secs(1));
+        }
+        assert_eq!(sweeps(), 1, "one sweep for the whole flood");
+        assert_eq!(peers.labels().len(), MAX_PEERS);
+        assert!(!peers.labels().contains_key(&address(full).to_string()));
+
+        // Known peers are still updated in place.
+        peers.record_at(address(0), Protocol::HttpPb, start + Duration::from_secs(2));
+        assert_eq!(
+            peers.labels().get(&address(0).to_string()),
+            Some(&"http+pb")
+        );
+        assert_eq!(sweeps(), 1);
+
+        // Once the old peers are forgettable and the interval has passed,
+        // the next new peer sweeps and gets in.
+        let later = start + PEER_FORGET_AFTER + Duration::from_secs(1);
+        peers.record_at(address(full + 20_000), Protocol::Flare, later);
+        assert_eq!(sweeps(), 2);
+        let labels = peers.labels();
+        assert!(labels.contains_key(&address(full + 20_000).to_string()));
+        assert!(
+            labels.contains_key(&address(0).to_string()),
+            "seen recently"
+        );
+        assert_eq!(labels.len(), 2);
     }
 }

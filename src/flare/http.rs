@@ -256,14 +256,18 @@ async fn read_request(
 ) -> Result<Request, Refused> {
     let edge = &state.settings.edge;
     let head_deadline = Instant::now() + edge.header_read_timeout;
+    let mut scan = HeadScan::default();
     let head = loop {
-        match parse_head(&reader.buf) {
-            Ok(Some(head)) => break head,
-            Ok(None) if reader.buf.len() > MAX_HEAD_BYTES => {
-                return Err(Refused::Silently("request head too large".to_owned()));
+        let oversized = reader.buf.len() > MAX_HEAD_BYTES;
+        if scan.worth_parsing(&reader.buf) || oversized {
+            match parse_head(&reader.buf) {
+                Ok(Some(head)) => break head,
+                Ok(None) if oversized => {
+                    return Err(Refused::Silently("request head too large".to_owned()));
+                }
+                Ok(None) => {}
+                Err(reason) => return Err(Refused::Silently(reason)),
             }
-            Ok(None) => {}
-            Err(reason) => return Err(Refused::Silently(reason)),
         }
         match tokio::time::timeout_at(head_deadline, reader.read_more()).await {
             Ok(Ok(0)) => return Err(Refused::Silently("closed mid-head".to_owned())),
@@ -408,6 +412,35 @@ fn write_answer(
     out.freeze()
 }
 
+/// When a request head still arriving is worth parsing again. Parsing from
+/// the start on every read would make a head trickled byte by byte cost
+/// quadratic CPU; instead it is parsed when an end of head arrives (`\n\n`
+/// or `\n\r\n`: every ending httparse accepts contains one) and whenever
+/// the buffer has doubled since the last parse, so a malformed head is still
+/// refused early. Each byte is scanned once and the parses add up to linear
+/// work.
+#[derive(Debug, Default)]
+pub struct HeadScan {
+    scanned: usize,
+    parsed_len: usize,
+}
+
+impl HeadScan {
+    pub fn worth_parsing(&mut self, buf: &[u8]) -> bool {
+        // An ending may start up to two bytes before the new ones.
+        let from = self.scanned.saturating_sub(2).min(buf.len());
+        let ended = buf[from..].windows(2).enumerate().any(|(at, pair)| {
+            pair == b"\n\n" || (pair == b"\n\r" && buf.get(from + at + 2) == Some(&b'\n'))
+        });
+        self.scanned = buf.len();
+        let worth = ended || buf.len() >= 2 * self.parsed_len;
+        if worth {
+            self.parsed_len = buf.len();
+        }
+        worth
+    }
+}
+
 /// Whether a complete request head is a daemon's `http+pb` call: a path under
 /// `/rpc/` and an `Rpc-SeqNo` header. The listener asks this of a
 /// connection's first request.
@@ -424,5 +457,55 @@ pub fn is_daemon_request(head: &[u8]) -> Option<bool> {
         ),
         Ok(httparse::Status::Partial) => None,
         Err(_) => Some(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `head` `step` bytes at a time the way the read loops do; returns
+    /// how many parses ran and the length at which the parse decided.
+    fn trickle(head: &[u8], step: usize) -> (usize, Option<usize>) {
+        let mut scan = HeadScan::default();
+        let mut parses = 0;
+        let mut end = 0;
+        while end < head.len() {
+            end = (end + step).min(head.len());
+            if scan.worth_parsing(&head[..end]) {
+                parses += 1;
+                if is_daemon_request(&head[..end]).is_some() {
+                    return (parses, Some(end));
+                }
+            }
+        }
+        (parses, None)
+    }
+
+    #[test]
+    fn a_trickled_head_is_parsed_a_logarithmic_number_of_times() {
+        let start = "POST /rpc/yadcc.scheduler.SchedulerService/Heartbeat HTTP/1.1\r\n\
+                     Rpc-SeqNo: 1\r\nX-Filler: ";
+        for ending in ["\r\n\r\n", "\n\n", "\r\n\n", "\n\r\n"] {
+            let head = format!("{start}{}{ending}", "a".repeat(12_000));
+            for step in [1, 2, 3, 7] {
+                let (parses, decided_at) = trickle(head.as_bytes(), step);
+                assert_eq!(decided_at, Some(head.len()), "{ending:?} by {step}");
+                // Byte by byte this was one parse per byte (12k here).
+                assert!(parses <= 20, "{parses} parses for {ending:?} by {step}");
+            }
+        }
+        // A bare request line is a whole head too.
+        let bare = b"GET / HTTP/1.1\r\n\r\n";
+        assert_eq!(trickle(bare, 1).1, Some(bare.len()));
+    }
+
+    #[test]
+    fn a_malformed_trickled_head_is_still_refused_early() {
+        let garbage = format!("GET / HTTP/1.1\r\nBad\0Name: x{}", "a".repeat(12_000));
+        let error_at = garbage.find('\0').unwrap() + 1;
+        let (_, decided_at) = trickle(garbage.as_bytes(), 1);
+        let decided_at = decided_at.expect("refused before the end of head");
+        assert!(decided_at < 2 * error_at, "refused at {decided_at}");
     }
 }

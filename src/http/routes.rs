@@ -91,7 +91,8 @@ impl HttpSettings {
             .unwrap_or(peer_ip)
     }
 
-    fn is_trusted(&self, ip: IpAddr) -> bool {
+    /// Whether `ip` is a reverse proxy the operator named (`--trusted_proxies`).
+    pub(crate) fn is_trusted(&self, ip: IpAddr) -> bool {
         self.trusted_proxies
             .iter()
             .any(|proxy| proxy.to_canonical() == ip)

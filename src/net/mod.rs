@@ -40,7 +40,11 @@ use tower::ServiceExt;
 
 use self::io::{Activity, Rewind};
 use crate::{
-    flare::{self, frame::MAGIC, http::MAX_HEAD_BYTES},
+    flare::{
+        self,
+        frame::MAGIC,
+        http::{HeadScan, MAX_HEAD_BYTES},
+    },
     http::routes::AppState,
     limits::EdgeSettings,
     protocol::Protocol,
@@ -159,22 +163,28 @@ fn hyper_builder(edge: &EdgeSettings) -> auto::Builder<TokioExecutor> {
 struct Admitted {
     _slot: OwnedSemaphorePermit,
     shared: Arc<Shared>,
-    ip: IpAddr,
+    /// The address counted under the per-address cap; None for a trusted proxy.
+    counted_ip: Option<IpAddr>,
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
+        let Some(ip) = self.counted_ip else {
+            return;
+        };
         let mut per_ip = self.shared.per_ip.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = per_ip.get_mut(&self.ip) {
+        if let Some(count) = per_ip.get_mut(&ip) {
             *count -= 1;
             if *count == 0 {
-                per_ip.remove(&self.ip);
+                per_ip.remove(&ip);
             }
         }
     }
 }
 
 /// A place under both caps, or None (the stream is then dropped: closed).
+/// A trusted reverse proxy carries everyone behind it, so the per-address
+/// cap does not apply to it (the global cap still does).
 fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Option<Admitted> {
     let metrics = &shared.state.metrics;
     let Ok(slot) = Arc::clone(slots).try_acquire_owned() else {
@@ -182,7 +192,9 @@ fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Opti
         return None;
     };
     let ip = peer.ip().to_canonical();
-    {
+    let counted_ip = if shared.state.settings.is_trusted(ip) {
+        None
+    } else {
         let mut per_ip = shared.per_ip.lock().unwrap_or_else(|p| p.into_inner());
         let count = per_ip.entry(ip).or_insert(0);
         if *count >= shared.edge.max_connections_per_ip {
@@ -191,11 +203,12 @@ fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Opti
             return None;
         }
         *count += 1;
-    }
+        Some(ip)
+    };
     Some(Admitted {
         _slot: slot,
         shared: Arc::clone(shared),
-        ip,
+        counted_ip,
     })
 }
 
@@ -244,9 +257,16 @@ async fn serve_connection(
 
 /// Reads until the protocol is known; None if the peer closed first.
 async fn sniff(stream: &mut TcpStream, buf: &mut BytesMut) -> Option<Sniffed> {
+    let mut scan = HeadScan::default();
     loop {
-        if let Some(sniffed) = classify(buf) {
-            return Some(sniffed);
+        // The first four bytes decide alone and cost nothing; after them only
+        // a head worth parsing again can change the answer.
+        let worth_classifying =
+            buf.len() <= 4 || buf.len() > MAX_HEAD_BYTES || scan.worth_parsing(buf);
+        if worth_classifying {
+            if let Some(sniffed) = classify(buf) {
+                return Some(sniffed);
+            }
         }
         if buf.len() > MAX_HEAD_BYTES {
             // Let hyper answer an oversized head.
@@ -328,6 +348,51 @@ async fn serve_hyper(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn trusted_proxies_are_exempt_from_the_per_address_cap() {
+        let settings = crate::http::routes::HttpSettings {
+            trusted_proxies: vec!["10.0.0.1".parse().unwrap()],
+            edge: EdgeSettings {
+                max_connections_per_ip: 2,
+                ..EdgeSettings::default()
+            },
+            ..Default::default()
+        };
+        let engine = crate::engine::Scheduler::new(crate::engine::Config::default());
+        let state = AppState::new(engine, settings);
+        let shared = Arc::new(Shared {
+            hyper: hyper_builder(&state.settings.edge),
+            router: Router::new(),
+            edge: state.settings.edge.clone(),
+            state,
+            per_ip: Mutex::default(),
+        });
+        let slots = Arc::new(Semaphore::new(8));
+        let from = |ip: &str| SocketAddr::new(ip.parse().unwrap(), 40_000);
+
+        let through_proxy: Vec<_> = (0..5)
+            .map(|_| admit(&shared, &slots, from("10.0.0.1")).expect("proxy admitted"))
+            .collect();
+        let mapped_proxy = admit(&shared, &slots, from("::ffff:10.0.0.1"));
+        assert!(mapped_proxy.is_some(), "the same proxy over IPv6-mapped");
+        let direct: Vec<_> = (0..2)
+            .map(|_| admit(&shared, &slots, from("10.0.0.9")).expect("under the cap"))
+            .collect();
+        assert!(
+            admit(&shared, &slots, from("10.0.0.9")).is_none(),
+            "an untrusted address keeps its cap"
+        );
+        assert_eq!(slots.available_permits(), 0);
+        assert!(
+            admit(&shared, &slots, from("10.0.0.1")).is_none(),
+            "the global cap still holds for a proxy"
+        );
+
+        drop((through_proxy, mapped_proxy, direct));
+        assert!(shared.per_ip.lock().unwrap().is_empty());
+        assert_eq!(slots.available_permits(), 8);
+    }
 
     #[test]
     fn first_bytes_decide_the_protocol() {
