@@ -296,6 +296,28 @@ async fn an_oversize_daemon_body_is_answered_before_the_connection_closes() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn daemon_heads_trickled_byte_by_byte_are_served() {
+    // The listener's sniffing and the daemon reader re-parse a head only
+    // when it can have ended; both must still see every head whole.
+    let server = Server::start().await;
+    let mut connection = RawConnection::open(server.addr).await;
+    let body = heartbeat(&servant_location("127.0.0.1", 8334), 2).encode_to_vec();
+    for seq_no in [5u64, 6] {
+        let request = http_pb_request("Heartbeat", seq_no, &body, &[]);
+        for byte in &request {
+            connection.send(std::slice::from_ref(byte)).await;
+        }
+        let answer = connection.read_response().await;
+        assert_eq!(answer.status, 200, "call {seq_no}");
+        assert_eq!(
+            answer.header("rpc-seqno"),
+            Some(seq_no.to_string().as_str())
+        );
+    }
+    server.stop().await;
+}
+
 async fn server_with_edge(edge: EdgeSettings) -> Server {
     Server::start_with(
         engine_config(),
