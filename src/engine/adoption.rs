@@ -5,14 +5,25 @@
 //! NAT reports under a grant id this instance never issued becomes a grant
 //! on that servant. Never adopted: an id this instance issued (it is live,
 //! or was freed or expired: `retired`), so a heartbeat sent just before a
-//! `FreeTask` cannot bring the grant back. A renewal of an id no servant has
-//! reported yet is answered `true` and remembered (`pending`), and honoured
-//! when a servant reports the id. Both memories are bounded: if `retired`
-//! fills up the window closes early (adopting less is safe, adopting a freed
-//! id is not); if `pending` fills up, further early renewals answer `false`.
+//! `FreeTask` cannot bring the grant back, nor an id freed before any servant
+//! reported it (`freed_early`). A renewal of an id no servant has reported
+//! yet is answered `true` and remembered (`pending`), and honoured when a
+//! servant reports the id. All three memories are bounded, and only ids this
+//! instance issued can close the window:
+//! - `retired` full: the window closes early (adopting less is safe,
+//!   adopting a freed id is not). Only this instance's own grants reach it,
+//!   so no caller can close the window by freeing made-up ids.
+//! - `freed_early` full: further early frees are not remembered. Anyone with
+//!   the user token can free any unknown id, so this set must not close the
+//!   window; the cost of a forgotten early free is a stale report adopting
+//!   the id until its servant's next heartbeat no longer lists it.
+//! - `pending` full, in total or for the caller's machine: further early
+//!   renewals answer `false`. The per-machine share keeps one machine from
+//!   using up the room every other delegate's renewals need.
 //! Everything is dropped when the window closes.
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 
 use tokio::time::Instant;
 
@@ -25,29 +36,36 @@ pub(crate) struct PendingRenewal {
     pub lease_until: Instant,
 }
 
+/// How much each memory of the window may hold (see the module comment).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AdoptionBounds {
+    pub max_retired: usize,
+    pub max_freed_early: usize,
+    pub max_pending: usize,
+    pub max_pending_per_machine: usize,
+}
+
 pub(crate) struct AdoptionWindow {
     until: Instant,
     open: bool,
     retired: HashSet<u64>,
+    freed_early: HashSet<u64>,
     pending: HashMap<u64, PendingRenewal>,
-    max_retired: usize,
-    max_pending: usize,
+    /// Entries of `pending` per renewing machine; no zero counts are kept.
+    pending_by_machine: HashMap<IpAddr, usize>,
+    bounds: AdoptionBounds,
 }
 
 impl AdoptionWindow {
-    pub(crate) fn new(
-        until: Instant,
-        now: Instant,
-        max_retired: usize,
-        max_pending: usize,
-    ) -> Self {
+    pub(crate) fn new(until: Instant, now: Instant, bounds: AdoptionBounds) -> Self {
         AdoptionWindow {
             until,
             open: now < until,
             retired: HashSet::new(),
+            freed_early: HashSet::new(),
             pending: HashMap::new(),
-            max_retired,
-            max_pending,
+            pending_by_machine: HashMap::new(),
+            bounds,
         }
     }
 
@@ -68,7 +86,9 @@ impl AdoptionWindow {
     fn close(&mut self) {
         self.open = false;
         self.retired = HashSet::new();
+        self.freed_early = HashSet::new();
         self.pending = HashMap::new();
+        self.pending_by_machine = HashMap::new();
     }
 
     /// An id this instance issued left the grant table: never adopt it.
@@ -76,22 +96,32 @@ impl AdoptionWindow {
         if !self.open {
             return;
         }
-        if self.retired.len() >= self.max_retired {
+        if self.retired.len() >= self.bounds.max_retired {
             self.close();
             return;
         }
         self.retired.insert(id);
-        self.pending.remove(&id);
+        self.take_pending(id);
     }
 
     /// Whether a reported unknown id may be adopted now.
     pub(crate) fn may_adopt(&mut self, id: u64, now: Instant) -> bool {
-        id != 0 && self.is_open(now) && !self.retired.contains(&id)
+        id != 0
+            && self.is_open(now)
+            && !self.retired.contains(&id)
+            && !self.freed_early.contains(&id)
     }
 
     /// The renewal remembered for `id`, taken (it becomes the grant's).
     pub(crate) fn take_pending(&mut self, id: u64) -> Option<PendingRenewal> {
-        self.pending.remove(&id)
+        let p = self.pending.remove(&id)?;
+        if let Some(count) = self.pending_by_machine.get_mut(&p.owner.ip) {
+            *count -= 1;
+            if *count == 0 {
+                self.pending_by_machine.remove(&p.owner.ip);
+            }
+        }
+        Some(p)
     }
 
     /// Rule "early renewal": a renewal of an id nobody reported yet, inside
@@ -114,17 +144,22 @@ impl AdoptionWindow {
             p.lease_until = p.lease_until.max(lease_until);
             return Ok(true);
         }
-        if self.pending.len() >= self.max_pending {
+        let machine_count = self.pending_by_machine.get(&owner.ip).copied();
+        if self.pending.len() >= self.bounds.max_pending
+            || machine_count.unwrap_or(0) >= self.bounds.max_pending_per_machine
+        {
             return Ok(false);
         }
+        *self.pending_by_machine.entry(owner.ip).or_insert(0) += 1;
         self.pending
             .insert(id, PendingRenewal { owner, lease_until });
         Ok(true)
     }
 
     /// Rule "early free": the owner (or anyone, if nobody renewed it) gave
-    /// the id back before any servant reported it: never adopt it. `Err(())`
-    /// if another owner renewed it.
+    /// the id back before any servant reported it: never adopt it, as far as
+    /// `freed_early` has room (it never closes the window, see the module
+    /// comment). `Err(())` if another owner renewed it.
     pub(crate) fn free_early(&mut self, id: u64, owner: Owner, now: Instant) -> Result<(), ()> {
         if !self.is_open(now) {
             return Ok(());
@@ -132,13 +167,16 @@ impl AdoptionWindow {
         if self.pending.get(&id).is_some_and(|p| p.owner != owner) {
             return Err(());
         }
-        self.retire(id);
+        self.take_pending(id);
+        if self.freed_early.len() < self.bounds.max_freed_early {
+            self.freed_early.insert(id);
+        }
         Ok(())
     }
 
-    /// Ids remembered (retired + pending), for tests of the bound.
+    /// Ids remembered (retired + freed early + pending), for tests of the bound.
     #[cfg(test)]
     pub(crate) fn remembered(&self) -> usize {
-        self.retired.len() + self.pending.len()
+        self.retired.len() + self.freed_early.len() + self.pending.len()
     }
 }

@@ -150,12 +150,22 @@ pub struct Limits {
     /// Requesting machines remembered for the Requesters view; beyond, idle
     /// ones are forgotten (65536).
     pub max_requesters: usize,
-    /// Ids freed or expired during the adoption window that it remembers so
-    /// as never to adopt them (1 Mi); beyond, the window closes early.
+    /// Ids this instance issued that were freed or expired during the
+    /// adoption window, remembered so as never to adopt them (1 Mi); beyond,
+    /// the window closes early. Only the engine's own grants count here.
     pub max_adoption_retired_ids: usize,
+    /// Ids nobody had reported yet that were freed during the adoption
+    /// window, remembered so as never to adopt them (1 Mi); beyond, further
+    /// such frees are not remembered (the window stays open: any user-token
+    /// holder can free made-up ids).
+    pub max_adoption_early_frees: usize,
     /// Renewals during the adoption window of ids no servant reported yet
-    /// that it remembers (65536); beyond, such renewals answer false.
+    /// that it remembers, in total (1 Mi, like `max_reported_tasks`: no more
+    /// can be reported); beyond, such renewals answer false.
     pub max_adoption_early_renewals: usize,
+    /// The same, per renewing machine (IP) (8192: far more grants than one
+    /// delegate holds), so one machine cannot use up the total.
+    pub max_adoption_early_renewals_per_machine: usize,
 }
 
 impl Default for Limits {
@@ -174,7 +184,9 @@ impl Default for Limits {
             max_waiters_per_machine: 64,
             max_requesters: 65536,
             max_adoption_retired_ids: 1 << 20,
-            max_adoption_early_renewals: 65536,
+            max_adoption_early_frees: 1 << 20,
+            max_adoption_early_renewals: 1 << 20,
+            max_adoption_early_renewals_per_machine: 8192,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Config;
-use super::adoption::AdoptionWindow;
+use super::adoption::{AdoptionBounds, AdoptionWindow};
 use super::grants::GrantTable;
 use super::placement::{Effects, Envs};
 use super::requesters::Requesters;
@@ -79,8 +79,12 @@ impl State {
             adoption: AdoptionWindow::new(
                 later(now, config.adoption_window),
                 now,
-                config.limits.max_adoption_retired_ids,
-                config.limits.max_adoption_early_renewals,
+                AdoptionBounds {
+                    max_retired: config.limits.max_adoption_retired_ids,
+                    max_freed_early: config.limits.max_adoption_early_frees,
+                    max_pending: config.limits.max_adoption_early_renewals,
+                    max_pending_per_machine: config.limits.max_adoption_early_renewals_per_machine,
+                },
             ),
             adopted_lease: config.adopted_lease,
             min_memory: config.servant_min_memory_for_accepting_new_task,

@@ -2361,6 +2361,56 @@ async fn adoption_memory_is_bounded() {
     assert_eq!(reply.expired_grant_ids, [99]);
 }
 
+#[tokio::test(start_paused = true)]
+async fn one_machine_cannot_use_up_the_room_for_early_renewals() {
+    let s = Scheduler::new(restarted());
+    let max_ids = Limits::default().max_ids_per_request;
+    let share = Limits::default().max_adoption_early_renewals_per_machine;
+    // One call with as many made-up ids as a call may carry.
+    let flood: Vec<u64> = (1_000_000..).take(max_ids).collect();
+    let answers = s
+        .keep_alive(USER, ip("10.6.6.6"), &flood, secs(30))
+        .unwrap();
+    assert_eq!(answers.iter().filter(|&&a| a).count(), share);
+    assert!(!answers[share], "past its share, that machine hears false");
+    // A real delegate's early renewal is still remembered and honoured.
+    assert_eq!(
+        s.keep_alive(USER, ip(HOME), &[42], secs(30)).unwrap(),
+        [true]
+    );
+    advance(secs(5)).await;
+    s.heartbeat(beat_with("10.0.0.1:8335", &[42])).unwrap();
+    let g = s.snapshot().grants[0].clone();
+    assert_eq!(g.id, 42);
+    assert_eq!(g.requester, Some(ip(HOME)));
+    assert_eq!(g.lease_left, secs(25), "the early renewal is honoured");
+}
+
+#[tokio::test(start_paused = true)]
+async fn freeing_made_up_ids_does_not_close_the_adoption_window() {
+    let s = Scheduler::new(restarted());
+    // A delegate frees a task of the previous instance before its servant
+    // has reported it.
+    s.free(USER, ip(HOME), &[7]).unwrap();
+    // Then someone with the user token frees more made-up ids than the
+    // window remembers.
+    let max_ids = Limits::default().max_ids_per_request as u64;
+    let calls = (Limits::default().max_adoption_retired_ids as u64).div_ceil(max_ids) + 1;
+    for call in 0..calls {
+        let flood: Vec<u64> = (0..max_ids)
+            .map(|i| 1_000_000 + call * max_ids + i)
+            .collect();
+        s.free(USER, ip("10.6.6.6"), &flood).unwrap();
+    }
+    // The window is still open: a task nobody freed is adopted, the one
+    // freed early is not.
+    let reply = s.heartbeat(beat_with("10.0.0.1:8335", &[7, 42])).unwrap();
+    assert_eq!(reply.expired_grant_ids, [7]);
+    let snap = s.snapshot();
+    assert_eq!(snap.counters.adoptions, 1);
+    assert_eq!(snap.grants[0].id, 42);
+}
+
 // ---------------------------------------------------------------- issue 10: trust
 
 #[tokio::test(start_paused = true)]
