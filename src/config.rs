@@ -12,7 +12,7 @@ use clap::{CommandFactory, Parser};
 
 use crate::{
     dashboard::InspectAccess,
-    engine,
+    engine::{self, Redacted},
     http::routes::HttpSettings,
     limits::{self, EdgeSettings},
 };
@@ -36,24 +36,29 @@ pub struct Cli {
     pub listen: Option<SocketAddr>,
 
     /// Comma-separated tokens that delegates (and unverified servants) present.
-    /// An empty entry (e.g. `--acceptable_user_tokens=`) lets anyone in.
+    /// Entries are literal (no trimming). An empty entry (`a,` or `,a`) accepts
+    /// only the empty token (daemons without `--token`), with a warning; only a
+    /// wholly empty flag (`--acceptable_user_tokens=`) lets anyone in.
     #[arg(
         long = "acceptable_user_tokens",
         visible_alias = "acceptable-user-tokens",
         env = "YADCC_ACCEPTABLE_USER_TOKENS",
         hide_env_values = true
     )]
-    pub acceptable_user_tokens: Option<String>,
+    pub acceptable_user_tokens: Option<Redacted<String>>,
 
     /// Comma-separated tokens that compile servants present. Servants with only a
-    /// user token are listed but get no task.
+    /// user token are listed but get no task. Entries are literal (no trimming).
+    /// An empty entry (`a,` or `,a`) accepts only the empty token, with a
+    /// warning; only a wholly empty flag (`--acceptable_servant_tokens=`) lets
+    /// anyone in.
     #[arg(
         long = "acceptable_servant_tokens",
         visible_alias = "acceptable-servant-tokens",
         env = "YADCC_ACCEPTABLE_SERVANT_TOKENS",
         hide_env_values = true
     )]
-    pub acceptable_servant_tokens: Option<String>,
+    pub acceptable_servant_tokens: Option<Redacted<String>>,
 
     /// Daemons older than this version are refused (STATUS_VERSION_TOO_OLD).
     #[arg(
@@ -83,7 +88,7 @@ pub struct Cli {
         env = "YADCC_SERVING_DAEMON_TOKEN_SECRET",
         hide_env_values = true
     )]
-    pub serving_daemon_token_secret: Option<String>,
+    pub serving_daemon_token_secret: Option<Redacted<String>>,
 
     /// Servants reporting less available memory than this get no new task
     /// (sizes like 512M, 10G).
@@ -105,7 +110,7 @@ pub struct Cli {
         env = "YADCC_INSPECT_CREDENTIAL",
         hide_env_values = true
     )]
-    pub inspect_credential: Option<String>,
+    pub inspect_credential: Option<Redacted<String>>,
 
     /// Open the dashboard, `/api/v1/*` and `/inspect/*` to anyone who can
     /// reach the port, without a credential (the original's flag; for
@@ -360,8 +365,11 @@ impl Cli {
 
     /// Checks the flags and turns them into settings. Errors say what to pass.
     pub fn settings(&self) -> Result<Settings, String> {
-        let demo_tokens = |given: &Option<String>, demo: &str| {
-            given.clone().or_else(|| self.demo.then(|| demo.to_owned()))
+        let demo_tokens = |given: &Option<Redacted<String>>, demo: &str| {
+            given
+                .as_ref()
+                .map(|tokens| tokens.0.clone())
+                .or_else(|| self.demo.then(|| demo.to_owned()))
         };
         let (Some(user_tokens), Some(servant_tokens)) = (
             &demo_tokens(&self.acceptable_user_tokens, crate::sim::DEMO_USER_TOKEN),
@@ -610,9 +618,10 @@ mod tests {
     fn the_originals_command_line_works_unchanged() {
         let (cli, warnings) = gflags(&[
             "-port=8337",
-            "--acceptable_user_tokens=u1,u2",
+            "--acceptable_user_tokens=user-secret-1,user-secret-2",
             "-acceptable_servant_tokens",
-            "s",
+            "servant-secret",
+            "--serving_daemon_token_secret=daemon-secret",
             "--min_daemon_version=2",
             "--serving_daemon_token_rollout_interval=600",
             "--servant_min_memory_for_accepting_new_task=4G",
@@ -627,9 +636,12 @@ mod tests {
         assert_eq!(settings.listen.port(), 8338, "the last --port wins");
         assert_eq!(
             settings.engine.user_tokens,
-            engine::TokenSet::new(["u1", "u2"])
+            engine::TokenSet::new(["user-secret-1", "user-secret-2"])
         );
-        assert_eq!(settings.engine.servant_tokens, engine::TokenSet::new(["s"]));
+        assert_eq!(
+            settings.engine.servant_tokens,
+            engine::TokenSet::new(["servant-secret"])
+        );
         assert_eq!(settings.engine.min_daemon_version, 2);
         assert_eq!(
             settings.engine.serving_daemon_token_rollout_interval,
@@ -646,6 +658,11 @@ mod tests {
             !format!("{:?}", settings.http).contains("ops:pw"),
             "the credential never reaches a log"
         );
+        let printed = format!("{cli:?}");
+        for secret in ["user-secret", "servant-secret", "daemon-secret", "ops:pw"] {
+            assert!(!printed.contains(secret), "{secret} leaks: {printed}");
+        }
+        assert!(printed.contains("<redacted>"), "{printed}");
         assert_eq!(warnings.len(), 4, "{warnings:?}");
     }
 

@@ -42,8 +42,9 @@ pub enum Workload {
     },
 }
 
-/// How delegates behave. Defaults are the reference daemon's.
-#[derive(Debug, Clone)]
+/// How delegates behave. Defaults are the reference daemon's. Its `Debug`
+/// redacts the token.
+#[derive(Clone)]
 pub struct DelegateBehaviour {
     pub token: String,
     pub workload: Workload,
@@ -66,6 +67,24 @@ pub struct DelegateBehaviour {
     /// Jobs queued or running per delegate beyond which new ones are shed
     /// (so an overloaded scheduler does not grow the simulator's memory).
     pub max_jobs: usize,
+}
+
+impl std::fmt::Debug for DelegateBehaviour {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DelegateBehaviour")
+            .field("token", &format_args!("<redacted>"))
+            .field("workload", &self.workload)
+            .field("task_duration", &self.task_duration)
+            .field("wait_ms", &self.wait_ms)
+            .field("grant_lease_ms", &self.grant_lease_ms)
+            .field("prefetch", &self.prefetch)
+            .field("renew_interval", &self.renew_interval)
+            .field("renew_lease_ms", &self.renew_lease_ms)
+            .field("config_interval", &self.config_interval)
+            .field("running_tasks_interval", &self.running_tasks_interval)
+            .field("max_jobs", &self.max_jobs)
+            .finish()
+    }
 }
 
 impl DelegateBehaviour {

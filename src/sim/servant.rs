@@ -171,8 +171,8 @@ impl Registry {
     }
 }
 
-/// How servants behave.
-#[derive(Debug, Clone)]
+/// How servants behave. Its `Debug` redacts the token.
+#[derive(Clone)]
 pub struct ServantBehaviour {
     pub token: String,
     /// Between heartbeats (1 s, as the daemon).
@@ -181,6 +181,17 @@ pub struct ServantBehaviour {
     pub next_heartbeat_in_ms: u32,
     /// Send `next_heartbeat_in_ms = 0` when stopping.
     pub leave_on_stop: bool,
+}
+
+impl std::fmt::Debug for ServantBehaviour {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServantBehaviour")
+            .field("token", &format_args!("<redacted>"))
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("next_heartbeat_in_ms", &self.next_heartbeat_in_ms)
+            .field("leave_on_stop", &self.leave_on_stop)
+            .finish()
+    }
 }
 
 /// Memory a running compilation takes, for the reported available memory.
@@ -315,5 +326,25 @@ mod tests {
         assert!(killed.try_recv().is_ok());
         registry.finish("127.1.0.1:8335", 8);
         assert_eq!(registry.running(), 0);
+    }
+
+    #[test]
+    fn behaviours_debug_redacts_tokens() {
+        let servant = ServantBehaviour {
+            token: "servant-secret".into(),
+            heartbeat_interval: Duration::from_secs(1),
+            next_heartbeat_in_ms: 10_000,
+            leave_on_stop: true,
+        };
+        let delegate = super::super::delegate::DelegateBehaviour::new(
+            "user-secret",
+            super::super::delegate::Workload::Rate {
+                jobs_per_second: 1.0,
+            },
+        );
+        for printed in [format!("{servant:?}"), format!("{delegate:?}")] {
+            assert!(!printed.contains("-secret"), "{printed}");
+            assert!(printed.contains("token: <redacted>"), "{printed}");
+        }
     }
 }
