@@ -94,6 +94,7 @@ fn grant_request(immediate: u32) -> GrantRequest {
         token: USER.into(),
         requester_ip: REQUESTER,
         wait: Duration::ZERO,
+        answer_within: None,
         environment: environments()[2].clone(),
         immediate,
         prefetch: 0,
@@ -345,6 +346,7 @@ fn fairness_run(total_grants: u64) -> Vec<u64> {
                         let mut seed = 0x9e37_79b9_7f4a_7c15_u64 ^ ((m * 64 + w) as u64 + 1);
                         let req = GrantRequest {
                             wait: Duration::from_secs(10),
+                            answer_within: None,
                             requester_ip: machine,
                             ..grant_request(1)
                         };

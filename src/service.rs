@@ -201,19 +201,20 @@ impl SchedulerService {
             .env_desc
             .map(|env| env.compiler_digest)
             .unwrap_or_default();
-        let mut wait = millis(request.milliseconds_to_wait);
-        if let Some(deadline) = ctx.deadline {
-            let left = deadline
+        // The engine checks the requested wait against its limit before it
+        // cuts the wait to the caller's deadline.
+        let answer_within = ctx.deadline.map(|deadline| {
+            deadline
                 .saturating_duration_since(Instant::now())
-                .saturating_sub(DEADLINE_MARGIN);
-            wait = wait.min(left);
-        }
+                .saturating_sub(DEADLINE_MARGIN)
+        });
         let grants = self
             .engine
             .wait_for_starting_task(engine::GrantRequest {
                 token: request.token.into(),
                 requester_ip: ctx.peer,
-                wait,
+                wait: millis(request.milliseconds_to_wait),
+                answer_within,
                 environment,
                 immediate: request.immediate_reqs,
                 prefetch: request.prefetch_reqs,
@@ -328,5 +329,39 @@ mod tests {
         assert_eq!(servant_priority(2), engine::ServantPriority::User);
         assert_eq!(servant_priority(0), engine::ServantPriority::User);
         assert_eq!(servant_priority(77), engine::ServantPriority::User);
+    }
+
+    /// Rule "order of checks": the requested wait is checked against the
+    /// limit before the caller's deadline cuts it, so the same request is
+    /// refused with or without a deadline.
+    #[tokio::test(start_paused = true)]
+    async fn an_out_of_range_wait_is_refused_whatever_the_deadline() {
+        let service = SchedulerService::new(Scheduler::new(engine::Config {
+            user_tokens: engine::TokenSet::new(["user"]),
+            servant_tokens: engine::TokenSet::new(["servant"]),
+            ..engine::Config::default()
+        }));
+        let over = engine::Limits::default().max_wait + Duration::from_secs(10);
+        let request = pb::WaitForStartingTaskRequest {
+            token: "user".into(),
+            milliseconds_to_wait: u32::try_from(over.as_millis()).unwrap(),
+            env_desc: Some(pb::EnvironmentDesc {
+                compiler_digest: "gcc".into(),
+            }),
+            immediate_reqs: 1,
+            next_keep_alive_in_ms: 10_000,
+            ..Default::default()
+        };
+        for deadline in [None, Some(Instant::now() + Duration::from_secs(5))] {
+            let ctx = CallContext {
+                peer: "10.0.0.9".parse().unwrap(),
+                deadline,
+            };
+            let refused = service
+                .wait_for_starting_task(request.clone(), &ctx)
+                .await
+                .unwrap_err();
+            assert_eq!(refused.code, pb::Status::InvalidArgument, "{deadline:?}");
+        }
     }
 }

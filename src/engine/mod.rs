@@ -406,10 +406,16 @@ impl Scheduler {
     ///
     /// Rule "no upper bound on immediate_reqs": more than
     /// `max_grants_per_request` is capped to it (immediate first), never refused.
-    pub async fn wait_for_starting_task(&self, req: GrantRequest) -> Result<Vec<Grant>, Rejection> {
+    pub async fn wait_for_starting_task(
+        &self,
+        mut req: GrantRequest,
+    ) -> Result<Vec<Grant>, Rejection> {
         let sh = self.shared();
         let presented = sh.check_user(&req.token)?;
         check_duration("milliseconds_to_wait", req.wait, sh.limits.max_wait)?;
+        if let Some(left) = req.answer_within {
+            req.wait = req.wait.min(left);
+        }
         check_duration("next_keep_alive_in_ms", req.lease, sh.limits.max_keep_alive)?;
         if req.environment.is_empty() {
             return Err(Rejection::InvalidArgument(

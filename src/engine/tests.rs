@@ -89,6 +89,7 @@ fn req() -> GrantRequest {
         token: USER.into(),
         requester_ip: ip(HOME),
         wait: Duration::ZERO,
+        answer_within: None,
         environment: ENV.to_owned(),
         immediate: 1,
         prefetch: 0,
@@ -1251,6 +1252,7 @@ async fn fairness_100_waiters_served_in_arrival_order() {
             let r = s
                 .wait_for_starting_task(GrantRequest {
                     wait: secs(10),
+                    answer_within: None,
                     ..req_from(&machine)
                 })
                 .await;
@@ -2566,6 +2568,7 @@ async fn a_freed_slot_goes_to_the_machine_served_least_recently() {
                 let r = s
                     .wait_for_starting_task(GrantRequest {
                         wait: secs(10),
+                        answer_within: None,
                         ..req_from(machine)
                     })
                     .await;
@@ -2609,6 +2612,7 @@ async fn one_machine_s_waiters_are_capped() {
             async move {
                 s.wait_for_starting_task(GrantRequest {
                     wait: secs(10),
+                    answer_within: None,
                     ..req_from(machine)
                 })
                 .await
@@ -2621,6 +2625,7 @@ async fn one_machine_s_waiters_are_capped() {
     assert_eq!(
         s.wait_for_starting_task(GrantRequest {
             wait: secs(10),
+            answer_within: None,
             ..req_from("10.1.1.1")
         })
         .await
@@ -2652,6 +2657,7 @@ async fn fair_shares_hold_across_environments_and_versions() {
     let env = |e: &str, machine: &str| GrantRequest {
         environment: e.into(),
         wait: secs(10),
+        answer_within: None,
         ..req_from(machine)
     };
     let mut held = (

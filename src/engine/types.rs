@@ -161,6 +161,10 @@ pub struct GrantRequest {
     pub requester_ip: IpAddr,
     /// How long the first grant may wait for capacity (at most `Limits::max_wait`).
     pub wait: Duration,
+    /// How long the caller still waits for an answer (its deadline less a
+    /// margin), if it said. Cuts `wait` only after `wait` passed its range
+    /// check, so a deadline never makes an out-of-range wait acceptable.
+    pub answer_within: Option<Duration>,
     /// Compiler digest the tasks need; must not be empty.
     pub environment: String,
     /// Grants for tasks ready to run now (served first). With `prefetch`,
