@@ -20,6 +20,7 @@
 //! - `pending` full, in total or for the caller's machine: further early
 //!   renewals answer `false`. The per-machine share keeps one machine from
 //!   using up the room every other delegate's renewals need.
+//!
 //! Everything is dropped when the window closes.
 
 use std::collections::{HashMap, HashSet};
