@@ -14,8 +14,12 @@ use tokio::{
 
 use crate::limits::MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
 
-/// Read granularity while waiting for a head.
-const READ_CHUNK: usize = 8 * 1024;
+/// Read granularity while waiting for a head. A daemon's heartbeat frame is
+/// about 1.3 KB, so one read takes a whole call; larger bodies are read to
+/// their declared length. Every idle connection keeps about this much
+/// buffered, and ten thousand servants at 8 KiB each held ~60 MiB more
+/// resident memory in P3 (BENCHMARKS.md) for no speed.
+const READ_CHUNK: usize = 2 * 1024;
 /// Answers waiting for the writer; a caller that stops reading fills this,
 /// then the call tasks wait, then the reader stops taking requests.
 const ANSWER_QUEUE: usize = 256;
