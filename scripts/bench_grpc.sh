@@ -5,10 +5,16 @@
 #
 #   scripts/bench_grpc.sh [rounds] [seconds]     (defaults: 3 rounds of 5 s)
 #
-# Needs target/release/yadcc-scheduler (cargo build --release) and h2load and
-# nghttp (apt-get install nghttp2-client).
+# Builds the release scheduler, and installs h2load and nghttp (Debian's
+# nghttp2-client) when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if ! command -v h2load >/dev/null 2>&1 || ! command -v nghttp >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nghttp2-client >/dev/null
+fi
+cargo build --release --locked --bin yadcc-scheduler
 rounds=${1:-3}
 seconds=${2:-5}
 addr=127.0.0.1:18399

@@ -107,8 +107,9 @@ impl Target {
     }
 }
 
-/// What to hammer, and how hard.
-#[derive(Debug, Clone)]
+/// What to hammer, and how hard. `Debug` leaves the tokens out: a config
+/// printed in a log must not hand them on.
+#[derive(Clone)]
 pub struct HammerConfig {
     pub target: SocketAddr,
     pub user_token: String,
@@ -131,6 +132,25 @@ pub struct HammerConfig {
     pub scheduler_pid: Option<u32>,
     /// How servants register and grants are set up before the measured phases.
     pub setup_protocol: Protocol,
+}
+
+impl std::fmt::Debug for HammerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HammerConfig")
+            .field("target", &self.target)
+            .field("user_token", &format_args!("<redacted>"))
+            .field("servant_token", &format_args!("<redacted>"))
+            .field("connections", &self.connections)
+            .field("duration", &self.duration)
+            .field("warmup", &self.warmup)
+            .field("rounds", &self.rounds)
+            .field("targets", &self.targets)
+            .field("environments", &self.environments)
+            .field("tasks_per_servant", &self.tasks_per_servant)
+            .field("scheduler_pid", &self.scheduler_pid)
+            .field("setup_protocol", &self.setup_protocol)
+            .finish()
+    }
 }
 
 /// The measurements of one target over every round.
@@ -565,4 +585,30 @@ async fn phase(
         scheduler_cpu,
         client_cpu,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_debug_redacts_tokens() {
+        let config = HammerConfig {
+            target: "127.0.0.1:8336".parse().unwrap(),
+            user_token: "user-secret".into(),
+            servant_token: "servant-secret".into(),
+            connections: 1,
+            duration: Duration::from_secs(1),
+            warmup: Duration::ZERO,
+            rounds: 1,
+            targets: Vec::new(),
+            environments: 5,
+            tasks_per_servant: 16,
+            scheduler_pid: None,
+            setup_protocol: Protocol::Flare,
+        };
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("-secret"), "{printed}");
+        assert!(printed.contains("user_token: <redacted>"), "{printed}");
+    }
 }
