@@ -7,9 +7,12 @@ use std::{io, sync::Arc, time::Duration};
 use bytes::{Bytes, BytesMut};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    net::tcp::{OwnedReadHalf, OwnedWriteHalf},
+    net::{
+        TcpStream,
+        tcp::{OwnedReadHalf, OwnedWriteHalf},
+    },
     sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch},
-    task::JoinHandle,
+    task::{JoinHandle, JoinSet},
 };
 
 use crate::limits::MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
@@ -99,7 +102,7 @@ pub enum Next {
 
 /// The calls one connection has in flight.
 #[derive(Debug, Clone)]
-pub struct InFlight {
+struct InFlight {
     slots: Arc<Semaphore>,
 }
 
@@ -122,10 +125,96 @@ impl InFlight {
     }
 }
 
+/// One daemon connection's life, the same for both daemon protocols: read
+/// requests, run each call in its own task, let the one writer send answers
+/// as calls finish; when the caller leaves, drop its calls; when the server
+/// stops or the line idles, let the calls in flight finish and drain.
+#[derive(Debug)]
+pub struct Connection {
+    pub reader: Reader,
+    /// Where calls send their encoded answers, in the order they finish.
+    pub answers: mpsc::Sender<Bytes>,
+    writer: JoinHandle<()>,
+    in_flight: InFlight,
+    calls: JoinSet<()>,
+}
+
+impl Connection {
+    /// `already_read`: what the listener read to recognise the protocol.
+    pub fn open(stream: TcpStream, already_read: BytesMut, write_timeout: Duration) -> Self {
+        let (read, write) = stream.into_split();
+        let (answers, writer) = spawn_writer(write, write_timeout);
+        Self {
+            reader: Reader::new(read, already_read),
+            answers,
+            writer,
+            in_flight: InFlight::default(),
+            calls: JoinSet::new(),
+        }
+    }
+
+    /// Waits for the next request. On [`Next::Closed`] the caller is gone:
+    /// its calls' answers have nowhere to go, and a grant made for it would
+    /// only wait to expire, so its calls and the writer are stopped here.
+    pub async fn next_request(
+        &mut self,
+        idle_timeout: Duration,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Next {
+        while self.calls.try_join_next().is_some() {}
+        let next = next_request(&mut self.reader, idle_timeout, &self.in_flight, stop).await;
+        if next == Next::Closed {
+            self.calls.abort_all();
+            self.writer.abort();
+        }
+        next
+    }
+
+    /// A place for one more call, or None at the connection's cap of calls
+    /// in flight (the protocol then answers "overloaded" at once).
+    pub fn call_slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.in_flight.start()
+    }
+
+    /// Runs `call` in its own task, holding its place until it is done.
+    pub fn spawn_call(
+        &mut self,
+        slot: OwnedSemaphorePermit,
+        call: impl Future<Output = ()> + Send + 'static,
+    ) {
+        self.calls.spawn(async move {
+            let _slot = slot;
+            call.await;
+        });
+    }
+
+    /// The stream cannot be trusted any more: close without answering.
+    pub fn abandon(self) {
+        self.writer.abort();
+    }
+
+    /// Lets the calls in flight finish and their answers go out (the writer
+    /// ends once every call has dropped its sender), then gives the reader
+    /// back for whatever the protocol still does with the socket.
+    pub async fn finish(self) -> Reader {
+        let Self {
+            reader,
+            answers,
+            writer,
+            mut calls,
+            ..
+        } = self;
+        drop(answers);
+        while calls.join_next().await.is_some() {}
+        let _ = writer.await;
+        reader
+    }
+}
+
 /// Waits for the first byte of the next request. The idle timeout only
 /// closes a connection with nothing in flight: a daemon's long poll may
 /// legitimately keep the line quiet.
-pub async fn next_request(
+async fn next_request(
     reader: &mut Reader,
     idle_timeout: Duration,
     in_flight: &InFlight,
@@ -163,7 +252,7 @@ pub async fn next_request(
 /// are queued, that is as their calls finish. The writer ends when every
 /// sender is gone (after writing what was queued), or when a write makes no
 /// progress for `write_timeout` (a client that stops reading).
-pub fn spawn_writer(
+fn spawn_writer(
     mut write: OwnedWriteHalf,
     write_timeout: Duration,
 ) -> (mpsc::Sender<Bytes>, JoinHandle<()>) {

@@ -14,10 +14,10 @@ use axum::{
     http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header},
 };
 use bytes::{BufMut, Bytes, BytesMut};
-use tokio::{net::TcpStream, sync::watch, task::JoinSet, time::Instant};
+use tokio::{net::TcpStream, sync::watch, time::Instant};
 use tower::ServiceExt;
 
-use super::conn::{self, InFlight, Next, Reader};
+use super::conn::{Connection, Next, Reader};
 use crate::{
     http::{
         dialect::{self, Dialect, RPC_SEQ_NO},
@@ -48,35 +48,24 @@ pub async fn serve_http(
     mut stop: watch::Receiver<bool>,
 ) {
     let edge = state.settings.edge.clone();
-    let (read, write) = stream.into_split();
-    let mut reader = Reader::new(read, already_read);
-    let (answers, writer) = conn::spawn_writer(write, edge.body_read_timeout);
-    let in_flight = InFlight::default();
-    let mut calls = JoinSet::new();
+    let mut connection = Connection::open(stream, already_read, edge.body_read_timeout);
     let mut unread_rest = false;
     loop {
-        while calls.try_join_next().is_some() {}
-        match conn::next_request(&mut reader, edge.idle_timeout, &in_flight, &mut stop).await {
+        match connection.next_request(edge.idle_timeout, &mut stop).await {
             Next::Request => {}
             Next::Idle | Next::Stopping => break,
-            Next::Closed => {
-                // The caller is gone: its calls' answers have nowhere to go,
-                // and a grant made for it would only wait to expire.
-                calls.abort_all();
-                writer.abort();
-                return;
-            }
+            Next::Closed => return,
         }
-        let request = match read_request(&mut reader, &state, peer).await {
+        let request = match read_request(&mut connection.reader, &state, peer).await {
             Ok(request) => request,
             Err(Refused::Silently(reason)) => {
                 tracing::debug!(target: LOG, %peer, "closing the connection: {reason}");
-                writer.abort();
+                connection.abandon();
                 return;
             }
             Err(Refused::Answered(last_answer)) => {
                 // Answer, then close: the rest of the stream cannot be trusted.
-                let _ = answers.send(last_answer).await;
+                let _ = connection.answers.send(last_answer).await;
                 unread_rest = true;
                 break;
             }
@@ -87,12 +76,12 @@ pub async fn serve_http(
             // other endpoints. The router answers it, as on any connection.
             let answer = route_plain(&router, plain, request.body, peer).await;
             drop(request.budget);
-            if answers.send(answer).await.is_err() || close_after {
+            if connection.answers.send(answer).await.is_err() || close_after {
                 break;
             }
             continue;
         }
-        let Some(slot) = in_flight.start() else {
+        let Some(slot) = connection.call_slot() else {
             let overloaded = ApiError::new(
                 ErrorKind::Overloaded,
                 "too many calls in flight on this connection",
@@ -104,15 +93,14 @@ pub async fn serve_http(
                 Bytes::new(),
             )
             .await;
-            if answers.send(answer).await.is_err() {
+            if connection.answers.send(answer).await.is_err() {
                 break;
             }
             continue;
         };
         let state = state.clone();
-        let answers = answers.clone();
-        calls.spawn(async move {
-            let _slot = slot;
+        let answers = connection.answers.clone();
+        connection.spawn_call(slot, async move {
             let Request {
                 head,
                 seq_no,
@@ -128,11 +116,7 @@ pub async fn serve_http(
             break;
         }
     }
-    // Let the calls in flight finish and their answers go out; the writer
-    // ends once every call has dropped its sender.
-    drop(answers);
-    while calls.join_next().await.is_some() {}
-    let _ = writer.await;
+    let reader = connection.finish().await;
     if unread_rest {
         reader.linger().await;
     }

@@ -18,10 +18,10 @@ use std::{future::ready, net::SocketAddr, time::Duration};
 
 use bytes::{Bytes, BytesMut};
 use prost::Message;
-use tokio::{net::TcpStream, sync::watch, task::JoinSet, time::Instant};
+use tokio::{net::TcpStream, sync::watch, time::Instant};
 
 use self::{
-    conn::{InFlight, Next, Reader},
+    conn::{Connection, Next, Reader},
     frame::{FrameHeader, HEADER_LEN},
 };
 use crate::{
@@ -52,29 +52,18 @@ pub async fn serve_binary(
     mut stop: watch::Receiver<bool>,
 ) {
     let edge = state.settings.edge.clone();
-    let (read, write) = stream.into_split();
-    let mut reader = Reader::new(read, already_read);
-    let (answers, writer) = conn::spawn_writer(write, edge.body_read_timeout);
-    let in_flight = InFlight::default();
-    let mut calls = JoinSet::new();
+    let mut connection = Connection::open(stream, already_read, edge.body_read_timeout);
     loop {
-        while calls.try_join_next().is_some() {}
-        match conn::next_request(&mut reader, edge.idle_timeout, &in_flight, &mut stop).await {
+        match connection.next_request(edge.idle_timeout, &mut stop).await {
             Next::Request => {}
             Next::Idle | Next::Stopping => break,
-            Next::Closed => {
-                // The caller is gone: its calls' answers have nowhere to go,
-                // and a grant made for it would only wait to expire.
-                calls.abort_all();
-                writer.abort();
-                return;
-            }
+            Next::Closed => return,
         }
-        let frame = match read_frame(&mut reader, &state).await {
+        let frame = match read_frame(&mut connection.reader, &state).await {
             Ok(frame) => frame,
             Err(reason) => {
                 tracing::debug!(target: LOG, %peer, "closing the connection: {reason}");
-                writer.abort();
+                connection.abandon();
                 return;
             }
         };
@@ -84,22 +73,21 @@ pub async fn serve_binary(
             budget,
         } = frame;
         let id = meta.correlation_id;
-        let Some(slot) = in_flight.start() else {
+        let Some(slot) = connection.call_slot() else {
             let overloaded = ApiError::new(
                 ErrorKind::Overloaded,
                 "too many calls in flight on this connection",
             );
             let call = call_of(peer, &meta);
             let outcome = rpc::call(&state, &call, Err(overloaded), ready(Ok(Bytes::new()))).await;
-            if answers.send(answer(id, &outcome)).await.is_err() {
+            if connection.answers.send(answer(id, &outcome)).await.is_err() {
                 break;
             }
             continue;
         };
         let state = state.clone();
-        let answers = answers.clone();
-        calls.spawn(async move {
-            let _slot = slot;
+        let answers = connection.answers.clone();
+        connection.spawn_call(slot, async move {
             let _budget = budget;
             let call = call_of(peer, &meta);
             let method = method_of(&meta);
@@ -107,11 +95,7 @@ pub async fn serve_binary(
             let _ = answers.send(answer(id, &outcome)).await;
         });
     }
-    // Let the calls in flight finish and their answers go out; the writer
-    // ends once every call has dropped its sender.
-    drop(answers);
-    while calls.join_next().await.is_some() {}
-    let _ = writer.await;
+    connection.finish().await;
 }
 
 /// One request frame, read and checked.
