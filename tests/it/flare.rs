@@ -128,9 +128,26 @@ impl FlareConnection {
         self.stream.write_all(bytes).await.expect("write");
     }
 
+    /// Sends call `id` with the meta `timeout` a daemon would set, without
+    /// waiting for its answer (calls on one connection overlap).
+    pub async fn send_call(
+        &mut self,
+        id: u64,
+        method: &str,
+        timeout_ms: u32,
+        message: &impl Message,
+    ) {
+        self.send(&request_frame(
+            id,
+            method,
+            timeout_ms,
+            &message.encode_to_vec(),
+        ))
+        .await;
+    }
+
     pub async fn call(&mut self, id: u64, method: &str, message: &impl Message) -> Answer {
-        self.send(&request_frame(id, method, 2000, &message.encode_to_vec()))
-            .await;
+        self.send_call(id, method, 2000, message).await;
         self.answer().await
     }
 
@@ -371,22 +388,10 @@ async fn a_heartbeat_behind_a_long_poll_on_the_same_connection_is_answered_at_on
     let mut connection = FlareConnection::open(&server).await;
     let started = Instant::now();
     connection
-        .send(&request_frame(
-            1,
-            "WaitForStartingTask",
-            10_000,
-            &wait_request(3000, 1, 0).encode_to_vec(),
-        ))
+        .send_call(1, "WaitForStartingTask", 10_000, &wait_request(3000, 1, 0))
         .await;
     let heartbeat = heartbeat(&servant_location("127.0.0.1", 8335), 1);
-    connection
-        .send(&request_frame(
-            2,
-            "Heartbeat",
-            2000,
-            &heartbeat.encode_to_vec(),
-        ))
-        .await;
+    connection.send_call(2, "Heartbeat", 2000, &heartbeat).await;
     let first = connection.answer().await;
     assert_eq!((first.meta.correlation_id, first.status()), (2, 0));
     assert!(
@@ -439,12 +444,7 @@ async fn the_meta_timeout_is_the_calls_deadline() {
     let mut connection = FlareConnection::open(&server).await;
     let started = Instant::now();
     connection
-        .send(&request_frame(
-            3,
-            "WaitForStartingTask",
-            300,
-            &wait_request(8000, 1, 0).encode_to_vec(),
-        ))
+        .send_call(3, "WaitForStartingTask", 300, &wait_request(8000, 1, 0))
         .await;
     let answer = connection.answer().await;
     assert_eq!((answer.meta.correlation_id, answer.status()), (3, 1001));
@@ -488,12 +488,7 @@ async fn shutdown_answers_a_waiting_flare_call_and_drains_its_connection() {
     let server = saturated_server().await;
     let mut connection = FlareConnection::open(&server).await;
     connection
-        .send(&request_frame(
-            4,
-            "WaitForStartingTask",
-            10_000,
-            &wait_request(8000, 1, 0).encode_to_vec(),
-        ))
+        .send_call(4, "WaitForStartingTask", 10_000, &wait_request(8000, 1, 0))
         .await;
     let queued = Instant::now() + STEP;
     while server.engine.snapshot().totals.waiters == 0 {
