@@ -41,7 +41,10 @@
 //! - [`contract`]: what a request must satisfy (engine limits, required
 //!   fields, the `location` and header grammars), as data: the service and the
 //!   transport check with it, the OpenAPI document states it.
-//! - [`pb`]: generated types and the descriptor pool (`build.rs` compiles `proto/`).
+//! - [`pb`]: generated types and the descriptor pool (`build.rs` compiles
+//!   `proto/`), and the names every protocol and the simulator share:
+//!   [`pb::Method`] (each RPC's name, full name, `/rpc/` and Connect paths)
+//!   and [`pb::Encoding`].
 //! - [`http::reflection`]: gRPC server reflection from that descriptor set.
 //! - [`openapi`]: the OpenAPI document built from the descriptor pool, served
 //!   at `/openapi.json` with Swagger UI at `/docs`; committed in `openapi/`.

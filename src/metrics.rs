@@ -1,12 +1,13 @@
 //! Prometheus exposition (OpenMetrics text) at `GET /metrics`. Request
-//! counters and latency histograms are recorded by the RPC dialect; the
+//! counters and latency histograms are recorded by [`crate::rpc`] for every
+//! protocol, in its terms ([`Method`], [`Encoding`], [`CallEnd`]); the
 //! cluster's state is read from the engine snapshot at scrape time, so there
 //! is no second copy of it to drift.
 
 use std::{fmt, time::Duration};
 
 use axum::{
-    http::{StatusCode, header},
+    http::header,
     response::{IntoResponse, Response},
 };
 use prometheus_client::{
@@ -24,11 +25,22 @@ use prometheus_client::{
 
 use crate::{
     engine::Scheduler,
-    http::{codec::Encoding, error::ErrorKind},
-    pb,
+    pb::{self, Encoding, Method},
     protocol::Protocol,
-    service::Method,
 };
+
+/// How a call ended, as its metrics tell endings apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallEnd {
+    /// Answered with the response message.
+    Answered,
+    /// Failed: `http_status` is the error table's (the `code` label on every
+    /// protocol), `status` the scheduler's `Status` when it was one.
+    Failed {
+        http_status: u16,
+        status: Option<pb::Status>,
+    },
+}
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -151,32 +163,40 @@ impl Metrics {
         }
     }
 
-    /// Records one RPC call; `error` is None for a success.
+    /// Records one RPC call; `method` is None when the call named none this
+    /// server has (labelled `unknown`).
     pub fn observe_rpc(
         &self,
         protocol: Protocol,
-        method: &'static str,
+        method: Option<Method>,
         encoding: Encoding,
-        error: Option<ErrorKind>,
+        end: CallEnd,
         elapsed: Duration,
     ) {
-        let status = error.map_or(StatusCode::OK, |kind| kind.wire().http_status);
+        let code = match end {
+            CallEnd::Answered => 200,
+            CallEnd::Failed { http_status, .. } => http_status,
+        };
+        let label = method.map_or("unknown", Method::name);
         self.requests
             .get_or_create(&RequestLabels {
                 protocol: protocol.label(),
-                method,
+                method: label,
                 encoding: encoding.label(),
-                code: status.as_u16(),
+                code,
             })
             .inc();
         self.latency
-            .get_or_create(&MethodLabels { method })
+            .get_or_create(&MethodLabels { method: label })
             .observe(elapsed.as_secs_f64());
-        if method == Method::WaitForStartingTask.name() {
-            let outcome = match error {
-                None => "granted",
-                Some(ErrorKind::Scheduler(pb::Status::NoQuotaAvailable)) => "no_quota",
-                Some(_) => "error",
+        if method == Some(Method::WaitForStartingTask) {
+            let outcome = match end {
+                CallEnd::Answered => "granted",
+                CallEnd::Failed {
+                    status: Some(pb::Status::NoQuotaAvailable),
+                    ..
+                } => "no_quota",
+                CallEnd::Failed { .. } => "error",
             };
             self.grant_wait
                 .get_or_create(&OutcomeLabels { outcome })

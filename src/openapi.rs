@@ -25,9 +25,7 @@ use axum::{
     http::{StatusCode, header},
     routing::get,
 };
-use prost_reflect::{
-    EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor, MethodDescriptor, ServiceDescriptor,
-};
+use prost_reflect::{EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor, ServiceDescriptor};
 use prost_types::FileDescriptorProto;
 use serde_json::{Map, Value, json};
 use utoipa::{
@@ -49,14 +47,13 @@ use crate::{
     contract::{self, FieldRule, Rule},
     engine::Limits,
     http::{
-        codec::{Encoding, MEDIA_TYPES},
+        codec::MEDIA_TYPES,
         dialect::Dialect,
         error::{ErrorBody, ErrorKind},
         json::IntegerKind,
         routes::DEFAULT_MAX_BODY_BYTES,
     },
-    pb,
-    service::Method,
+    pb::{self, Encoding, Method},
     sim,
 };
 
@@ -129,10 +126,10 @@ pub fn document_for(inspect_auth: bool) -> Value {
 
     let mut paths = PathsBuilder::new();
     for dialect in [Dialect::HttpPb, Dialect::Connect] {
-        for method in service.methods() {
+        for method in Method::ALL {
             paths = paths.path(
-                rpc_path(dialect, &method),
-                PathItem::new(HttpMethod::Post, rpc_operation(dialect, &method, &rules)),
+                dialect.path(method),
+                PathItem::new(HttpMethod::Post, rpc_operation(dialect, method, &rules)),
             );
         }
     }
@@ -280,17 +277,8 @@ pub fn router<S: Clone + Send + Sync + 'static>(inspect_auth: bool) -> Router<S>
         .merge(SwaggerUi::new(DOCS_PATH).config(config))
 }
 
-/// The path of one RPC in one route style.
-pub fn rpc_path(dialect: Dialect, method: &MethodDescriptor) -> String {
-    let service = method.parent_service().full_name();
-    match dialect {
-        Dialect::HttpPb => format!("/rpc/{service}.{}", method.name()),
-        Dialect::Connect => format!("/{service}/{}", method.name()),
-    }
-}
-
 /// The `operationId` of one RPC in one route style.
-pub fn operation_id(dialect: Dialect, method: &MethodDescriptor) -> String {
+pub fn operation_id(dialect: Dialect, method: Method) -> String {
     let style = match dialect {
         Dialect::HttpPb => "httpPb",
         Dialect::Connect => "connect",
@@ -299,35 +287,26 @@ pub fn operation_id(dialect: Dialect, method: &MethodDescriptor) -> String {
 }
 
 /// The scheduler outcomes each RPC can answer with, besides success
-/// (the engine's checks, as in the reference scheduler). An RPC without a route
-/// (`None`) is documented with all of them; a test fails on it anyway.
-pub fn scheduler_outcomes(method: Option<Method>) -> &'static [pb::Status] {
+/// (the engine's checks, as in the reference scheduler).
+pub fn scheduler_outcomes(method: Method) -> &'static [pb::Status] {
     use pb::Status::*;
     match method {
-        Some(Method::Heartbeat) => &[AccessDenied, InvalidArgument, VersionTooOld],
-        Some(Method::GetConfig) => &[AccessDenied],
-        Some(Method::WaitForStartingTask) => &[
+        Method::Heartbeat => &[AccessDenied, InvalidArgument, VersionTooOld],
+        Method::GetConfig => &[AccessDenied],
+        Method::WaitForStartingTask => &[
             AccessDenied,
             InvalidArgument,
             EnvironmentNotAvailable,
             NoQuotaAvailable,
         ],
-        Some(Method::KeepTaskAlive | Method::FreeTask) => &[AccessDenied, InvalidArgument],
-        Some(Method::GetRunningTasks) => &[],
-        None => &[
-            NoQuotaAvailable,
-            NotImplemented,
-            AccessDenied,
-            InvalidArgument,
-            VersionTooOld,
-            EnvironmentNotAvailable,
-        ],
+        Method::KeepTaskAlive | Method::FreeTask => &[AccessDenied, InvalidArgument],
+        Method::GetRunningTasks => &[],
     }
 }
 
 /// The rows of the error table a call of `method` on its documented route
 /// (right path, POST) can meet.
-pub fn operation_errors(method: Option<Method>) -> Vec<ErrorKind> {
+pub fn operation_errors(method: Method) -> Vec<ErrorKind> {
     ErrorKind::ALL
         .into_iter()
         .filter(|kind| match kind {
@@ -352,9 +331,10 @@ pub fn operation_errors(method: Option<Method>) -> Vec<ErrorKind> {
 
 fn rpc_operation(
     dialect: Dialect,
-    method: &MethodDescriptor,
+    rpc: Method,
     rules: &[FieldRule],
 ) -> utoipa::openapi::path::Operation {
+    let method = rpc.descriptor();
     let input = method.input();
     let output = method.output();
     let comment = comment(method.parent_file().file_descriptor_proto(), method.path());
@@ -388,7 +368,7 @@ fn rpc_operation(
         })
         .summary(Some(summary))
         .description(Some(description))
-        .operation_id(Some(operation_id(dialect, method)));
+        .operation_id(Some(operation_id(dialect, rpc)));
     for name in dialect_parameters(dialect) {
         operation = operation.parameter_ref(Ref::new(format!("#/components/parameters/{name}")));
     }
@@ -441,7 +421,7 @@ fn rpc_operation(
     operation = operation.response("200", ok.build());
 
     let mut by_status: BTreeMap<StatusCode, Vec<ErrorKind>> = BTreeMap::new();
-    for kind in operation_errors(Method::from_name(method.name())) {
+    for kind in operation_errors(rpc) {
         by_status
             .entry(kind.wire().http_status)
             .or_default()
@@ -1608,13 +1588,10 @@ mod tests {
     #[test]
     fn error_responses_follow_the_error_table() {
         let json = document();
-        let service = pb::DESCRIPTOR_POOL
-            .get_service_by_name(pb::SCHEDULER_SERVICE)
-            .unwrap();
-        for method in service.methods() {
+        for method in Method::ALL {
             for dialect in [Dialect::HttpPb, Dialect::Connect] {
-                let responses = &json["paths"][rpc_path(dialect, &method)]["post"]["responses"];
-                for kind in operation_errors(Method::from_name(method.name())) {
+                let responses = &json["paths"][dialect.path(method)]["post"]["responses"];
+                for kind in operation_errors(method) {
                     let wire = kind.wire();
                     let response = &responses[wire.http_status.as_str()];
                     let description = response["description"].as_str().unwrap();

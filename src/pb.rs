@@ -1,14 +1,15 @@
-//! Generated protobuf types (prost), their proto3-JSON mapping (pbjson) and the
-//! descriptor pool the OpenAPI document and the RPC list are built from. The
-//! only place where lints relax: generated code is not ours to style.
+//! Generated protobuf types (prost), their proto3-JSON mapping (pbjson), the
+//! descriptor pool the OpenAPI document and the RPC list are built from, and
+//! the names every transport and the simulator share: [`Method`] (with its
+//! full name and its paths) and [`Encoding`]. Lints relax on the generated
+//! modules only: generated code is not ours to style.
 
-#![allow(clippy::all, clippy::pedantic, missing_docs, rust_2018_idioms)]
+use std::{fmt, sync::LazyLock};
 
-use std::sync::LazyLock;
-
-use prost_reflect::DescriptorPool;
+use prost_reflect::{DescriptorPool, MethodDescriptor};
 
 /// Package `yadcc` (`env_desc.proto`).
+#[allow(clippy::all, clippy::pedantic, missing_docs, rust_2018_idioms)]
 pub mod yadcc {
     include!(concat!(env!("OUT_DIR"), "/yadcc.rs"));
     include!(concat!(env!("OUT_DIR"), "/yadcc.serde.rs"));
@@ -22,6 +23,7 @@ pub mod yadcc {
 
 /// Package `flare.rpc`: the frame metadata of the daemons' binary protocol
 /// (`rpc_meta.proto`, proto2: `required` fields are always encoded).
+#[allow(clippy::all, clippy::pedantic, missing_docs, rust_2018_idioms)]
 pub mod flare {
     pub mod rpc {
         include!(concat!(env!("OUT_DIR"), "/flare.rpc.rs"));
@@ -35,101 +37,122 @@ pub use yadcc::scheduler::*;
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/descriptor_set.bin"));
 
-/// Full name of the one service this server implements.
-pub const SCHEDULER_SERVICE: &str = "yadcc.scheduler.SchedulerService";
-
 /// Decoded descriptors, shared by everything that reflects on the API.
 pub static DESCRIPTOR_POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
     DescriptorPool::decode(FILE_DESCRIPTOR_SET)
         .expect("descriptor set produced by build.rs must decode")
 });
 
-/// `Debug` for the messages that carry a secret (`build.rs` skips prost's):
-/// every field as usual, tokens as [`Redacted`](crate::engine::Redacted).
-mod redacted_debug {
-    use std::fmt;
+/// The service's full name as a literal, for `concat!` in [`methods!`].
+macro_rules! scheduler_service {
+    () => {
+        "yadcc.scheduler.SchedulerService"
+    };
+}
 
-    use super::*;
-    use crate::engine::Redacted;
+/// Full name of the one service this server implements.
+pub const SCHEDULER_SERVICE: &str = scheduler_service!();
 
-    impl fmt::Debug for HeartbeatRequest {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("HeartbeatRequest")
-                .field("token", &Redacted(&self.token))
-                .field("next_heartbeat_in_ms", &self.next_heartbeat_in_ms)
-                .field("version", &self.version)
-                .field("location", &self.location)
-                .field("num_processors", &self.num_processors)
-                .field("current_load", &self.current_load)
-                .field("servant_priority", &self.servant_priority)
-                .field("not_accepting_task_reason", &self.not_accepting_task_reason)
-                .field("capacity", &self.capacity)
-                .field("total_memory_in_bytes", &self.total_memory_in_bytes)
-                .field("memory_available_in_bytes", &self.memory_available_in_bytes)
-                .field("env_descs", &self.env_descs)
-                .field("running_tasks", &self.running_tasks)
-                .finish()
+/// Where every `http+pb` call goes: `/rpc/` and the method's full name.
+pub const RPC_PATH_PREFIX: &str = "/rpc/";
+
+/// Declares [`Method`] with every name and path of each RPC spelled once, as
+/// `&'static str`: the transports match on them per call.
+macro_rules! methods {
+    ($($method:ident),+ $(,)?) => {
+        /// The RPCs of `yadcc.scheduler.SchedulerService`, in proto order.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Method {
+            $($method),+
         }
+
+        impl Method {
+            /// Every RPC this server implements; a test pins it against the descriptor set.
+            pub const ALL: [Method; [$(stringify!($method)),+].len()] = [$(Method::$method),+];
+
+            /// The method's name as in the proto (`Heartbeat`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Method::$method => stringify!($method)),+
+                }
+            }
+
+            /// `yadcc.scheduler.SchedulerService.Heartbeat`: the flare
+            /// `method_name`, and the last segment of the `http+pb` path.
+            pub fn full_name(self) -> &'static str {
+                match self {
+                    $(Method::$method => concat!(scheduler_service!(), ".", stringify!($method))),+
+                }
+            }
+
+            /// `/rpc/yadcc.scheduler.SchedulerService.Heartbeat`: the
+            /// `http+pb` path the daemons' framework posts to.
+            pub fn rpc_path(self) -> &'static str {
+                match self {
+                    $(Method::$method => concat!("/rpc/", scheduler_service!(), ".", stringify!($method))),+
+                }
+            }
+
+            /// `/yadcc.scheduler.SchedulerService/Heartbeat`: the Connect,
+            /// gRPC and gRPC-Web path.
+            pub fn connect_path(self) -> &'static str {
+                match self {
+                    $(Method::$method => concat!("/", scheduler_service!(), "/", stringify!($method))),+
+                }
+            }
+        }
+    };
+}
+
+methods!(
+    Heartbeat,
+    GetConfig,
+    WaitForStartingTask,
+    KeepTaskAlive,
+    FreeTask,
+    GetRunningTasks,
+);
+
+impl Method {
+    /// Looks a method up by its proto name; exact, case-sensitive, as protobuf names are.
+    pub fn from_name(name: &str) -> Option<Method> {
+        Method::ALL.into_iter().find(|method| method.name() == name)
     }
 
-    impl fmt::Debug for HeartbeatResponse {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("HeartbeatResponse")
-                .field("acceptable_tokens", &Redacted(&self.acceptable_tokens))
-                .field("expired_tasks", &self.expired_tasks)
-                .finish()
-        }
+    /// The method's descriptor: its messages and the proto's comments.
+    pub fn descriptor(self) -> MethodDescriptor {
+        DESCRIPTOR_POOL
+            .get_service_by_name(SCHEDULER_SERVICE)
+            .and_then(|service| {
+                service
+                    .methods()
+                    .find(|method| method.name() == self.name())
+            })
+            .expect("every Method is in the descriptor set (a test pins it)")
     }
+}
 
-    impl fmt::Debug for GetConfigRequest {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("GetConfigRequest")
-                .field("token", &Redacted(&self.token))
-                .finish()
-        }
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
+}
 
-    impl fmt::Debug for GetConfigResponse {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("GetConfigResponse")
-                .field(
-                    "serving_daemon_token",
-                    &Redacted(&self.serving_daemon_token),
-                )
-                .finish()
-        }
-    }
+/// How a message is encoded in a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Encoding {
+    /// The protobuf wire format.
+    Binary,
+    /// The canonical proto3 JSON mapping.
+    Json,
+}
 
-    impl fmt::Debug for WaitForStartingTaskRequest {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("WaitForStartingTaskRequest")
-                .field("token", &Redacted(&self.token))
-                .field("milliseconds_to_wait", &self.milliseconds_to_wait)
-                .field("env_desc", &self.env_desc)
-                .field("immediate_reqs", &self.immediate_reqs)
-                .field("prefetch_reqs", &self.prefetch_reqs)
-                .field("next_keep_alive_in_ms", &self.next_keep_alive_in_ms)
-                .field("min_version", &self.min_version)
-                .finish()
-        }
-    }
-
-    impl fmt::Debug for KeepTaskAliveRequest {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("KeepTaskAliveRequest")
-                .field("token", &Redacted(&self.token))
-                .field("task_grant_ids", &self.task_grant_ids)
-                .field("next_keep_alive_in_ms", &self.next_keep_alive_in_ms)
-                .finish()
-        }
-    }
-
-    impl fmt::Debug for FreeTaskRequest {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.debug_struct("FreeTaskRequest")
-                .field("token", &Redacted(&self.token))
-                .field("task_grant_ids", &self.task_grant_ids)
-                .finish()
+impl Encoding {
+    /// Label used in logs and metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            Encoding::Binary => "binary",
+            Encoding::Json => "json",
         }
     }
 }
@@ -138,47 +161,47 @@ mod redacted_debug {
 mod tests {
     use prost::Message;
 
-    use super::flare::rpc::{MethodType, RpcMeta, RpcResponseMeta};
+    use super::{
+        DESCRIPTOR_POOL, Method, RPC_PATH_PREFIX, SCHEDULER_SERVICE,
+        flare::rpc::{MethodType, RpcMeta, RpcResponseMeta},
+    };
 
-    /// Every message with a token prints it redacted, its other fields as usual.
+    /// A new RPC in the proto needs a variant here (then a dispatch arm and
+    /// a service method); the order is the proto's.
     #[test]
-    fn messages_with_secrets_redact_them_in_debug() {
-        let secret = "pb-secret-token";
-        let shown = format!(
-            "{:?} {:?} {:?} {:?} {:?} {:?} {:?}",
-            super::HeartbeatRequest {
-                token: secret.into(),
-                location: "10.0.0.1:8335".into(),
-                ..Default::default()
-            },
-            super::HeartbeatResponse {
-                acceptable_tokens: vec![secret.into()],
-                expired_tasks: vec![7],
-            },
-            super::GetConfigRequest {
-                token: secret.into()
-            },
-            super::GetConfigResponse {
-                serving_daemon_token: secret.into()
-            },
-            super::WaitForStartingTaskRequest {
-                token: secret.into(),
-                immediate_reqs: 3,
-                ..Default::default()
-            },
-            super::KeepTaskAliveRequest {
-                token: secret.into(),
-                ..Default::default()
-            },
-            super::FreeTaskRequest {
-                token: secret.into(),
-                ..Default::default()
-            },
+    fn the_methods_are_the_services_in_proto_order() {
+        let service = DESCRIPTOR_POOL
+            .get_service_by_name(SCHEDULER_SERVICE)
+            .unwrap();
+        let in_proto: Vec<String> = service.methods().map(|m| m.name().to_owned()).collect();
+        let ours: Vec<&str> = Method::ALL.iter().map(|m| m.name()).collect();
+        assert_eq!(in_proto, ours);
+        for method in Method::ALL {
+            assert_eq!(method.descriptor().name(), method.name());
+        }
+    }
+
+    #[test]
+    fn names_and_paths_spell_the_service_and_the_method() {
+        for method in Method::ALL {
+            let name = method.name();
+            assert_eq!(Method::from_name(name), Some(method));
+            assert_eq!(method.full_name(), format!("{SCHEDULER_SERVICE}.{name}"));
+            assert_eq!(
+                method.rpc_path(),
+                format!("{RPC_PATH_PREFIX}{}", method.full_name())
+            );
+            assert_eq!(
+                method.connect_path(),
+                format!("/{SCHEDULER_SERVICE}/{name}")
+            );
+        }
+        assert_eq!(
+            Method::KeepTaskAlive.rpc_path(),
+            "/rpc/yadcc.scheduler.SchedulerService.KeepTaskAlive"
         );
-        assert!(!shown.contains(secret), "{shown}");
-        assert_eq!(shown.matches("<redacted>").count(), 7, "{shown}");
-        assert!(shown.contains("10.0.0.1:8335") && shown.contains("immediate_reqs: 3"));
-        assert!(shown.contains("expired_tasks: [7]"));
+        assert_eq!(Method::from_name("heartbeat"), None);
+        assert_eq!(Method::from_name("NotifyTaskStart"), None);
     }
 
     /// The daemons' decoder closes the connection when a proto2 `required`

@@ -12,12 +12,14 @@ use tokio::time::Instant;
 
 use crate::{
     http::{
-        codec::{self, Encoding},
+        codec,
         error::{ApiError, ErrorKind},
         routes::AppState,
     },
+    metrics::CallEnd,
+    pb::{Encoding, Method},
     protocol::Protocol,
-    service::{CallContext, Method},
+    service::CallContext,
 };
 
 /// Target of the access log: one line per request on every protocol.
@@ -69,7 +71,7 @@ pub async fn call(
     method: Result<Method, ApiError>,
     body: impl Future<Output = Result<Bytes, ApiError>>,
 ) -> Result<Bytes, ApiError> {
-    let method_label = method.as_ref().map_or("unknown", |method| method.name());
+    let named = method.as_ref().ok().copied();
     let outcome = async {
         let method = method?;
         let ctx = CallContext {
@@ -93,24 +95,35 @@ pub async fn call(
         }
     }
     .await;
-    record(state, call, method_label, outcome.as_ref().err());
+    record(state, call, named, outcome.as_ref().err());
     outcome
 }
 
 /// Records a finished call: metrics, access log, the peer's protocol.
-pub fn record(state: &AppState, call: &Call, method: &'static str, error: Option<&ApiError>) {
+/// `method` is None when the call named no method of this server.
+pub fn record(state: &AppState, call: &Call, method: Option<Method>, error: Option<&ApiError>) {
     let elapsed = call.started.elapsed();
     let kind = error.map(|error| error.kind);
+    let end = match kind {
+        None => CallEnd::Answered,
+        Some(kind) => CallEnd::Failed {
+            http_status: kind.wire().http_status.as_u16(),
+            status: match kind {
+                ErrorKind::Scheduler(status) => Some(status),
+                _ => None,
+            },
+        },
+    };
     state
         .metrics
-        .observe_rpc(call.protocol, method, call.encoding, kind, elapsed);
+        .observe_rpc(call.protocol, method, call.encoding, end, elapsed);
     state.peer_protocols.record(call.peer, call.protocol);
     if tracing::enabled!(target: ACCESS_LOG, tracing::Level::INFO) {
         let wire = kind.map(ErrorKind::wire);
         tracing::info!(
             target: ACCESS_LOG,
             protocol = call.protocol.label(),
-            rpc = method,
+            rpc = method.map_or("unknown", Method::name),
             encoding = call.encoding.label(),
             peer = %call.peer,
             status = wire.map_or(200, |wire| wire.http_status.as_u16()),

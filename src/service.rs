@@ -4,7 +4,6 @@
 //! maps engine outcomes to the seed's `Status` codes.
 
 use std::{
-    fmt,
     net::IpAddr,
     sync::{Arc, Mutex},
     time::Duration,
@@ -17,51 +16,7 @@ use crate::{
     pb,
 };
 
-/// The RPCs of `yadcc.scheduler.SchedulerService`, in proto order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Method {
-    Heartbeat,
-    GetConfig,
-    WaitForStartingTask,
-    KeepTaskAlive,
-    FreeTask,
-    GetRunningTasks,
-}
-
-impl Method {
-    /// Every RPC this server implements; a test pins it against the descriptor set.
-    pub const ALL: [Method; 6] = [
-        Method::Heartbeat,
-        Method::GetConfig,
-        Method::WaitForStartingTask,
-        Method::KeepTaskAlive,
-        Method::FreeTask,
-        Method::GetRunningTasks,
-    ];
-
-    /// The method's name as in the proto (`Heartbeat`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::Heartbeat => "Heartbeat",
-            Method::GetConfig => "GetConfig",
-            Method::WaitForStartingTask => "WaitForStartingTask",
-            Method::KeepTaskAlive => "KeepTaskAlive",
-            Method::FreeTask => "FreeTask",
-            Method::GetRunningTasks => "GetRunningTasks",
-        }
-    }
-
-    /// Looks a method up by its proto name; exact, case-sensitive, as protobuf names are.
-    pub fn from_name(name: &str) -> Option<Method> {
-        Method::ALL.into_iter().find(|method| method.name() == name)
-    }
-}
-
-impl fmt::Display for Method {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+mod redacted_debug;
 
 /// A scheduler-level failure: one of the seed's `Status` codes and a message
 /// for people (never containing a token).
@@ -313,15 +268,6 @@ fn servant_priority(raw: i32) -> engine::ServantPriority {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_method_round_trips_through_its_name() {
-        for method in Method::ALL {
-            assert_eq!(Method::from_name(method.name()), Some(method));
-        }
-        assert_eq!(Method::from_name("heartbeat"), None);
-        assert_eq!(Method::from_name("NotifyTaskStart"), None);
-    }
 
     #[test]
     fn unknown_and_out_of_range_priorities_count_as_user() {

@@ -25,9 +25,9 @@ use crate::{
         routes::AppState,
     },
     limits::Reservation,
+    pb::{Method, RPC_PATH_PREFIX},
     protocol::Protocol,
     rpc,
-    service::Method,
 };
 
 /// Headers a request may carry at most (the daemons send four).
@@ -272,16 +272,16 @@ async fn read_request(
             .get(header::CONNECTION)
             .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"close"));
     let path = head.path.split('?').next().unwrap_or("");
-    let plain = (!(path.starts_with("/rpc/") && seq_no.is_some())).then(|| Plain {
+    let plain = (!(path.starts_with(RPC_PATH_PREFIX) && seq_no.is_some())).then(|| Plain {
         method: http_method.clone(),
         uri: head.path.clone(),
         headers: headers.clone(),
     });
-    let method = match path.strip_prefix("/rpc/") {
+    let method = match path.strip_prefix(RPC_PATH_PREFIX) {
         Some(full_name) => dialect::resolve_full_name(full_name),
         None => Err(ApiError::new(
             ErrorKind::ServiceNotFound,
-            format!("no route for {http_method} {path}; RPCs live under /rpc/"),
+            format!("no route for {http_method} {path}; RPCs live under {RPC_PATH_PREFIX}"),
         )),
     };
     let checked = dialect::check_head(
@@ -433,7 +433,9 @@ pub fn is_daemon_request(head: &[u8]) -> Option<bool> {
     let mut request = httparse::Request::new(&mut slots);
     match request.parse(head) {
         Ok(httparse::Status::Complete(_)) => Some(
-            request.path.is_some_and(|path| path.starts_with("/rpc/"))
+            request
+                .path
+                .is_some_and(|path| path.starts_with(RPC_PATH_PREFIX))
                 && request
                     .headers
                     .iter()

@@ -26,17 +26,15 @@ use self::{
 };
 use crate::{
     http::{
-        codec::Encoding,
         error::{ApiError, ErrorKind},
         routes::AppState,
     },
     pb::{
-        SCHEDULER_SERVICE,
+        Encoding, Method, SCHEDULER_SERVICE,
         flare::rpc::{CompressionAlgorithm, RpcMeta},
     },
     protocol::Protocol,
     rpc,
-    service::Method,
 };
 
 /// Target of this module's diagnostics (closed connections and why).

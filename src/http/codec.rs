@@ -16,24 +16,7 @@ use super::{
     error::{ApiError, ErrorKind},
     json::{self, StrictJson},
 };
-use crate::pb;
-
-/// How a body is encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Encoding {
-    Binary,
-    Json,
-}
-
-impl Encoding {
-    /// Label used in logs and metrics.
-    pub fn label(self) -> &'static str {
-        match self {
-            Encoding::Binary => "binary",
-            Encoding::Json => "json",
-        }
-    }
-}
+use crate::pb::{self, Encoding};
 
 /// The media types a request may carry, each with the encoding it selects.
 /// The response echoes the request's media type.

@@ -22,11 +22,16 @@ use axum::{
 use tokio::time::Instant;
 
 use super::{
-    codec::{BodyFormat, Encoding},
+    codec::BodyFormat,
     error::{ApiError, ErrorKind},
     routes::AppState,
 };
-use crate::{contract, pb::SCHEDULER_SERVICE, protocol::Protocol, rpc, service::Method};
+use crate::{
+    contract,
+    pb::{Encoding, Method, SCHEDULER_SERVICE},
+    protocol::Protocol,
+    rpc,
+};
 
 /// Sequence number header of `http+pb`; echoed so pipelined answers can be matched.
 pub const RPC_SEQ_NO: HeaderName = HeaderName::from_static("rpc-seqno");
@@ -145,6 +150,14 @@ fn not_found(kind: ErrorKind, name: &str) -> ApiError {
 }
 
 impl Dialect {
+    /// The path of `method` in this route style.
+    pub fn path(self, method: Method) -> &'static str {
+        match self {
+            Dialect::HttpPb => method.rpc_path(),
+            Dialect::Connect => method.connect_path(),
+        }
+    }
+
     /// The protocol label this dialect's calls are recorded under.
     pub fn protocol(self) -> Protocol {
         match self {

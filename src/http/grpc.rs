@@ -31,12 +31,15 @@ use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 
 use super::{
-    codec::Encoding,
     dialect,
     error::{ApiError, ErrorKind},
     routes::AppState,
 };
-use crate::{pb::SCHEDULER_SERVICE, protocol::Protocol, rpc, service::Method};
+use crate::{
+    pb::{Encoding, Method, SCHEDULER_SERVICE},
+    protocol::Protocol,
+    rpc,
+};
 
 /// The gRPC deadline header: at most 8 digits and a unit (`200m`).
 pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");

@@ -152,9 +152,12 @@ impl AppState {
 /// peer address.
 pub fn app(state: AppState) -> Router {
     let rpc = Router::new()
-        .route("/rpc/{full_name}", any(dialect::http_pb))
         .route(
-            &format!("/{}/{{method}}", crate::pb::SCHEDULER_SERVICE),
+            &format!("{}{{full_name}}", pb::RPC_PATH_PREFIX),
+            any(dialect::http_pb),
+        )
+        .route(
+            &format!("/{}/{{method}}", pb::SCHEDULER_SERVICE),
             any(grpc::connect_or_grpc),
         )
         // The dialect reads the body itself, with the configured limit and a
@@ -211,10 +214,11 @@ async fn fallback(request: Request) -> Response {
     let error = ApiError::new(
         ErrorKind::ServiceNotFound,
         format!(
-            "no route for {} {}; RPCs live under /rpc/ and /{}/",
+            "no route for {} {}; RPCs live under {} and /{}/",
             request.method(),
             request.uri().path(),
-            crate::pb::SCHEDULER_SERVICE
+            pb::RPC_PATH_PREFIX,
+            pb::SCHEDULER_SERVICE
         ),
     );
     if grpc::is_grpc(request.headers()) {

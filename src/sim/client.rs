@@ -3,7 +3,7 @@
 //! with a pool of at most two connections. On `flare://` and `http+pb` every
 //! connection carries many calls at once and answers are matched by id
 //! ([`Mux`]); each call has the daemon's own client timeout
-//! ([`Rpc::client_timeout`]), which is also sent as its deadline. A broken
+//! ([`wire::client_timeout`]), which is also sent as its deadline. A broken
 //! connection fails the calls on it and is replaced by the next call. JSON
 //! goes as a script sends it: one call at a time per connection
 //! ([`SerialConn`]).
@@ -34,9 +34,9 @@ use tokio::{
 
 use super::{
     stats::{Call, Stats},
-    wire::{self, Answer, Outcome, Protocol, Rpc, WireError},
+    wire::{self, Answer, Outcome, Protocol, WireError},
 };
-use crate::pb;
+use crate::pb::{self, Method};
 
 /// Why a call failed.
 #[derive(Debug, Clone)]
@@ -455,12 +455,12 @@ impl Endpoint {
 
     /// Calls `rpc` with the daemon's timeout for it, records the outcome
     /// (success latency, no quota, or error by kind) and decodes the answer.
-    pub async fn call<Req, Resp>(&self, rpc: Rpc, request: &Req) -> Result<Resp, CallError>
+    pub async fn call<Req, Resp>(&self, rpc: Method, request: &Req) -> Result<Resp, CallError>
     where
         Req: prost::Message + Serialize,
         Resp: prost::Message + Default + DeserializeOwned,
     {
-        let timeout = rpc.client_timeout();
+        let timeout = wire::client_timeout(rpc);
         let result = match self.protocol {
             Protocol::Json => {
                 let body = serde_json::to_vec(request)
@@ -498,7 +498,7 @@ impl Endpoint {
     /// request to its answer (opening a connection excluded).
     async fn call_mux(
         &self,
-        rpc: Rpc,
+        rpc: Method,
         payload: &[u8],
         timeout: Duration,
     ) -> Result<(Bytes, Duration), CallError> {
@@ -568,7 +568,7 @@ impl Endpoint {
     /// One JSON call on a connection of its own.
     async fn call_serial(
         &self,
-        rpc: Rpc,
+        rpc: Method,
         body: &[u8],
         timeout: Duration,
     ) -> Result<(Bytes, Duration), CallError> {
@@ -658,7 +658,7 @@ mod tests {
             drop(stream);
         });
         let mux = Mux::start(connect(None, addr).await.unwrap(), Protocol::HttpPb);
-        let request = |rpc: Rpc| {
+        let request = |rpc: Method| {
             move |id| {
                 let mut out = BytesMut::new();
                 wire::encode_http_pb_request(&mut out, id, rpc, Duration::from_secs(2), b"");
@@ -666,14 +666,14 @@ mod tests {
             }
         };
         let (first, second) = tokio::join!(
-            mux.call(Duration::from_secs(5), request(Rpc::WaitForStartingTask)),
-            mux.call(Duration::from_secs(5), request(Rpc::Heartbeat)),
+            mux.call(Duration::from_secs(5), request(Method::WaitForStartingTask)),
+            mux.call(Duration::from_secs(5), request(Method::Heartbeat)),
         );
         assert_eq!(first.unwrap(), Outcome::Ok(Bytes::from_static(b"first!")));
         assert_eq!(second.unwrap(), Outcome::Ok(Bytes::from_static(b"second")));
         server.await.unwrap();
         let after = mux
-            .call(Duration::from_secs(5), request(Rpc::GetConfig))
+            .call(Duration::from_secs(5), request(Method::GetConfig))
             .await;
         assert!(matches!(after, Err(CallError::Io(_))), "{after:?}");
         assert!(mux.is_broken());
@@ -776,11 +776,11 @@ mod tests {
         let free = pb::FreeTaskRequest::default();
         let wait = pb::WaitForStartingTaskRequest::default();
         let long_poll =
-            endpoint.call::<_, pb::WaitForStartingTaskResponse>(Rpc::WaitForStartingTask, &wait);
+            endpoint.call::<_, pb::WaitForStartingTaskResponse>(Method::WaitForStartingTask, &wait);
         let short_calls = async {
             let started = Instant::now();
             let calls =
-                (0..6).map(|_| endpoint.call::<_, pb::FreeTaskResponse>(Rpc::FreeTask, &free));
+                (0..6).map(|_| endpoint.call::<_, pb::FreeTaskResponse>(Method::FreeTask, &free));
             let results = futures_util::future::join_all(calls).await;
             (results, started.elapsed())
         };
@@ -795,7 +795,7 @@ mod tests {
         // reach the limit, the server closes, and later calls reconnect.
         for _ in 0..12 {
             let result = endpoint
-                .call::<_, pb::FreeTaskResponse>(Rpc::FreeTask, &free)
+                .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &free)
                 .await;
             if let Err(error) = result {
                 // A call racing the close may see it; the next one reconnects.
@@ -806,7 +806,7 @@ mod tests {
         assert!(stats.events.connections_lost.load(Relaxed) > 0);
         assert!(endpoint.connections() <= DAEMON_MAX_CONNECTIONS);
         let last = endpoint
-            .call::<_, pb::FreeTaskResponse>(Rpc::FreeTask, &free)
+            .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &free)
             .await;
         assert!(last.is_ok(), "{last:?}");
     }
@@ -821,7 +821,7 @@ mod tests {
         let result = mux
             .call(Duration::from_millis(50), |id| {
                 let mut out = BytesMut::new();
-                wire::encode_flare_request(&mut out, id, Rpc::Heartbeat, Duration::ZERO, b"");
+                wire::encode_flare_request(&mut out, id, Method::Heartbeat, Duration::ZERO, b"");
                 out.freeze()
             })
             .await;

@@ -25,8 +25,8 @@ use tokio::{
     time::Instant,
 };
 
-use super::{client::Endpoint, servant::DAEMON_VERSION, servant::Registry, wire::Rpc};
-use crate::pb;
+use super::{client::Endpoint, servant::DAEMON_VERSION, servant::Registry};
+use crate::pb::{self, Method};
 
 /// Where jobs come from.
 #[derive(Debug, Clone)]
@@ -213,7 +213,7 @@ pub async fn run(
             Duration::from_secs(2),
             shared
                 .endpoint
-                .call::<_, pb::FreeTaskResponse>(Rpc::FreeTask, &request),
+                .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &request),
         )
         .await;
     }
@@ -245,7 +245,7 @@ async fn config_loop(shared: Arc<Shared>) {
     loop {
         let _ = shared
             .endpoint
-            .call::<_, pb::GetConfigResponse>(Rpc::GetConfig, &request)
+            .call::<_, pb::GetConfigResponse>(Method::GetConfig, &request)
             .await;
         if !pause(&shared, shared.behaviour.config_interval).await {
             return;
@@ -261,7 +261,7 @@ async fn running_tasks_loop(shared: Arc<Shared>, interval: Duration) {
         let _ = shared
             .endpoint
             .call::<_, pb::GetRunningTasksResponse>(
-                Rpc::GetRunningTasks,
+                Method::GetRunningTasks,
                 &pb::GetRunningTasksRequest {},
             )
             .await;
@@ -296,7 +296,7 @@ async fn renew_loop(shared: Arc<Shared>) {
             };
             if let Ok(reply) = shared
                 .endpoint
-                .call::<_, pb::KeepTaskAliveResponse>(Rpc::KeepTaskAlive, &request)
+                .call::<_, pb::KeepTaskAliveResponse>(Method::KeepTaskAlive, &request)
                 .await
             {
                 let running = lock(&shared.running);
@@ -345,7 +345,7 @@ async fn free(shared: &Shared, ids: Vec<u64>) {
     };
     let _ = shared
         .endpoint
-        .call::<_, pb::FreeTaskResponse>(Rpc::FreeTask, &request)
+        .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &request)
         .await;
 }
 
@@ -385,7 +385,7 @@ async fn lane_loop(shared: Arc<Shared>, lane: Arc<Lane>) {
             biased;
             () = shared.stopped() => return,
             reply = shared.endpoint.call::<_, pb::WaitForStartingTaskResponse>(
-                Rpc::WaitForStartingTask, &request) => reply,
+                Method::WaitForStartingTask, &request) => reply,
         };
         match reply {
             Ok(reply) => {

@@ -31,9 +31,9 @@ use super::{
     process::{self, ProcessSample},
     servant::{self, ServantBehaviour, ServantSpec},
     stats::{Histogram, Row, Stats},
-    wire::{self, Outcome, Protocol, Rpc},
+    wire::{self, Outcome, Protocol},
 };
-use crate::pb;
+use crate::pb::{self, Method};
 
 /// Path of the bare route.
 pub const BARE_PATH: &str = "/bench/bare";
@@ -208,19 +208,19 @@ struct Machine {
 /// The whole request of `target` carrying `heartbeat`.
 fn encode_target(target: Target, heartbeat: &pb::HeartbeatRequest, host: &str) -> Vec<u8> {
     let binary = heartbeat.encode_to_vec();
-    let timeout = Rpc::Heartbeat.client_timeout();
+    let timeout = wire::client_timeout(Method::Heartbeat);
     let mut out = BytesMut::new();
     match target {
         Target::HeartbeatFlare => {
-            wire::encode_flare_request(&mut out, 1, Rpc::Heartbeat, timeout, &binary);
+            wire::encode_flare_request(&mut out, 1, Method::Heartbeat, timeout, &binary);
         }
         Target::HeartbeatHttpPb => {
-            wire::encode_http_pb_request(&mut out, 1, Rpc::Heartbeat, timeout, &binary);
+            wire::encode_http_pb_request(&mut out, 1, Method::Heartbeat, timeout, &binary);
         }
         Target::HeartbeatJson => {
             // pbjson's Serialize cannot fail for generated messages.
             let json = serde_json::to_vec(heartbeat).unwrap_or_default();
-            wire::encode_json_request(&mut out, host, Rpc::Heartbeat, &json);
+            wire::encode_json_request(&mut out, host, Method::Heartbeat, &json);
         }
         Target::Bare => wire::encode_http_request(
             &mut out,
@@ -293,7 +293,7 @@ pub async fn run(
         );
         async move {
             endpoint
-                .call::<_, pb::HeartbeatResponse>(Rpc::Heartbeat, &request)
+                .call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request)
                 .await
         }
     };
@@ -329,7 +329,7 @@ pub async fn run(
             min_version: 0,
         };
         let reply = match delegate
-            .call::<_, pb::WaitForStartingTaskResponse>(Rpc::WaitForStartingTask, &request)
+            .call::<_, pb::WaitForStartingTaskResponse>(Method::WaitForStartingTask, &request)
             .await
         {
             Ok(reply) => reply,
@@ -438,7 +438,7 @@ pub async fn run(
             task_grant_ids: chunk.to_vec(),
         };
         let _ = delegate
-            .call::<_, pb::FreeTaskResponse>(Rpc::FreeTask, &request)
+            .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &request)
             .await;
     }
     for machine in machines.iter() {
@@ -455,7 +455,7 @@ async fn renew(delegate: &Endpoint, token: &str, grants: &[u64]) -> Result<(), S
             next_keep_alive_in_ms: 30_000,
         };
         delegate
-            .call::<_, pb::KeepTaskAliveResponse>(Rpc::KeepTaskAlive, &request)
+            .call::<_, pb::KeepTaskAliveResponse>(Method::KeepTaskAlive, &request)
             .await
             .map_err(|error| format!("renewing grants: {error}"))?;
     }

@@ -54,7 +54,7 @@ pub use servant::{Registry, ServantBehaviour, ServantSpec};
 pub use stats::{Report, Stats};
 
 use client::Endpoint;
-pub use wire::{Protocol, Rpc};
+pub use wire::Protocol;
 
 /// User token of `yadcc-scheduler --demo` (public: the demo listens on loopback).
 pub const DEMO_USER_TOKEN: &str = "demo-user-token";

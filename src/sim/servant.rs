@@ -20,8 +20,8 @@ use tokio::{
     time::Instant,
 };
 
-use super::{client::Endpoint, wire::Rpc};
-use crate::pb;
+use super::client::Endpoint;
+use crate::pb::{self, Method};
 
 /// Version the simulated daemons report.
 pub const DAEMON_VERSION: u32 = 1;
@@ -240,7 +240,7 @@ pub async fn run(
         let reply = tokio::select! {
             biased;
             _ = stop.wait_for(|stopped| *stopped) => break,
-            reply = endpoint.call::<_, pb::HeartbeatResponse>(Rpc::Heartbeat, &request) => reply,
+            reply = endpoint.call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request) => reply,
         };
         if let Ok(reply) = reply {
             if !registered {
@@ -266,7 +266,7 @@ pub async fn run(
             heartbeat_request(&spec, &behaviour, &location_text, base_load, Vec::new(), 0);
         let _ = tokio::time::timeout(
             Duration::from_secs(2),
-            endpoint.call::<_, pb::HeartbeatResponse>(Rpc::Heartbeat, &request),
+            endpoint.call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request),
         )
         .await;
     }

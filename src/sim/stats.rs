@@ -15,12 +15,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::wire::Rpc;
+use crate::pb::Method;
 
 /// What the simulator calls: the six RPCs, plus the benchmark's bare route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Call {
-    Rpc(Rpc),
+    Rpc(Method),
     /// `POST /bench/bare` (scheduler started with `--bench_bare_route`).
     Bare,
 }
@@ -28,22 +28,22 @@ pub enum Call {
 impl Call {
     /// Every call, in report order.
     pub const ALL: [Call; 7] = [
-        Call::Rpc(Rpc::Heartbeat),
-        Call::Rpc(Rpc::GetConfig),
-        Call::Rpc(Rpc::WaitForStartingTask),
-        Call::Rpc(Rpc::KeepTaskAlive),
-        Call::Rpc(Rpc::FreeTask),
-        Call::Rpc(Rpc::GetRunningTasks),
+        Call::Rpc(Method::Heartbeat),
+        Call::Rpc(Method::GetConfig),
+        Call::Rpc(Method::WaitForStartingTask),
+        Call::Rpc(Method::KeepTaskAlive),
+        Call::Rpc(Method::FreeTask),
+        Call::Rpc(Method::GetRunningTasks),
         Call::Bare,
     ];
 
     fn index(self) -> usize {
         match self {
-            Call::Rpc(rpc) => Rpc::ALL
+            Call::Rpc(rpc) => Method::ALL
                 .iter()
                 .position(|candidate| *candidate == rpc)
                 .unwrap_or(0),
-            Call::Bare => Rpc::ALL.len(),
+            Call::Bare => Method::ALL.len(),
         }
     }
 
@@ -542,8 +542,8 @@ mod tests {
         let stats = Stats::default();
         stats.record_error(Call::Bare, "io");
         stats.record_error(Call::Bare, "io");
-        stats.record_no_quota(Call::Rpc(Rpc::WaitForStartingTask));
-        stats.record_ok(Call::Rpc(Rpc::Heartbeat), Duration::from_millis(1));
+        stats.record_no_quota(Call::Rpc(Method::WaitForStartingTask));
+        stats.record_ok(Call::Rpc(Method::Heartbeat), Duration::from_millis(1));
         assert_eq!(stats.total_errors(), 2);
         let report = stats.report();
         assert_eq!(report.total.ok, 1);

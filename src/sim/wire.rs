@@ -19,70 +19,19 @@ use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 
 use crate::pb::{
-    self,
+    Method,
     flare::rpc::{CompressionAlgorithm, MethodType, RpcMeta, RpcRequestMeta},
 };
 
-/// The six RPCs of `yadcc.scheduler.SchedulerService`, as a daemon calls them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Rpc {
-    Heartbeat,
-    GetConfig,
-    WaitForStartingTask,
-    KeepTaskAlive,
-    FreeTask,
-    GetRunningTasks,
-}
-
-impl Rpc {
-    pub const ALL: [Rpc; 6] = [
-        Rpc::Heartbeat,
-        Rpc::GetConfig,
-        Rpc::WaitForStartingTask,
-        Rpc::KeepTaskAlive,
-        Rpc::FreeTask,
-        Rpc::GetRunningTasks,
-    ];
-
-    /// The method's name in the proto (`Heartbeat`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Rpc::Heartbeat => "Heartbeat",
-            Rpc::GetConfig => "GetConfig",
-            Rpc::WaitForStartingTask => "WaitForStartingTask",
-            Rpc::KeepTaskAlive => "KeepTaskAlive",
-            Rpc::FreeTask => "FreeTask",
-            Rpc::GetRunningTasks => "GetRunningTasks",
-        }
-    }
-
-    /// `yadcc.scheduler.SchedulerService.Heartbeat`: the flare method name,
-    /// and the last segment of the `http+pb` path.
-    pub fn full_name(self) -> String {
-        format!("{}.{}", pb::SCHEDULER_SERVICE, self.name())
-    }
-
-    /// `/rpc/yadcc.scheduler.SchedulerService.Heartbeat`.
-    pub fn path(self) -> String {
-        format!("/rpc/{}", self.full_name())
-    }
-
-    /// The stock daemon's client timeout for this call; it is also sent as
-    /// the call's deadline (`timeout` in the request meta, `Rpc-Timeout`).
-    pub fn client_timeout(self) -> Duration {
-        Duration::from_secs(match self {
-            Rpc::Heartbeat | Rpc::GetRunningTasks | Rpc::GetConfig => 2,
-            Rpc::KeepTaskAlive | Rpc::FreeTask => 5,
-            // The server may hold it `milliseconds_to_wait` (5 s).
-            Rpc::WaitForStartingTask => 10,
-        })
-    }
-}
-
-impl fmt::Display for Rpc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
+/// The stock daemon's client timeout for a call of `rpc`; it is also sent as
+/// the call's deadline (`timeout` in the request meta, `Rpc-Timeout`).
+pub fn client_timeout(rpc: Method) -> Duration {
+    Duration::from_secs(match rpc {
+        Method::Heartbeat | Method::GetRunningTasks | Method::GetConfig => 2,
+        Method::KeepTaskAlive | Method::FreeTask => 5,
+        // The server may hold it `milliseconds_to_wait` (5 s).
+        Method::WaitForStartingTask => 10,
+    })
 }
 
 /// How a simulated machine talks to the scheduler.
@@ -202,14 +151,14 @@ pub struct Answer {
 pub fn encode_flare_request(
     out: &mut BytesMut,
     correlation_id: u64,
-    rpc: Rpc,
+    rpc: Method,
     timeout: Duration,
     payload: &[u8],
 ) {
     let meta = RpcMeta {
         correlation_id,
         request_meta: Some(RpcRequestMeta {
-            method_name: rpc.full_name(),
+            method_name: rpc.full_name().to_owned(),
             request_id: None,
             timeout: Some(u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX)),
             tracing_context: None,
@@ -303,13 +252,13 @@ pub fn decode_flare_answer(buffer: &mut BytesMut) -> Result<Option<Answer>, Wire
 pub fn encode_http_pb_request(
     out: &mut BytesMut,
     seq_no: u64,
-    rpc: Rpc,
+    rpc: Method,
     timeout: Duration,
     payload: &[u8],
 ) {
     encode_http_request(
         out,
-        &rpc.path(),
+        rpc.rpc_path(),
         &[
             ("Rpc-SeqNo", seq_no.to_string()),
             ("Rpc-Timeout", timeout.as_millis().to_string()),
@@ -320,10 +269,10 @@ pub fn encode_http_pb_request(
 }
 
 /// Appends a JSON request as a plain HTTP client (curl) writes it.
-pub fn encode_json_request(out: &mut BytesMut, host: &str, rpc: Rpc, body: &[u8]) {
+pub fn encode_json_request(out: &mut BytesMut, host: &str, rpc: Method, body: &[u8]) {
     encode_http_request(
         out,
-        &rpc.path(),
+        rpc.rpc_path(),
         &[
             ("Host", host.to_owned()),
             ("Content-Type", "application/json".to_owned()),
@@ -431,6 +380,7 @@ pub fn decode_http_answer(buffer: &mut BytesMut) -> Result<Option<Answer>, WireE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pb;
 
     fn hex(text: &str) -> Vec<u8> {
         text.split_whitespace()
@@ -471,8 +421,8 @@ mod tests {
         encode_flare_request(
             &mut out,
             1,
-            Rpc::Heartbeat,
-            Rpc::Heartbeat.client_timeout(),
+            Method::Heartbeat,
+            client_timeout(Method::Heartbeat),
             &request.encode_to_vec(),
         );
         assert_eq!(out.len(), 144);
@@ -546,7 +496,13 @@ mod tests {
         ));
         // A request meta where a response meta must be.
         let mut request = BytesMut::new();
-        encode_flare_request(&mut request, 3, Rpc::FreeTask, Duration::from_secs(5), &[]);
+        encode_flare_request(
+            &mut request,
+            3,
+            Method::FreeTask,
+            Duration::from_secs(5),
+            &[],
+        );
         assert!(matches!(
             decode_flare_answer(&mut request),
             Err(WireError::BadMeta(_))
@@ -559,8 +515,8 @@ mod tests {
         encode_http_pb_request(
             &mut out,
             7,
-            Rpc::GetConfig,
-            Rpc::GetConfig.client_timeout(),
+            Method::GetConfig,
+            client_timeout(Method::GetConfig),
             b"\x0a\x01t",
         );
         assert_eq!(
@@ -610,14 +566,10 @@ mod tests {
         assert_eq!("http+pb".parse(), Ok(Protocol::HttpPb));
         assert_eq!("JSON".parse(), Ok(Protocol::Json));
         assert!("grpc".parse::<Protocol>().is_err());
-        assert_eq!(Rpc::Heartbeat.client_timeout(), Duration::from_secs(2));
+        assert_eq!(client_timeout(Method::Heartbeat), Duration::from_secs(2));
         assert_eq!(
-            Rpc::WaitForStartingTask.client_timeout(),
+            client_timeout(Method::WaitForStartingTask),
             Duration::from_secs(10)
-        );
-        assert_eq!(
-            Rpc::KeepTaskAlive.path(),
-            "/rpc/yadcc.scheduler.SchedulerService.KeepTaskAlive"
         );
     }
 }

@@ -8,7 +8,10 @@
 
 use std::time::Duration;
 
-use yadcc_scheduler::sim::{Cluster, ClusterConfig, Protocol, Rpc, Workload, stats::Call};
+use yadcc_scheduler::{
+    pb::Method,
+    sim::{Cluster, ClusterConfig, Protocol, Workload, stats::Call},
+};
 
 use crate::support::{SERVANT_TOKEN, Server, USER_TOKEN};
 
@@ -59,13 +62,13 @@ async fn stock_daemons_run_cleanly_over(protocol: Protocol) {
     };
     // Every machine heartbeats and asks for running tasks every second.
     let floor = MACHINES as u64 * (EMULATED - 2);
-    assert!(ok(Rpc::Heartbeat) >= floor, "{report}");
-    assert!(ok(Rpc::GetRunningTasks) >= floor, "{report}");
-    assert!(ok(Rpc::GetConfig) >= MACHINES as u64, "{report}");
-    assert!(ok(Rpc::KeepTaskAlive) > 0, "{report}");
-    assert!(ok(Rpc::FreeTask) > 0, "{report}");
+    assert!(ok(Method::Heartbeat) >= floor, "{report}");
+    assert!(ok(Method::GetRunningTasks) >= floor, "{report}");
+    assert!(ok(Method::GetConfig) >= MACHINES as u64, "{report}");
+    assert!(ok(Method::KeepTaskAlive) > 0, "{report}");
+    assert!(ok(Method::FreeTask) > 0, "{report}");
     // The long polls did wait, so other calls shared connections with them.
-    let waits = stats.call(Call::Rpc(Rpc::WaitForStartingTask));
+    let waits = stats.call(Call::Rpc(Method::WaitForStartingTask));
     assert!(
         waits.latency.max() >= Duration::from_millis(500)
             || waits.no_quota.load(std::sync::atomic::Ordering::Relaxed) > 0,

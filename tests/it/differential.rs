@@ -29,10 +29,10 @@ use yadcc_scheduler::{
     AppState, app,
     engine::{Config, Scheduler, TokenSet},
     http::{
-        codec::{Encoding, decode, encode},
+        codec::{decode, encode},
         routes::HttpSettings,
     },
-    pb,
+    pb::{self, Encoding},
 };
 
 /// Generated messages per type and check: with six request and six response

@@ -29,8 +29,8 @@ use yadcc_scheduler::{
     AppState, app,
     engine::{Config, Scheduler},
     http::{dialect::Dialect, routes::HttpSettings},
-    openapi, pb,
-    service::Method,
+    openapi,
+    pb::{self, Method},
 };
 
 /// The one command that rewrites the committed document.
@@ -87,7 +87,7 @@ fn the_rpcs_of_the_proto_are_the_routed_rpcs() {
     assert_eq!(
         in_proto,
         routed,
-        "the RPCs of {} in the proto must be exactly service::Method::ALL, in order: a new \
+        "the RPCs of {} in the proto must be exactly pb::Method::ALL, in order: a new \
          RPC needs a Method variant, a dispatch arm and a service method",
         pb::SCHEDULER_SERVICE
     );
@@ -104,9 +104,10 @@ fn every_rpc_is_documented_once_per_route_style() {
     let doc = document();
     let paths = doc["paths"].as_object().unwrap();
     let mut rpc_paths = BTreeSet::new();
-    for method in service().methods() {
+    for rpc in Method::ALL {
+        let method = rpc.descriptor();
         for dialect in STYLES {
-            let path = openapi::rpc_path(dialect, &method);
+            let path = dialect.path(rpc).to_owned();
             let item = paths
                 .get(&path)
                 .unwrap_or_else(|| panic!("{path} is not documented"));
@@ -114,7 +115,7 @@ fn every_rpc_is_documented_once_per_route_style() {
             let operation = &item["post"];
             assert_eq!(
                 operation["operationId"],
-                openapi::operation_id(dialect, &method)
+                openapi::operation_id(dialect, rpc)
             );
             let content = &operation["requestBody"]["content"];
             assert_eq!(
@@ -262,9 +263,10 @@ async fn example_requests_built_from_the_schema_are_accepted() {
 
     // Proto order: Heartbeat first, so the servant it registers serves the
     // later WaitForStartingTask.
-    for method in service().methods() {
+    for rpc in Method::ALL {
+        let method = rpc.descriptor();
         for dialect in STYLES {
-            let path = openapi::rpc_path(dialect, &method);
+            let path = dialect.path(rpc).to_owned();
             let operation = &doc["paths"][&path]["post"];
             let request_schema =
                 &operation["requestBody"]["content"][openapi::JSON_MEDIA_TYPE]["schema"];
@@ -890,13 +892,13 @@ async fn every_contract_rule_is_what_the_server_enforces() {
     let addr = start_server().await;
     let client = client();
     let method_of = |message: &str| {
-        service()
-            .methods()
-            .find(|method| method.input().full_name() == message)
+        Method::ALL
+            .into_iter()
+            .find(|method| method.descriptor().input().full_name() == message)
             .unwrap()
     };
     let base = |message: &str| {
-        let path = openapi::rpc_path(Dialect::HttpPb, &method_of(message));
+        let path = Dialect::HttpPb.path(method_of(message)).to_owned();
         let schema = &doc["paths"][&path]["post"]["requestBody"]["content"]
             [openapi::JSON_MEDIA_TYPE]["schema"];
         let mut request = example(&doc, schema, 0);
