@@ -2,6 +2,12 @@
 //! shows the servants, grants, requesters and totals of a populated
 //! scheduler, and the history chart's range choices. The page is served with
 //! its `Content-Security-Policy`, so this also proves the page works under it.
+//!
+//! The script is ES modules (`app.js` imports the rest): a module that 404s,
+//! comes with the wrong `Content-Type` or throws while loading stops the whole
+//! graph, and the page stays as served, without rows, cards or chart; an error
+//! thrown later, a CSP violation or a warning reaches the console, which the
+//! test reads from Chromium's log and requires empty.
 
 use std::{
     path::{Path, PathBuf},
@@ -19,8 +25,15 @@ fn chromium() -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// Runs Chromium headless against `url` with the extra flags; returns stdout.
-fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> String {
+/// What Chromium printed: stdout, and the page's console messages (uncaught
+/// errors included) from its log.
+struct ChromiumRun {
+    stdout: String,
+    console: Vec<String>,
+}
+
+/// Runs Chromium headless against `url` with the extra flags.
+fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> ChromiumRun {
     let profile = std::env::temp_dir().join(format!(
         "yadcc-chromium-{}-{}",
         std::process::id(),
@@ -38,6 +51,9 @@ fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> String {
             "--disable-sync",
             "--hide-scrollbars",
             "--virtual-time-budget=8000",
+            // The page's console goes to stderr as `...:CONSOLE:<line>] "<message>", source: <url>`.
+            "--enable-logging=stderr",
+            "--v=0",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(extra)
@@ -50,7 +66,14 @@ fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> String {
         "chromium failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    ChromiumRun {
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        console: String::from_utf8_lossy(&output.stderr)
+            .lines()
+            .filter(|line| line.contains(":CONSOLE"))
+            .map(str::to_owned)
+            .collect(),
+    }
 }
 
 /// The value of `attribute` on the first element whose start tag contains `marker`.
@@ -63,6 +86,13 @@ fn attribute_of(dom: &str, marker: &str, attribute: &str) -> Option<String> {
     let value_start = tag.find(&key)? + key.len();
     let value_len = tag[value_start..].find('"')?;
     Some(tag[value_start..value_start + value_len].to_owned())
+}
+
+/// The text right after the start tag that contains `marker`.
+fn text_after_tag(dom: &str, marker: &str) -> Option<String> {
+    let at = dom.find(marker)?;
+    let content = &dom[at + dom[at..].find('>')? + 1..];
+    Some(content[..content.find('<')?].to_owned())
 }
 
 /// The text of the cell of column `column` in the first row whose start tag
@@ -106,13 +136,47 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
     assert_eq!(granted.grants.len(), 3);
 
     let url = server.url("/");
-    let dom = tokio::task::spawn_blocking({
+    let run = tokio::task::spawn_blocking({
         let binary = binary.clone();
         let url = url.clone();
         move || run_chromium(&binary, &url, &["--dump-dom".to_owned()])
     })
     .await
     .expect("chromium task");
+    let dom = run.stdout;
+
+    assert!(
+        dom.contains(r#"<script type="module" src="app.js">"#),
+        "the page loads its script as a module"
+    );
+    assert!(
+        run.console.is_empty(),
+        "the page logged nothing (no uncaught error, CSP violation or failed poll): {:#?}",
+        run.console
+    );
+    // Each panel's toolbar is built by the shared table module from the
+    // panel's view module: present only when both loaded and ran.
+    for (panel, placeholder) in [
+        ("servants", "Filter by location, version, reason, environment digest…"),
+        ("grants", "Filter by id, servant, requester, environment, task…"),
+        ("environments", "Filter by compiler digest…"),
+        ("requesters", "Filter by machine or protocol…"),
+    ] {
+        assert_eq!(
+            attribute_of(&dom, &format!(r#"id="{panel}-filter""#), "placeholder").as_deref(),
+            Some(placeholder),
+            "the {panel} panel was built by its module"
+        );
+        assert!(
+            dom.contains(&format!(r#"id="{panel}-table""#)),
+            "the {panel} table"
+        );
+    }
+    assert_eq!(
+        text_after_tag(&dom, r#"id="servants-info""#).as_deref(),
+        Some("3 servants"),
+        "the table module counted the rows"
+    );
 
     assert_eq!(
         attribute_of(&dom, r#"data-metric="servantsUp""#, "data-value").as_deref(),
@@ -167,6 +231,16 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
         attribute_of(&dom, r#"id="chart""#, "data-range-seconds").as_deref(),
         Some("3600")
     );
+    // The chart module drew the server's samples (a fresh server has at
+    // least its first): each series is a non-empty path.
+    for series in ["line s-capacity", "line s-running", "line s-waiters", "line s-gps"] {
+        let path = attribute_of(&dom, &format!(r#"class="{series}""#), "d").unwrap_or_default();
+        assert!(path.starts_with('M'), "chart series {series} drawn: {path:?}");
+    }
+    assert!(
+        dom.contains(r#"<svg class="chart-svg""#),
+        "the chart's SVG is in the page"
+    );
     let span: u64 = attribute_of(&dom, r#"id="chart""#, "data-span-seconds")
         .and_then(|span| span.parse().ok())
         .expect("the chart says what it spans");
@@ -208,7 +282,7 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
     std::fs::create_dir_all(&artifacts).expect("artifact dir");
     let screenshot = artifacts.join("dashboard.png");
     let _ = std::fs::remove_file(&screenshot);
-    tokio::task::spawn_blocking({
+    let shot = tokio::task::spawn_blocking({
         let screenshot = screenshot.clone();
         move || {
             run_chromium(
@@ -223,6 +297,11 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
     })
     .await
     .expect("chromium task");
+    assert!(
+        shot.console.is_empty(),
+        "the page logged nothing at 1400 px wide either: {:#?}",
+        shot.console
+    );
     let size = std::fs::metadata(&screenshot)
         .map(|meta| meta.len())
         .unwrap_or(0);

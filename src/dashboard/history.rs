@@ -1,0 +1,101 @@
+//! The history ring: one sample of the cluster totals per second, an hour of
+//! them, kept by the server so a page opened now shows the last hour.
+
+use std::{
+    collections::VecDeque,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use axum::{Json, extract::State};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::{Dashboard, views::unix_millis};
+use crate::engine::ClusterTotals;
+
+/// One history sample per this interval.
+pub const HISTORY_INTERVAL: Duration = Duration::from_secs(1);
+/// Samples kept: one hour at one per second.
+pub const HISTORY_CAPACITY: usize = 3600;
+
+#[derive(Debug, Default)]
+pub(super) struct History {
+    samples: VecDeque<HistorySample>,
+    /// The grants counter at the previous sample, for the rate.
+    last_grants_issued: Option<(u64, tokio::time::Instant)>,
+}
+
+impl History {
+    /// Appends a sample of `totals` now, dropping the oldest when full;
+    /// `grants_issued` is the engine's running count of grants made.
+    pub(super) fn record(&mut self, totals: &ClusterTotals, grants_issued: u64) {
+        let now = tokio::time::Instant::now();
+        let grants_per_second = match self.last_grants_issued {
+            Some((before, at)) if now > at => {
+                grants_issued.saturating_sub(before) as f64 / (now - at).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        self.last_grants_issued = Some((grants_issued, now));
+        if self.samples.len() == HISTORY_CAPACITY {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(HistorySample {
+            at_ms: unix_millis(SystemTime::now()),
+            capacity: totals.capacity,
+            capacity_available: totals.capacity_available,
+            running: totals.running,
+            waiters: totals.waiters as u64,
+            grants_per_second,
+        });
+    }
+
+    pub(super) fn view(&self) -> HistoryView {
+        HistoryView {
+            interval_seconds: HISTORY_INTERVAL.as_secs(),
+            samples: self.samples.iter().cloned().collect(),
+        }
+    }
+
+    pub(super) fn latest_grants_per_second(&self) -> f64 {
+        self.samples
+            .back()
+            .map_or(0.0, |sample| sample.grants_per_second)
+    }
+}
+
+/// The history ring, oldest first.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryView {
+    pub interval_seconds: u64,
+    pub samples: Vec<HistorySample>,
+}
+
+/// One history sample.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistorySample {
+    pub at_ms: u64,
+    pub capacity: u64,
+    pub capacity_available: u64,
+    pub running: u64,
+    pub waiters: u64,
+    pub grants_per_second: f64,
+}
+
+/// One sample per second for the last hour.
+#[utoipa::path(get, path = "/api/v1/history", tag = "dashboard",
+    responses((status = 200, description = "History, oldest first", body = HistoryView),
+              (status = 401, description = "Basic auth required (--inspect_credential)"),
+              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
+pub(super) async fn history(State(dashboard): State<Arc<Dashboard>>) -> Json<HistoryView> {
+    Json(
+        dashboard
+            .history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .view(),
+    )
+}

@@ -1,0 +1,142 @@
+//! What people look at: the inspection API (JSON over the engine snapshot), a
+//! server-side history ring, the static page from `web/`, embedded in the
+//! binary, and the original scheduler's inspection dump at
+//! `/inspect/vars/yadcc/task_dispatcher`. All of it is closed unless
+//! `--inspect_credential` (HTTP basic auth) or `--debugging_no_inspect_auth`
+//! opens it, as in the original; every answer carries the security headers.
+//! Nothing here shows a token.
+//!
+//! - `access.rs`: who may read ([`InspectAccess`]) and the check in front of
+//!   every route.
+//! - `assets.rs`: the page and its ES modules, embedded from one list that
+//!   also routes them, and the security headers.
+//! - `history.rs`: the ring of one sample per second for the chart.
+//! - `views.rs`: the dashboard's JSON (`/api/v1/overview`).
+//! - `vars.rs`: the original's dump under `/inspect/vars`.
+
+mod access;
+mod assets;
+mod history;
+mod views;
+mod vars;
+
+use std::sync::{Arc, Mutex, Weak};
+
+use axum::{Router, middleware, routing::get};
+
+use crate::{engine::Scheduler, protocol::PeerProtocols};
+
+pub use access::InspectAccess;
+pub use assets::{ASSETS, Asset, CONTENT_SECURITY_POLICY, SECURITY_HEADERS};
+pub use history::{HISTORY_CAPACITY, HISTORY_INTERVAL, HistorySample, HistoryView};
+pub use vars::{
+    DumpServant, DumpTask, INSPECT_VARS, InspectVars, TASK_DISPATCHER_PATH, TaskDispatcherDump,
+    YadccVars,
+};
+pub use views::{
+    EnvironmentRow, GrantRow, OVERVIEW_MAX_AGE, Overview, ReasonView, RequesterRow,
+    RunningTaskRow, ServantRow, TotalsView,
+};
+
+/// The dashboard's state: the engine it reads, the history ring and the
+/// optional credential.
+#[derive(Debug)]
+pub struct Dashboard {
+    engine: Scheduler,
+    history: Mutex<history::History>,
+    /// The last overview served, as JSON, and when it was built.
+    overview_cache: Mutex<Option<(tokio::time::Instant, bytes::Bytes)>>,
+    access: access::Access,
+    /// The protocol of each peer's latest call.
+    peer_protocols: Arc<PeerProtocols>,
+}
+
+impl Dashboard {
+    /// Creates the dashboard and starts its sampler, which stops when the
+    /// dashboard is dropped. Must run inside a tokio runtime.
+    pub fn start(
+        engine: Scheduler,
+        access: InspectAccess,
+        peer_protocols: Arc<PeerProtocols>,
+    ) -> Arc<Dashboard> {
+        let dashboard = Arc::new(Dashboard {
+            engine,
+            history: Mutex::default(),
+            overview_cache: Mutex::default(),
+            access: access::Access::from(access),
+            peer_protocols,
+        });
+        tokio::spawn(sample_forever(Arc::downgrade(&dashboard)));
+        dashboard
+    }
+
+    /// Takes one history sample now.
+    pub fn sample(&self) {
+        let (totals, counters) = self.engine.totals();
+        self.history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(&totals, counters.grants_issued);
+    }
+}
+
+async fn sample_forever(dashboard: Weak<Dashboard>) {
+    let mut ticks = tokio::time::interval(HISTORY_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match dashboard.upgrade() {
+            Some(dashboard) => dashboard.sample(),
+            None => return,
+        }
+    }
+}
+
+/// The dashboard's part of the OpenAPI document.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    paths(
+        views::overview,
+        history::history,
+        vars::inspect_vars,
+        vars::inspect_vars_yadcc,
+        vars::task_dispatcher
+    ),
+    components(schemas(
+        InspectVars,
+        YadccVars,
+        TaskDispatcherDump,
+        DumpServant,
+        DumpTask,
+        Overview,
+        RequesterRow,
+        TotalsView,
+        ReasonView,
+        ServantRow,
+        GrantRow,
+        RunningTaskRow,
+        EnvironmentRow,
+        HistoryView,
+        HistorySample
+    )),
+    tags(
+        (name = "dashboard", description = "The dashboard's JSON. Closed unless --inspect_credential (basic auth) or --debugging_no_inspect_auth is given."),
+        (name = "inspection", description = "The original scheduler's inspection dump, same path and fields. Closed like the dashboard."),
+    )
+)]
+pub struct DashboardApi;
+
+/// `/`, its assets, `/api/v1/*` and `/inspect/*`, behind [`InspectAccess`],
+/// every answer with the security headers.
+pub fn router<S>(dashboard: Arc<Dashboard>) -> Router<S> {
+    assets::routes()
+        .route("/api/v1/overview", get(views::overview))
+        .route("/api/v1/history", get(history::history))
+        .merge(vars::routes())
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&dashboard),
+            access::require_access,
+        ))
+        .layer(middleware::from_fn(assets::security_headers))
+        .with_state(dashboard)
+}

@@ -1,0 +1,322 @@
+//! The original scheduler's inspection dump, at the framework's
+//! exposed-variables path, so scripts written against it keep working.
+
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use axum::{
+    Json, Router,
+    extract::{Request, State},
+    http::{StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::Dashboard;
+use crate::{
+    engine::{NotAcceptingReason, ServantPriority},
+    pb,
+};
+
+/// The framework's exposed-variables page, where the original serves its dump.
+pub const INSPECT_VARS: &str = "/inspect/vars";
+/// The original scheduler's inspection dump.
+pub const TASK_DISPATCHER_PATH: &str = "/inspect/vars/yadcc/task_dispatcher";
+
+/// The original scheduler's inspection dump, field for field: what scripts
+/// written against `/inspect/vars/yadcc/task_dispatcher` read. Times are
+/// `YYYY-MM-DD HH:MM:SS` in UTC (the original used its local time zone).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TaskDispatcherDump {
+    /// Servants in registration order.
+    pub servants: Vec<DumpServant>,
+    /// Grants, keyed by grant id (decimal).
+    pub tasks: BTreeMap<String, DumpTask>,
+    pub servants_up: u64,
+    /// Grants counted against servants, zombies included.
+    pub running_tasks: u64,
+    pub capacity: u64,
+    pub capacity_available: u64,
+    pub capacity_unavailable: u64,
+}
+
+/// One servant in the original's dump.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DumpServant {
+    pub version: u32,
+    /// Present when the observed and reported locations agree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// Present (with `reported_location`) when they differ: behind NAT.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_location: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reported_location: Option<String>,
+    pub discovered_at: String,
+    pub expires_at: String,
+    pub environments: Vec<String>,
+    /// `SERVANT_PRIORITY_DEDICATED` or `SERVANT_PRIORITY_USER`.
+    pub priority: String,
+    /// Present when it takes tasks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tasks: Option<u32>,
+    /// Present instead of `max_tasks` when it takes none, e.g.
+    /// `NOT_ACCEPTING_TASK_REASON_BEHIND_NAT`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_accepting_task_reason: Option<String>,
+    pub num_processors: u32,
+    pub current_load: u32,
+    pub capacity_available: u32,
+    pub total_memory_mb: u64,
+    pub memory_available_mb: u64,
+    pub running_tasks: u32,
+    pub ever_assigned_tasks: u64,
+}
+
+/// One grant in the original's dump.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DumpTask {
+    /// The grant id (a JSON number, as in the original).
+    pub task_id: u64,
+    /// Empty for a task adopted after a restart.
+    pub requestor_ip: String,
+    /// Empty for a task adopted after a restart.
+    pub compiler_digest: String,
+    pub started_at: String,
+    /// For a zombie, when its lease ended is not kept: the time of the dump.
+    pub expires_at: String,
+    pub prefetched_task: bool,
+    pub servant_location: String,
+    pub zombie: bool,
+}
+
+impl Dashboard {
+    /// The original's dump, from one engine snapshot.
+    pub fn task_dispatcher_dump(&self) -> TaskDispatcherDump {
+        let snapshot = self.engine.snapshot();
+        let now = SystemTime::now();
+        let servants = snapshot
+            .servants
+            .iter()
+            .map(|servant| {
+                let (observed, reported) = (
+                    servant.observed_location.to_string(),
+                    servant.reported_location.to_string(),
+                );
+                let (location, observed_location, reported_location) = if observed == reported {
+                    (Some(observed), None, None)
+                } else {
+                    (None, Some(observed), Some(reported))
+                };
+                let accepting = servant.max_tasks > 0;
+                DumpServant {
+                    version: servant.version,
+                    location,
+                    observed_location,
+                    reported_location,
+                    discovered_at: format_time(
+                        now.checked_sub(servant.discovered_ago)
+                            .unwrap_or(UNIX_EPOCH),
+                    ),
+                    expires_at: format_time(now + servant.expires_in),
+                    environments: servant.environments.clone(),
+                    priority: match servant.priority {
+                        ServantPriority::Dedicated => pb::ServantPriority::Dedicated,
+                        ServantPriority::User => pb::ServantPriority::User,
+                    }
+                    .as_str_name()
+                    .to_owned(),
+                    max_tasks: accepting.then_some(servant.max_tasks),
+                    not_accepting_task_reason: (!accepting)
+                        .then(|| reason_name(servant.not_accepting_reason)),
+                    num_processors: servant.num_processors,
+                    current_load: servant.current_load,
+                    capacity_available: servant.capacity_available,
+                    total_memory_mb: servant.total_memory >> 20,
+                    memory_available_mb: servant.memory_available >> 20,
+                    running_tasks: servant.running,
+                    ever_assigned_tasks: servant.ever_assigned,
+                }
+            })
+            .collect();
+        let tasks = snapshot
+            .grants
+            .iter()
+            .map(|grant| {
+                let task = DumpTask {
+                    task_id: grant.id,
+                    requestor_ip: grant.requester.map(|ip| ip.to_string()).unwrap_or_default(),
+                    compiler_digest: grant.environment.clone().unwrap_or_default(),
+                    started_at: format_time(now.checked_sub(grant.age).unwrap_or(UNIX_EPOCH)),
+                    expires_at: format_time(now + grant.lease_left),
+                    prefetched_task: grant.prefetch,
+                    servant_location: grant.servant.to_string(),
+                    zombie: grant.zombie,
+                };
+                (grant.id.to_string(), task)
+            })
+            .collect();
+        let totals = &snapshot.totals;
+        TaskDispatcherDump {
+            servants,
+            tasks,
+            servants_up: totals.servants_up as u64,
+            running_tasks: totals.running,
+            capacity: totals.capacity,
+            capacity_available: totals.capacity_available,
+            capacity_unavailable: totals.capacity_unavailable,
+        }
+    }
+}
+
+/// The protobuf enum name the original printed; a code the proto does not
+/// know is shown as its number.
+fn reason_name(reason: Option<NotAcceptingReason>) -> String {
+    let code = reason.map_or(0, |reason| reason.code());
+    i32::try_from(code)
+        .ok()
+        .and_then(|code| pb::NotAcceptingTaskReason::try_from(code).ok())
+        .map_or_else(
+            || format!("NOT_ACCEPTING_TASK_REASON_{code}"),
+            |known| known.as_str_name().to_owned(),
+        )
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in UTC, the original's format.
+fn format_time(at: SystemTime) -> String {
+    let seconds = at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let (days, of_day) = (seconds / 86_400, seconds % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        of_day / 3600,
+        of_day / 60 % 60,
+        of_day % 60
+    )
+}
+
+/// The Gregorian date `days` after 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let day_of_era = z % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// The original scheduler's inspection dump (same path, same fields).
+#[utoipa::path(get, path = "/inspect/vars/yadcc/task_dispatcher", tag = "inspection",
+    responses((status = 200, description = "The dump", body = TaskDispatcherDump),
+              (status = 401, description = "Basic auth required (--inspect_credential)"),
+              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
+pub(super) async fn task_dispatcher(State(dashboard): State<Arc<Dashboard>>) -> Json<TaskDispatcherDump> {
+    Json(dashboard.task_dispatcher_dump())
+}
+
+/// The exposed variables under `yadcc`, as the framework nests them.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct YadccVars {
+    pub task_dispatcher: TaskDispatcherDump,
+}
+
+/// Every exposed variable, as the framework nests them.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct InspectVars {
+    pub yadcc: YadccVars,
+}
+
+/// All exposed variables (only the dump, here).
+#[utoipa::path(get, path = "/inspect/vars", tag = "inspection",
+    responses((status = 200, description = "Every exposed variable", body = InspectVars),
+              (status = 401, description = "Basic auth required (--inspect_credential)"),
+              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
+pub(super) async fn inspect_vars(State(dashboard): State<Arc<Dashboard>>) -> Json<InspectVars> {
+    Json(InspectVars {
+        yadcc: YadccVars {
+            task_dispatcher: dashboard.task_dispatcher_dump(),
+        },
+    })
+}
+
+/// The exposed variables under `yadcc`.
+#[utoipa::path(get, path = "/inspect/vars/yadcc", tag = "inspection",
+    responses((status = 200, description = "The variables under yadcc", body = YadccVars),
+              (status = 401, description = "Basic auth required (--inspect_credential)"),
+              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
+pub(super) async fn inspect_vars_yadcc(State(dashboard): State<Arc<Dashboard>>) -> Json<YadccVars> {
+    Json(YadccVars {
+        task_dispatcher: dashboard.task_dispatcher_dump(),
+    })
+}
+
+/// Behind the same access check as the real pages, so a closed scheduler
+/// does not tell which inspection pages exist.
+async fn no_such_inspection_page(request: Request) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!(
+            "no inspection page at {}; the scheduler's dump is at {TASK_DISPATCHER_PATH}\n",
+            request.uri().path()
+        ),
+    )
+        .into_response()
+}
+
+/// The dump at its path, the framework's nesting above it, and a clear 404
+/// for any other inspection page.
+pub(super) fn routes() -> Router<Arc<Dashboard>> {
+    Router::new()
+        .route(INSPECT_VARS, get(inspect_vars))
+        .route(&format!("{INSPECT_VARS}/yadcc"), get(inspect_vars_yadcc))
+        .route(TASK_DISPATCHER_PATH, get(task_dispatcher))
+        .route("/inspect", get(no_such_inspection_page))
+        .route("/inspect/{*rest}", get(no_such_inspection_page))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn times_print_as_the_original_printed_them() {
+        assert_eq!(format_time(UNIX_EPOCH), "1970-01-01 00:00:00");
+        // 2024-02-29 (leap day) 13:05:09 UTC.
+        let leap_day = UNIX_EPOCH + Duration::from_secs(1_709_211_909);
+        assert_eq!(format_time(leap_day), "2024-02-29 13:05:09");
+        let new_year = UNIX_EPOCH + Duration::from_secs(1_767_225_599);
+        assert_eq!(format_time(new_year), "2025-12-31 23:59:59");
+    }
+
+    #[test]
+    fn unknown_reasons_keep_their_number() {
+        assert_eq!(
+            reason_name(Some(NotAcceptingReason::BehindNat)),
+            "NOT_ACCEPTING_TASK_REASON_BEHIND_NAT"
+        );
+        assert_eq!(reason_name(None), "NOT_ACCEPTING_TASK_REASON_UNKNOWN");
+        assert_eq!(
+            reason_name(Some(NotAcceptingReason::Other(4242))),
+            "NOT_ACCEPTING_TASK_REASON_4242"
+        );
+    }
+}
