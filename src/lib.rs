@@ -48,12 +48,16 @@
 //! - [`http::reflection`]: gRPC server reflection from that descriptor set.
 //! - [`openapi`]: the OpenAPI document built from the descriptor pool, served
 //!   at `/openapi.json` with Swagger UI at `/docs`; committed in `openapi/`.
-//! - [`dashboard`]: inspection API over the engine snapshot, history ring, the
-//!   embedded static page from `web/` (servants, grants, environments,
-//!   requesters, history chart) and the original's dump at
-//!   `/inspect/vars/yadcc/task_dispatcher`; who may read them
-//!   ([`dashboard::InspectAccess`]: closed unless a flag opens them) and the
-//!   security headers on every answer.
+//! - [`dashboard`] (`src/dashboard/`): `views.rs` the JSON over the engine
+//!   snapshot, `history.rs` the history ring, `vars.rs` the original's dump at
+//!   `/inspect/vars/yadcc/task_dispatcher`, `access.rs` who may read them
+//!   ([`dashboard::InspectAccess`]: closed unless a flag opens them),
+//!   `assets.rs` the page from `web/` embedded and routed from one list, with
+//!   the security headers on every answer. `web/` is ES modules, no build
+//!   step: `app.js` (entry, polling), `api.js`, `table.js` (the one table
+//!   every panel uses), `cells.js`, `chart.js` (history), `format.js`,
+//!   `dom.js`, `store.js`, and `views/` (servants, grants, environments,
+//!   requesters, summary cards, tabs, connection status).
 //! - [`metrics`]: Prometheus exposition.
 //! - [`config`]: the command line (`src/main.rs` starts and stops the server);
 //!   [`config::gflags`] first rewrites the original's gflags habits

@@ -48,6 +48,23 @@ impl From<InspectAccess> for Access {
     }
 }
 
+/// The answers [`require_access`] gives instead of a page, for the OpenAPI
+/// document of every route behind it.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // Documentation only: the answers are built below.
+pub(super) enum Refusals {
+    #[response(
+        status = 401,
+        description = "Basic auth required (--inspect_credential)"
+    )]
+    NoCredential,
+    #[response(
+        status = 403,
+        description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth"
+    )]
+    Closed,
+}
+
 /// Why a request was refused, in words that name the flag to pass.
 const CLOSED_MESSAGE: &str = "inspection pages are closed: start the scheduler with \
      --inspect_credential=USER:PASSWORD (HTTP basic auth) or, on a trusted network, \

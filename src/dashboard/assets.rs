@@ -175,8 +175,7 @@ mod tests {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web");
         let mut on_disk = BTreeSet::new();
         files_under(&root, &root, &mut on_disk);
-        let embedded: BTreeSet<String> =
-            ASSETS.iter().map(|asset| asset.path.to_owned()).collect();
+        let embedded: BTreeSet<String> = ASSETS.iter().map(|asset| asset.path.to_owned()).collect();
         assert_eq!(embedded.len(), ASSETS.len(), "an asset is listed twice");
         assert_eq!(
             embedded, on_disk,
@@ -235,7 +234,10 @@ mod tests {
         }
         assert!(loaded.len() > ASSETS.len(), "the scan found the imports");
         for (from, target) in &loaded {
-            assert!(served.contains(target.as_str()), "{from} loads {target}, which is not served");
+            assert!(
+                served.contains(target.as_str()),
+                "{from} loads {target}, which is not served"
+            );
         }
         for asset in ASSETS.iter().filter(|asset| asset.path != INDEX) {
             assert!(
@@ -257,7 +259,10 @@ mod tests {
             assert_eq!(asset.content_type, expected, "{}", asset.path);
         }
         assert_eq!(ASSETS[0].url_path(), "/");
-        let chart = ASSETS.iter().find(|asset| asset.path == "chart.js").unwrap();
+        let chart = ASSETS
+            .iter()
+            .find(|asset| asset.path == "chart.js")
+            .unwrap();
         assert_eq!(chart.url_path(), "/chart.js");
         let view = ASSETS
             .iter()

@@ -11,7 +11,7 @@ use axum::{Json, extract::State};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{Dashboard, views::unix_millis};
+use super::{Dashboard, access::Refusals, views::unix_millis};
 use crate::engine::ClusterTotals;
 
 /// One history sample per this interval.
@@ -88,8 +88,7 @@ pub struct HistorySample {
 /// One sample per second for the last hour.
 #[utoipa::path(get, path = "/api/v1/history", tag = "dashboard",
     responses((status = 200, description = "History, oldest first", body = HistoryView),
-              (status = 401, description = "Basic auth required (--inspect_credential)"),
-              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
+              Refusals))]
 pub(super) async fn history(State(dashboard): State<Arc<Dashboard>>) -> Json<HistoryView> {
     Json(
         dashboard
@@ -98,4 +97,40 @@ pub(super) async fn history(State(dashboard): State<Arc<Dashboard>>) -> Json<His
             .unwrap_or_else(|p| p.into_inner())
             .view(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_ring_keeps_the_last_hour_and_measures_the_grant_rate() {
+        let mut history = History::default();
+        let totals = ClusterTotals {
+            capacity: 8,
+            running: 3,
+            ..ClusterTotals::default()
+        };
+        history.record(&totals, 100);
+        assert_eq!(
+            history.latest_grants_per_second(),
+            0.0,
+            "no rate before a second sample"
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        history.record(&totals, 110);
+        assert_eq!(history.latest_grants_per_second(), 5.0, "10 grants in 2 s");
+
+        for issued in 0..HISTORY_CAPACITY as u64 {
+            tokio::time::advance(HISTORY_INTERVAL).await;
+            history.record(&totals, 110 + issued);
+        }
+        let view = history.view();
+        assert_eq!(view.samples.len(), HISTORY_CAPACITY, "the oldest dropped");
+        assert_eq!(view.interval_seconds, 1);
+        let newest = view.samples.last().unwrap();
+        assert_eq!((newest.capacity, newest.running), (8, 3));
+        assert_eq!(newest.grants_per_second, 1.0);
+        assert!(view.samples.iter().all(|s| s.grants_per_second != 5.0));
+    }
 }

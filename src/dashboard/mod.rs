@@ -17,8 +17,8 @@
 mod access;
 mod assets;
 mod history;
-mod views;
 mod vars;
+mod views;
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -34,8 +34,8 @@ pub use vars::{
     YadccVars,
 };
 pub use views::{
-    EnvironmentRow, GrantRow, OVERVIEW_MAX_AGE, Overview, ReasonView, RequesterRow,
-    RunningTaskRow, ServantRow, TotalsView,
+    EnvironmentRow, GrantRow, OVERVIEW_MAX_AGE, Overview, ReasonView, RequesterRow, RunningTaskRow,
+    ServantRow, TotalsView,
 };
 
 /// The dashboard's state: the engine it reads, the history ring and the

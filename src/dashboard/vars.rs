@@ -17,7 +17,7 @@ use axum::{
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::Dashboard;
+use super::{Dashboard, access::Refusals};
 use crate::{
     engine::{NotAcceptingReason, ServantPriority},
     pb,
@@ -224,9 +224,10 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 /// The original scheduler's inspection dump (same path, same fields).
 #[utoipa::path(get, path = "/inspect/vars/yadcc/task_dispatcher", tag = "inspection",
     responses((status = 200, description = "The dump", body = TaskDispatcherDump),
-              (status = 401, description = "Basic auth required (--inspect_credential)"),
-              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
-pub(super) async fn task_dispatcher(State(dashboard): State<Arc<Dashboard>>) -> Json<TaskDispatcherDump> {
+              Refusals))]
+pub(super) async fn task_dispatcher(
+    State(dashboard): State<Arc<Dashboard>>,
+) -> Json<TaskDispatcherDump> {
     Json(dashboard.task_dispatcher_dump())
 }
 
@@ -245,8 +246,7 @@ pub struct InspectVars {
 /// All exposed variables (only the dump, here).
 #[utoipa::path(get, path = "/inspect/vars", tag = "inspection",
     responses((status = 200, description = "Every exposed variable", body = InspectVars),
-              (status = 401, description = "Basic auth required (--inspect_credential)"),
-              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
+              Refusals))]
 pub(super) async fn inspect_vars(State(dashboard): State<Arc<Dashboard>>) -> Json<InspectVars> {
     Json(InspectVars {
         yadcc: YadccVars {
@@ -258,8 +258,7 @@ pub(super) async fn inspect_vars(State(dashboard): State<Arc<Dashboard>>) -> Jso
 /// The exposed variables under `yadcc`.
 #[utoipa::path(get, path = "/inspect/vars/yadcc", tag = "inspection",
     responses((status = 200, description = "The variables under yadcc", body = YadccVars),
-              (status = 401, description = "Basic auth required (--inspect_credential)"),
-              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
+              Refusals))]
 pub(super) async fn inspect_vars_yadcc(State(dashboard): State<Arc<Dashboard>>) -> Json<YadccVars> {
     Json(YadccVars {
         task_dispatcher: dashboard.task_dispatcher_dump(),

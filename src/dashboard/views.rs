@@ -17,7 +17,7 @@ use axum::{
 use serde::{Serialize, Serializer};
 use utoipa::ToSchema;
 
-use super::Dashboard;
+use super::{Dashboard, access::Refusals};
 use crate::engine::{self, NotAcceptingReason, ServantPriority};
 
 /// How long one overview serves every page that asks.
@@ -363,12 +363,10 @@ pub struct EnvironmentRow {
     pub waiters: u64,
 }
 
-
 /// Cluster overview: totals, servants, grants, running tasks, environments.
 #[utoipa::path(get, path = "/api/v1/overview", tag = "dashboard",
     responses((status = 200, description = "The cluster now", body = Overview),
-              (status = 401, description = "Basic auth required (--inspect_credential)"),
-              (status = 403, description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth")))]
+              Refusals))]
 pub(super) async fn overview(State(dashboard): State<Arc<Dashboard>>) -> Response {
     (
         [(
@@ -379,4 +377,3 @@ pub(super) async fn overview(State(dashboard): State<Arc<Dashboard>>) -> Respons
     )
         .into_response()
 }
-

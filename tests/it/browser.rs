@@ -157,15 +157,21 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
     // Each panel's toolbar is built by the shared table module from the
     // panel's view module: present only when both loaded and ran.
     for (panel, placeholder) in [
-        ("servants", "Filter by location, version, reason, environment digest…"),
-        ("grants", "Filter by id, servant, requester, environment, task…"),
+        (
+            "servants",
+            "Filter by location, version, reason, environment digest…",
+        ),
+        (
+            "grants",
+            "Filter by id, servant, requester, environment, task…",
+        ),
         ("environments", "Filter by compiler digest…"),
         ("requesters", "Filter by machine or protocol…"),
     ] {
         assert_eq!(
             attribute_of(&dom, &format!(r#"id="{panel}-filter""#), "placeholder").as_deref(),
             Some(placeholder),
-            "the {panel} panel was built by its module"
+            "the {panel} panel was built by its module (a module that 404s or throws while loading stops them all)"
         );
         assert!(
             dom.contains(&format!(r#"id="{panel}-table""#)),
@@ -233,9 +239,17 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
     );
     // The chart module drew the server's samples (a fresh server has at
     // least its first): each series is a non-empty path.
-    for series in ["line s-capacity", "line s-running", "line s-waiters", "line s-gps"] {
+    for series in [
+        "line s-capacity",
+        "line s-running",
+        "line s-waiters",
+        "line s-gps",
+    ] {
         let path = attribute_of(&dom, &format!(r#"class="{series}""#), "d").unwrap_or_default();
-        assert!(path.starts_with('M'), "chart series {series} drawn: {path:?}");
+        assert!(
+            path.starts_with('M'),
+            "chart series {series} drawn: {path:?}"
+        );
     }
     assert!(
         dom.contains(r#"<svg class="chart-svg""#),

@@ -5,7 +5,7 @@
 use base64::Engine as _;
 use serde_json::Value;
 use yadcc_scheduler::{
-    dashboard::{InspectAccess, SECURITY_HEADERS},
+    dashboard::{ASSETS, InspectAccess, SECURITY_HEADERS},
     http::routes::HttpSettings,
     pb,
 };
@@ -181,6 +181,23 @@ async fn the_page_and_its_assets_are_served_from_the_binary() {
             "{path}"
         );
         assert!(response.text().await.unwrap().contains(marker), "{path}");
+    }
+    // Every ES module, as browsers require them: JavaScript, byte for byte.
+    let modules: Vec<_> = ASSETS
+        .iter()
+        .filter(|asset| asset.path.ends_with(".js"))
+        .collect();
+    assert!(modules.len() > 5, "the page is split into modules");
+    for asset in modules {
+        let path = asset.url_path();
+        let response = client.get(server.url(&path)).send().await.expect("send");
+        assert_eq!(response.status().as_u16(), 200, "{path}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/javascript; charset=utf-8",
+            "{path}"
+        );
+        assert_eq!(response.text().await.unwrap(), asset.body, "{path}");
     }
     server.stop().await;
 }
