@@ -13,7 +13,7 @@ use clap::{CommandFactory, Parser};
 use crate::{
     dashboard::InspectAccess,
     engine::{self, Redacted},
-    http::routes::HttpSettings,
+    http::state::HttpSettings,
     limits::{self, EdgeSettings},
 };
 

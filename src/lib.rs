@@ -9,7 +9,7 @@
 //!    "CPRF"      -> flare          the daemons' binary frames, every call concurrent,
 //!                                  answers written as they finish, matched by id
 //!    daemon http -> flare::http    the daemons' http+pb (`Rpc-SeqNo`), same rules
-//!    otherwise   -> hyper -> http::routes   routes, request log, peer address
+//!    otherwise   -> hyper -> http::routes   wiring only; http::access_log, peer address
 //!                         -> http::dialect  http+pb (`/rpc/...`) and Connect framing
 //!                            http::grpc     gRPC and gRPC-Web, on the Connect path by Content-Type
 //!        -> rpc             the one entry every protocol calls: deadline, metrics,
@@ -22,7 +22,13 @@
 //!
 //! Errors have one table: [`http::error`] maps every failure to an HTTP
 //! status, the framework's numeric `Rpc-Error-Code` (also the binary
-//! protocol's `status`), a Connect code and a JSON body.
+//! protocol's `status`), a Connect code and a JSON body. Which scheduler
+//! `Status` codes each RPC can answer with is [`service::failure_statuses`].
+//!
+//! Arrows point down the picture: every transport takes [`http::state`]
+//! (`AppState`: service, metrics, dashboard, settings), which knows none of
+//! them; [`http::operations`] serves `/healthz`, `/readyz` and `/metrics`.
+//! `scripts/module_graph.py` prints the module graph and its import cycles.
 //!
 //! Inside the engine (`src/engine/`): `mod.rs` is the cheap-to-clone handle
 //! over one `Mutex<State>` and the one expiry task; `servants.rs` (registry,
@@ -93,4 +99,4 @@ pub mod rpc;
 pub mod service;
 pub mod sim;
 
-pub use http::routes::{AppState, app};
+pub use http::{routes::app, state::AppState};

@@ -51,10 +51,10 @@ use crate::{
         dialect::Dialect,
         error::{ErrorBody, ErrorKind},
         json::IntegerKind,
-        routes::DEFAULT_MAX_BODY_BYTES,
+        state::DEFAULT_MAX_BODY_BYTES,
     },
     pb::{self, Encoding, Method},
-    sim,
+    service, sim,
 };
 
 /// Where the document is served.
@@ -286,31 +286,13 @@ pub fn operation_id(dialect: Dialect, method: Method) -> String {
     format!("{}_{style}", method.name())
 }
 
-/// The scheduler outcomes each RPC can answer with, besides success
-/// (the engine's checks, as in the reference scheduler).
-pub fn scheduler_outcomes(method: Method) -> &'static [pb::Status] {
-    use pb::Status::*;
-    match method {
-        Method::Heartbeat => &[AccessDenied, InvalidArgument, VersionTooOld],
-        Method::GetConfig => &[AccessDenied],
-        Method::WaitForStartingTask => &[
-            AccessDenied,
-            InvalidArgument,
-            EnvironmentNotAvailable,
-            NoQuotaAvailable,
-        ],
-        Method::KeepTaskAlive | Method::FreeTask => &[AccessDenied, InvalidArgument],
-        Method::GetRunningTasks => &[],
-    }
-}
-
 /// The rows of the error table a call of `method` on its documented route
 /// (right path, POST) can meet.
 pub fn operation_errors(method: Method) -> Vec<ErrorKind> {
     ErrorKind::ALL
         .into_iter()
         .filter(|kind| match kind {
-            ErrorKind::Scheduler(status) => scheduler_outcomes(method).contains(status),
+            ErrorKind::Scheduler(status) => service::failure_statuses(method).contains(status),
             // The documented path and verb are right by construction.
             ErrorKind::MethodNotAllowed
             | ErrorKind::ServiceNotFound

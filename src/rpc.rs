@@ -14,7 +14,7 @@ use crate::{
     http::{
         codec,
         error::{ApiError, ErrorKind},
-        routes::AppState,
+        state::AppState,
     },
     metrics::CallEnd,
     pb::{Encoding, Method},

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::{
     engine::{self, Rejection, Scheduler},
-    pb,
+    pb::{self, Method},
 };
 
 mod redacted_debug;
@@ -45,6 +45,26 @@ impl From<Rejection> for RpcStatus {
             Rejection::NoQuotaAvailable => pb::Status::NoQuotaAvailable,
         };
         Self::new(code, rejection.to_string())
+    }
+}
+
+/// The scheduler `Status` codes each RPC can answer with besides success:
+/// the [`Rejection`]s the engine's checks behind it return, as in the
+/// reference scheduler. The OpenAPI document lists them per operation.
+pub fn failure_statuses(method: Method) -> &'static [pb::Status] {
+    use pb::Status::*;
+    match method {
+        Method::Heartbeat => &[AccessDenied, InvalidArgument, VersionTooOld],
+        Method::GetConfig => &[AccessDenied],
+        Method::WaitForStartingTask => &[
+            AccessDenied,
+            InvalidArgument,
+            EnvironmentNotAvailable,
+            NoQuotaAvailable,
+        ],
+        Method::KeepTaskAlive | Method::FreeTask => &[AccessDenied, InvalidArgument],
+        // Open to anyone and without arguments to refuse.
+        Method::GetRunningTasks => &[],
     }
 }
 
@@ -268,6 +288,93 @@ fn servant_priority(raw: i32) -> engine::ServantPriority {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whatever an RPC is refused with is among the statuses documented
+    /// for it: bad tokens, bad arguments and unknown environments, each.
+    #[tokio::test(start_paused = true)]
+    async fn refusals_are_among_each_rpcs_failure_statuses() {
+        let service = SchedulerService::new(Scheduler::new(engine::Config {
+            user_tokens: engine::TokenSet::new(["user"]),
+            servant_tokens: engine::TokenSet::new(["servant"]),
+            ..engine::Config::default()
+        }));
+        let ctx = CallContext {
+            peer: "10.0.0.9".parse().unwrap(),
+            deadline: None,
+        };
+        let too_many = vec![1; engine::Limits::default().max_ids_per_request + 1];
+        let mut refusals = Vec::new();
+        for token in ["wrong", "servant"] {
+            let heartbeat = pb::HeartbeatRequest {
+                token: token.into(),
+                location: "not a location".into(),
+                ..Default::default()
+            };
+            refusals.push((
+                Method::Heartbeat,
+                service.heartbeat(heartbeat, &ctx).map(drop),
+            ));
+        }
+        refusals.push((
+            Method::GetConfig,
+            service
+                .get_config(
+                    pb::GetConfigRequest {
+                        token: "wrong".into(),
+                    },
+                    &ctx,
+                )
+                .map(drop),
+        ));
+        for token in ["wrong", "user"] {
+            for environment in [None, Some("nobody-has-it")] {
+                let wait = pb::WaitForStartingTaskRequest {
+                    token: token.into(),
+                    env_desc: environment.map(|digest| pb::EnvironmentDesc {
+                        compiler_digest: digest.into(),
+                    }),
+                    immediate_reqs: 1,
+                    next_keep_alive_in_ms: 10_000,
+                    ..Default::default()
+                };
+                refusals.push((
+                    Method::WaitForStartingTask,
+                    service.wait_for_starting_task(wait, &ctx).await.map(drop),
+                ));
+            }
+            let keep = pb::KeepTaskAliveRequest {
+                token: token.into(),
+                task_grant_ids: too_many.clone(),
+                next_keep_alive_in_ms: 10_000,
+            };
+            refusals.push((
+                Method::KeepTaskAlive,
+                service.keep_task_alive(keep, &ctx).map(drop),
+            ));
+            let free = pb::FreeTaskRequest {
+                token: token.into(),
+                task_grant_ids: too_many.clone(),
+            };
+            refusals.push((Method::FreeTask, service.free_task(free, &ctx).map(drop)));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (method, outcome) in refusals {
+            let refused = outcome.expect_err(method.name());
+            assert!(
+                failure_statuses(method).contains(&refused.code),
+                "{method} answered {refused:?}, not among its failure statuses"
+            );
+            seen.insert((method, refused.code));
+        }
+        // Each RPC met every kind of refusal tried on it, not one repeatedly.
+        assert!(seen.len() >= 8, "{seen:?}");
+        assert!(
+            service
+                .get_running_tasks(pb::GetRunningTasksRequest {}, &ctx)
+                .is_ok()
+        );
+        assert!(failure_statuses(Method::GetRunningTasks).is_empty());
+    }
 
     #[test]
     fn unknown_and_out_of_range_priorities_count_as_user() {

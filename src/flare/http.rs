@@ -22,7 +22,7 @@ use crate::{
     http::{
         dialect::{self, Dialect, RPC_SEQ_NO},
         error::{ApiError, ErrorKind},
-        routes::AppState,
+        state::AppState,
     },
     limits::Reservation,
     pb::{Method, RPC_PATH_PREFIX},

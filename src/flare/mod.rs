@@ -27,7 +27,7 @@ use self::{
 use crate::{
     http::{
         error::{ApiError, ErrorKind},
-        routes::AppState,
+        state::AppState,
     },
     pb::{
         Encoding, Method, SCHEDULER_SERVICE,

@@ -22,9 +22,10 @@ use axum::{
 use tokio::time::Instant;
 
 use super::{
+    access_log::CallLogged,
     codec::BodyFormat,
     error::{ApiError, ErrorKind},
-    routes::AppState,
+    state::AppState,
 };
 use crate::{
     contract,
@@ -166,11 +167,6 @@ impl Dialect {
         }
     }
 }
-
-/// Marks a response whose call [`rpc::record`] already logged, so the
-/// router's access log does not write a second line for it.
-#[derive(Debug, Clone, Copy)]
-pub struct CallLogged;
 
 /// A request's head, checked: the call as [`rpc::call`] takes it, and the
 /// media type its answer will carry. Shared by hyper's routes and the daemons'

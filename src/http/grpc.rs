@@ -31,9 +31,10 @@ use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 
 use super::{
+    access_log::CallLogged,
     dialect,
     error::{ApiError, ErrorKind},
-    routes::AppState,
+    state::AppState,
 };
 use crate::{
     pb::{Encoding, Method, SCHEDULER_SERVICE},
@@ -243,7 +244,7 @@ pub async fn serve(
     };
     let outcome = rpc::call(state, &call, method, message).await;
     let mut response = respond(answer_as, outcome);
-    response.extensions_mut().insert(dialect::CallLogged);
+    response.extensions_mut().insert(CallLogged);
     response
 }
 

@@ -45,7 +45,7 @@ use crate::{
         frame::MAGIC,
         http::{HeadScan, MAX_HEAD_BYTES},
     },
-    http::routes::AppState,
+    http::state::AppState,
     limits::EdgeSettings,
     protocol::Protocol,
 };
@@ -351,7 +351,7 @@ mod tests {
 
     #[tokio::test]
     async fn trusted_proxies_are_exempt_from_the_per_address_cap() {
-        let settings = crate::http::routes::HttpSettings {
+        let settings = crate::http::state::HttpSettings {
             trusted_proxies: vec!["10.0.0.1".parse().unwrap()],
             edge: EdgeSettings {
                 max_connections_per_ip: 2,

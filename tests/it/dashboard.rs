@@ -6,7 +6,7 @@ use base64::Engine as _;
 use serde_json::Value;
 use yadcc_scheduler::{
     dashboard::{ASSETS, InspectAccess, SECURITY_HEADERS},
-    http::routes::HttpSettings,
+    http::state::HttpSettings,
     pb,
 };
 

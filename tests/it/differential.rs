@@ -30,7 +30,7 @@ use yadcc_scheduler::{
     engine::{Config, Scheduler, TokenSet},
     http::{
         codec::{decode, encode},
-        routes::HttpSettings,
+        state::HttpSettings,
     },
     pb::{self, Encoding},
 };

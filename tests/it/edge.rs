@@ -13,7 +13,7 @@ use tokio::{
     net::{TcpSocket, TcpStream},
     time::Instant,
 };
-use yadcc_scheduler::{http::routes::HttpSettings, limits::EdgeSettings, pb};
+use yadcc_scheduler::{http::state::HttpSettings, limits::EdgeSettings, pb};
 
 use crate::{flare::request_frame, support::*};
 

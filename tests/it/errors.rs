@@ -4,7 +4,7 @@
 use prost::Message;
 use yadcc_scheduler::{
     engine,
-    http::{error::ErrorKind, routes::HttpSettings},
+    http::{error::ErrorKind, state::HttpSettings},
     pb,
 };
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use prost::Message;
 use tokio::time::Instant;
-use yadcc_scheduler::{engine, http::routes::HttpSettings, pb};
+use yadcc_scheduler::{engine, http::state::HttpSettings, pb};
 
 use crate::support::*;
 

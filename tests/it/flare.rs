@@ -12,7 +12,7 @@ use tokio::{
 };
 use yadcc_scheduler::{
     engine,
-    http::routes::HttpSettings,
+    http::state::HttpSettings,
     pb::{
         self,
         flare::rpc::{MethodType, RpcMeta, RpcRequestMeta},

@@ -28,7 +28,7 @@ use tokio::net::TcpListener;
 use yadcc_scheduler::{
     AppState, app,
     engine::{Config, Scheduler},
-    http::{dialect::Dialect, routes::HttpSettings},
+    http::{dialect::Dialect, state::HttpSettings},
     openapi,
     pb::{self, Method},
 };

@@ -18,7 +18,7 @@ use tokio::{
 use yadcc_scheduler::{
     AppState, app,
     engine::{self, Scheduler},
-    http::routes::HttpSettings,
+    http::state::HttpSettings,
     net, pb,
 };
 

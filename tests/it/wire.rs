@@ -2,7 +2,7 @@
 //! byte as their framework's client writes them.
 
 use prost::Message;
-use yadcc_scheduler::{engine, http::routes::HttpSettings, pb};
+use yadcc_scheduler::{engine, http::state::HttpSettings, pb};
 
 use crate::support::*;
 
