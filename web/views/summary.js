@@ -1,16 +1,39 @@
-// The cards at the top: cluster totals, each with a line of context, and a
-// warning colour where a figure needs attention.
+// The cards at the top, built here: cluster totals, each with a line of
+// context, and a warning colour where a figure needs attention.
 
-import { setText, toggleClass } from '../dom.js';
+import { h, setText, toggleClass } from '../dom.js';
 import { NF, NF2, fmtInt, isNum, num } from '../format.js';
 
-const METRICS = ['servantsUp', 'servantsAccepting', 'capacity', 'running', 'capacityAvailable',
-  'capacityUnavailable', 'waiters', 'zombies', 'grants', 'grantsPerSecond'];
+// The cards, in page order: [metric in `totals`, title, fixed second line
+// ('' when renderSummary writes it)].
+const CARDS = [
+  ['servantsUp', 'Servants up', ''],
+  ['servantsAccepting', 'Accepting', ''],
+  ['capacity', 'Capacity', 'task slots'],
+  ['running', 'Running', ''],
+  ['capacityAvailable', 'Available', 'free slots now'],
+  ['capacityUnavailable', 'Unavailable', 'slots that take no task'],
+  ['waiters', 'Waiters', 'queued for quota'],
+  ['zombies', 'Zombies', 'lease expired, still running'],
+  ['grants', 'Grants', ''],
+  ['grantsPerSecond', 'Grants / s', 'grant rate'],
+];
+const METRICS = CARDS.map(([metric]) => metric);
 const metricEls = {};
 const subEls = {};
-for (const m of METRICS) {
-  metricEls[m] = document.querySelector('#summary [data-metric="' + m + '"]');
-  subEls[m] = document.querySelector('#summary [data-sub="' + m + '"]');
+const cardList = document.querySelector('#summary .cards');
+for (const [metric, title, sub] of CARDS) {
+  const card = h('div', 'card');
+  const value = h('dd', 'value', '—');
+  value.dataset.metric = metric;
+  value.dataset.value = '';
+  // A no-break space keeps an empty second line as tall as a written one.
+  const subEl = h('dd', 'sub', sub || '\u00a0');
+  subEl.dataset.sub = metric;
+  card.append(h('dt', '', title), value, subEl);
+  cardList.append(card);
+  metricEls[metric] = value;
+  subEls[metric] = subEl;
 }
 
 export function renderSummary(totals, servants, grants) {
