@@ -61,9 +61,9 @@
 //!   `assets.rs` the page from `web/` embedded and routed from one list, with
 //!   the security headers on every answer. `web/` is ES modules, no build
 //!   step: `app.js` (entry, polling), `api.js`, `table.js` (the one table
-//!   every panel uses), `cells.js`, `chart.js` (history), `format.js`,
-//!   `dom.js`, `store.js`, and `views/` (servants, grants, environments,
-//!   requesters, summary cards, tabs, connection status).
+//!   every panel uses), `cells.js`, `chart.js` and `chart-geometry.js`
+//!   (history), `format.js`, `dom.js`, `store.js`, and `views/` (servants,
+//!   grants, environments, requesters, summary cards, tabs, connection status).
 //! - [`metrics`]: Prometheus exposition.
 //! - [`config`]: the command line (`src/main.rs` starts and stops the server);
 //!   [`config::gflags`] first rewrites the original's gflags habits

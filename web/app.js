@@ -11,8 +11,8 @@
 //
 // Modules: format.js (numbers, times, sort keys), dom.js, store.js (saved
 // choices), api.js (fetching), table.js (the one table every panel uses),
-// cells.js (shared columns), chart.js (history), views/*.js (one per panel,
-// the cards, the tabs and the connection banner).
+// cells.js (shared columns), chart.js and chart-geometry.js (history),
+// views/*.js (one per panel, the cards, the tabs and the connection banner).
 
 import {
   HISTORY_EVERY_MS, HISTORY_URL, HttpError, OVERVIEW_EVERY_MS, OVERVIEW_URL, fetchJson, isUnauthorized,

@@ -2,29 +2,12 @@
 // below, over 5 min / 15 min / 1 h (or less: it spans the data it has), with
 // a hover read-out. Plain SVG, redrawn per history poll and per resize.
 
+import { areaPath, fmtTick, linePath, niceStep, segments, timeStep } from './chart-geometry.js';
 import { h, setText } from './dom.js';
 import { CLOCK, CLOCK_HM, NF, NF2, fmtClock, fmtDuration, isNum, num, objs } from './format.js';
 import { saveUi, ui } from './store.js';
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
-
-// Time between axis labels: the smallest round step giving at most `count`.
-const TIME_STEPS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
-function timeStep(spanMs, count) {
-  for (const s of TIME_STEPS_S) if (spanMs / (s * 1000) <= count) return s * 1000;
-  return 3600 * 1000;
-}
-
-function niceStep(max, count, integer) {
-  if (!(max > 0)) return 1;
-  const raw = max / count;
-  const p = Math.pow(10, Math.floor(Math.log10(raw)));
-  const f = raw / p;
-  let step = (f <= 1 ? 1 : f <= 2 ? 2 : f <= 2.5 ? 2.5 : f <= 5 ? 5 : 10) * p;
-  if (integer) step = Math.max(1, Math.round(step));
-  return step;
-}
-const fmtTick = (v) => (Math.abs(v) >= 10000 ? NF.format(Math.round(v / 1000)) + 'k' : NF2.format(v));
 
 const RANGES_S = [300, 900, 3600];
 const RANGE_NAMES = { 300: 'Last 5 minutes', 900: 'Last 15 minutes', 3600: 'Last hour' };
@@ -172,57 +155,16 @@ export function createChart(box) {
     text(panelLabels, 'plabel', M.l + 6, M.t + 12, 'tasks');
     text(panelLabels, 'plabel', M.l + 6, topY0 + M.gap + 12, 'grants / s');
 
-    // Series: one point per half pixel (the peak in it), broken at gaps.
-    const maxGap = Math.max(5000, 3 * intervalS * 1000);
-    const segs = [];
-    let seg = [];
-    let cur = null;
-    let prevAt = null;
-    for (const s of samples) {
-      if (s.atMs < x0) continue;
-      if (prevAt !== null && s.atMs - prevAt > maxGap) {
-        if (cur) seg.push(cur);
-        if (seg.length) segs.push(seg);
-        seg = [];
-        cur = null;
-      }
-      prevAt = s.atMs;
-      const x = Math.round(px(s.atMs) * 2) / 2;
-      if (cur && cur.x === x) {
-        cur.c = Math.max(cur.c, s.capacity);
-        cur.r = Math.max(cur.r, s.running);
-        cur.w = Math.max(cur.w, s.waiters);
-        cur.g = Math.max(cur.g, s.grantsPerSecond);
-      } else {
-        if (cur) seg.push(cur);
-        cur = { x: x, c: s.capacity, r: s.running, w: s.waiters, g: s.grantsPerSecond };
-      }
-    }
-    if (cur) seg.push(cur);
-    if (seg.length) segs.push(seg);
-
-    const line = (pts, key, y) => {
-      let d = '';
-      for (let i = 0; i < pts.length; i++) d += (i ? 'L' : 'M') + pts[i].x + ' ' + y(pts[i][key]).toFixed(1);
-      if (pts.length === 1) d += 'h1';
-      return d;
-    };
-    const area = (pts, key, y, base) => {
-      let d = 'M' + pts[0].x + ' ' + base.toFixed(1);
-      for (const p of pts) d += 'L' + p.x + ' ' + y(p[key]).toFixed(1);
-      const endX = pts.length === 1 ? pts[0].x + 1 : pts[pts.length - 1].x;
-      if (pts.length === 1) d += 'L' + endX + ' ' + y(pts[0][key]).toFixed(1);
-      return d + 'L' + endX + ' ' + base.toFixed(1) + 'Z';
-    };
+    const segs = segments(samples, x0, px, Math.max(5000, 3 * intervalS * 1000));
     let cap = '', run = '', wait = '', gps = '', capA = '', runA = '', gpsA = '';
     for (const pts of segs) {
-      cap += line(pts, 'c', yTop);
-      run += line(pts, 'r', yTop);
-      wait += line(pts, 'w', yTop);
-      gps += line(pts, 'g', yBot);
-      capA += area(pts, 'c', yTop, topY0);
-      runA += area(pts, 'r', yTop, topY0);
-      gpsA += area(pts, 'g', yBot, botY0);
+      cap += linePath(pts, 'c', yTop);
+      run += linePath(pts, 'r', yTop);
+      wait += linePath(pts, 'w', yTop);
+      gps += linePath(pts, 'g', yBot);
+      capA += areaPath(pts, 'c', yTop, topY0);
+      runA += areaPath(pts, 'r', yTop, topY0);
+      gpsA += areaPath(pts, 'g', yBot, botY0);
     }
 
     capLine.setAttribute('d', cap);

@@ -77,6 +77,7 @@ pub const ASSETS: &[Asset] = &web_assets![
     "api.js",
     "cells.js",
     "chart.js",
+    "chart-geometry.js",
     "dom.js",
     "format.js",
     "store.js",
