@@ -1,0 +1,239 @@
+//! The OpenAPI document against the code: the committed
+//! `openapi/scheduler.openapi.json` is what the code generates; the RPCs of
+//! the proto's service are exactly the routed ones, each documented once per
+//! route style; every message and enum has a schema, every `$ref` resolves,
+//! operation ids are unique; Swagger UI is served from the bundle in the
+//! binary and reads this document.
+
+use std::{collections::BTreeSet, path::Path};
+
+use serde_json::{Value, json};
+use yadcc_scheduler::{
+    openapi,
+    pb::{self, Method},
+};
+
+use crate::openapi_schema::{STYLES, client, document, resolve, service, start_server};
+
+/// The one command that rewrites the committed document.
+const REGENERATE: &str = "UPDATE_OPENAPI=1 cargo test --test it openapi";
+
+#[test]
+fn committed_document_is_current() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(openapi::COMMITTED_SPEC);
+    let generated = openapi::render();
+    if std::env::var("UPDATE_OPENAPI").as_deref() == Ok("1") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &generated).unwrap();
+        eprintln!("wrote {}", path.display());
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    if committed != generated {
+        let line = committed
+            .lines()
+            .zip(generated.lines())
+            .position(|(old, new)| old != new)
+            .unwrap_or_else(|| committed.lines().count().min(generated.lines().count()));
+        panic!(
+            "{} differs from what the code generates (first difference at line {}:\n  \
+             committed: {}\n  generated: {}).\nRegenerate it with:\n\n    {REGENERATE}\n",
+            openapi::COMMITTED_SPEC,
+            line + 1,
+            committed.lines().nth(line).unwrap_or("<end of file>"),
+            generated.lines().nth(line).unwrap_or("<end of file>"),
+        );
+    }
+}
+
+#[test]
+fn the_rpcs_of_the_proto_are_the_routed_rpcs() {
+    let in_proto: Vec<String> = service().methods().map(|m| m.name().to_owned()).collect();
+    let routed: Vec<String> = Method::ALL.iter().map(|m| m.name().to_owned()).collect();
+    assert_eq!(
+        in_proto,
+        routed,
+        "the RPCs of {} in the proto must be exactly pb::Method::ALL, in order: a new \
+         RPC needs a Method variant, a dispatch arm and a service method",
+        pb::SCHEDULER_SERVICE
+    );
+    for method in service().methods() {
+        assert_eq!(
+            Method::from_name(method.name()).map(Method::name),
+            Some(method.name())
+        );
+    }
+}
+
+#[test]
+fn every_rpc_is_documented_once_per_route_style() {
+    let doc = document();
+    let paths = doc["paths"].as_object().unwrap();
+    let mut rpc_paths = BTreeSet::new();
+    for rpc in Method::ALL {
+        let method = rpc.descriptor();
+        for dialect in STYLES {
+            let path = dialect.path(rpc).to_owned();
+            let item = paths
+                .get(&path)
+                .unwrap_or_else(|| panic!("{path} is not documented"));
+            assert_eq!(item.as_object().unwrap().len(), 1, "{path}: POST only");
+            let operation = &item["post"];
+            assert_eq!(
+                operation["operationId"],
+                openapi::operation_id(dialect, rpc)
+            );
+            let content = &operation["requestBody"]["content"];
+            assert_eq!(
+                content[openapi::JSON_MEDIA_TYPE]["schema"]["$ref"],
+                format!("#/components/schemas/{}", method.input().full_name())
+            );
+            assert_eq!(
+                content[openapi::PROTOBUF_MEDIA_TYPE]["schema"]["x-protobuf-message"],
+                method.input().full_name()
+            );
+            let ok = &operation["responses"]["200"]["content"];
+            assert_eq!(
+                ok[openapi::JSON_MEDIA_TYPE]["schema"]["$ref"],
+                format!("#/components/schemas/{}", method.output().full_name())
+            );
+            assert_eq!(
+                ok[openapi::PROTOBUF_MEDIA_TYPE]["schema"]["x-protobuf-message"],
+                method.output().full_name()
+            );
+            rpc_paths.insert(path);
+        }
+    }
+    // Anything else under the RPC prefixes would be an RPC the server lacks.
+    for path in paths.keys() {
+        if path.starts_with("/rpc/") || path.starts_with(&format!("/{}/", pb::SCHEDULER_SERVICE)) {
+            assert!(
+                rpc_paths.contains(path),
+                "{path} is not an RPC of the service"
+            );
+        }
+    }
+
+    let mut ids = BTreeSet::new();
+    for (path, item) in paths {
+        for (verb, operation) in item.as_object().unwrap() {
+            if let Some(id) = operation["operationId"].as_str() {
+                assert!(
+                    ids.insert(id.to_owned()),
+                    "{verb} {path}: duplicate id {id}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_message_and_enum_has_a_schema_and_every_ref_resolves() {
+    let doc = document();
+    let schemas = doc["components"]["schemas"].as_object().unwrap();
+    for message in pb::DESCRIPTOR_POOL.all_messages() {
+        if !message.is_map_entry() {
+            let schema = &schemas[message.full_name()];
+            assert_eq!(schema["type"], "object", "{}", message.full_name());
+            for field in message.fields() {
+                let property = &schema["properties"][field.json_name()];
+                let description = property["description"].as_str().unwrap_or_default();
+                assert!(
+                    description.contains(&format!("{} = {}`", field.name(), field.number())),
+                    "{}: {description}",
+                    field.full_name()
+                );
+            }
+        }
+    }
+    for enumeration in pb::DESCRIPTOR_POOL.all_enums() {
+        let names = enumeration.values().map(|v| json!(v.name()));
+        let numbers = enumeration.values().map(|v| json!(v.number()));
+        assert_eq!(
+            schemas[enumeration.full_name()]["enum"],
+            json!(names.chain(numbers).collect::<Vec<_>>()),
+            "{}",
+            enumeration.full_name()
+        );
+    }
+
+    fn walk(doc: &Value, node: &Value, at: &str) {
+        match node {
+            Value::Object(map) => {
+                if let Some(Value::String(reference)) = map.get("$ref") {
+                    assert!(
+                        resolve(doc, reference).is_some(),
+                        "{at}: dangling {reference}"
+                    );
+                }
+                for (key, child) in map {
+                    walk(doc, child, &format!("{at}/{key}"));
+                }
+            }
+            Value::Array(items) => {
+                for (index, child) in items.iter().enumerate() {
+                    walk(doc, child, &format!("{at}/{index}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(&doc, &doc, "#");
+}
+
+#[tokio::test]
+async fn swagger_ui_is_served_from_the_binary_and_reads_this_document() {
+    let addr = start_server().await;
+    let client = client();
+    let get = |path: &str| client.get(format!("http://{addr}{path}")).send();
+
+    let redirect = get(openapi::DOCS_PATH).await.unwrap();
+    assert!(redirect.status().is_redirection(), "{}", redirect.status());
+    assert_eq!(
+        redirect.headers()["location"],
+        format!("{}/", openapi::DOCS_PATH)
+    );
+
+    let index = get(&format!("{}/", openapi::DOCS_PATH)).await.unwrap();
+    assert_eq!(index.status(), 200);
+    let html = index.text().await.unwrap();
+    assert!(html.contains("swagger-ui"), "{html}");
+    for remote in ["src=\"http", "href=\"http", "src=\"//", "href=\"//"] {
+        assert!(
+            !html.contains(remote),
+            "the page loads {remote}...: not offline"
+        );
+    }
+
+    let initializer = get(&format!("{}/swagger-initializer.js", openapi::DOCS_PATH))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        initializer.contains(&format!("\"url\": \"{}\"", openapi::SPEC_PATH)),
+        "{initializer}"
+    );
+    assert!(
+        initializer.contains("\"validatorUrl\": \"none\""),
+        "{initializer}"
+    );
+    assert!(
+        initializer.contains("\"tryItOutEnabled\": true"),
+        "{initializer}"
+    );
+
+    let bundle = get(&format!("{}/swagger-ui-bundle.js", openapi::DOCS_PATH))
+        .await
+        .unwrap();
+    assert_eq!(bundle.status(), 200);
+    assert!(bundle.bytes().await.unwrap().len() > 100_000);
+
+    let doc = document();
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(
+        doc["servers"][0]["url"], "/",
+        "Try it out calls the serving server"
+    );
+}
