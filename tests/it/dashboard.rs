@@ -12,14 +12,49 @@ use yadcc_scheduler::{
 
 use crate::support::*;
 
-async fn get_json(server: &Server, path: &str) -> Value {
-    let response = http_client()
+/// The pages and the inspection API a credential or the default posture
+/// closes.
+const INSPECTION_PAGES: [&str; 5] = [
+    "/",
+    "/app.js",
+    "/api/v1/overview",
+    "/api/v1/history",
+    "/inspect/vars/yadcc/task_dispatcher",
+];
+
+/// An anonymous GET.
+async fn get(server: &Server, path: &str) -> reqwest::Response {
+    send(http_client().get(server.url(path)), path).await
+}
+
+/// A GET with Basic credentials `user:password`, the scheme spelled `scheme`.
+async fn get_as(server: &Server, path: &str, scheme: &str, credentials: &str) -> reqwest::Response {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(credentials);
+    let request = http_client()
         .get(server.url(path))
+        .header("authorization", format!("{scheme} {encoded}"));
+    send(request, path).await
+}
+
+async fn send(request: reqwest::RequestBuilder, path: &str) -> reqwest::Response {
+    request
         .send()
         .await
-        .expect("send");
+        .unwrap_or_else(|error| panic!("GET {path}: {error}"))
+}
+
+async fn get_json(server: &Server, path: &str) -> Value {
+    let response = get(server, path).await;
     assert_eq!(response.status().as_u16(), 200, "{path}");
     response.json().await.expect("JSON")
+}
+
+/// The status of a `GetConfig` RPC with the user's token.
+async fn get_config_status(server: &Server) -> u16 {
+    let request = pb::GetConfigRequest {
+        token: USER_TOKEN.into(),
+    };
+    call_raw(server.addr, "GetConfig", &request).await.status
 }
 
 #[tokio::test]
@@ -68,14 +103,9 @@ async fn overview_shows_servants_grants_environments_and_totals() {
 
     assert_eq!(overview["environments"][0]["digest"], DIGEST);
     assert_eq!(overview["environments"][0]["servants"], 1);
-    assert!(
-        !overview.to_string().contains(SERVANT_TOKEN),
-        "tokens never shown"
-    );
-    assert!(
-        !overview.to_string().contains(USER_TOKEN),
-        "tokens never shown"
-    );
+    for token in [SERVANT_TOKEN, USER_TOKEN] {
+        assert!(!overview.to_string().contains(token), "tokens never shown");
+    }
     server.stop().await;
 }
 
@@ -110,15 +140,8 @@ async fn a_credential_guards_the_dashboard_but_not_the_rpcs() {
         "127.0.0.1:0",
     )
     .await;
-    let client = http_client();
-    for path in [
-        "/",
-        "/app.js",
-        "/api/v1/overview",
-        "/api/v1/history",
-        "/inspect/vars/yadcc/task_dispatcher",
-    ] {
-        let anonymous = client.get(server.url(path)).send().await.expect("send");
+    for path in INSPECTION_PAGES {
+        let anonymous = get(&server, path).await;
         assert_eq!(anonymous.status().as_u16(), 401, "{path}");
         assert!(
             anonymous.headers()["www-authenticate"]
@@ -126,52 +149,31 @@ async fn a_credential_guards_the_dashboard_but_not_the_rpcs() {
                 .unwrap()
                 .starts_with("Basic")
         );
-        let wrong = client
-            .get(server.url(path))
-            .basic_auth("ops", Some("guess"))
-            .send()
-            .await
-            .expect("send");
+        let wrong = get_as(&server, path, "Basic", "ops:guess").await;
         assert_eq!(wrong.status().as_u16(), 401, "{path}");
         // The scheme name is case-insensitive: some clients send `basic`.
         for scheme in ["Basic", "basic", "BASIC"] {
-            let right = client
-                .get(server.url(path))
-                .header(
-                    "authorization",
-                    format!(
-                        "{scheme} {}",
-                        base64::engine::general_purpose::STANDARD.encode("ops:s3cret")
-                    ),
-                )
-                .send()
-                .await
-                .expect("send");
+            let right = get_as(&server, path, scheme, "ops:s3cret").await;
             assert_eq!(right.status().as_u16(), 200, "{path} with {scheme}");
         }
     }
-    let rpc = call_raw(
-        server.addr,
-        "GetConfig",
-        &pb::GetConfigRequest {
-            token: USER_TOKEN.into(),
-        },
-    )
-    .await;
-    assert_eq!(rpc.status, 200, "RPCs do not need the dashboard credential");
+    assert_eq!(
+        get_config_status(&server).await,
+        200,
+        "RPCs do not need the dashboard credential"
+    );
     server.stop().await;
 }
 
 #[tokio::test]
 async fn the_page_and_its_assets_are_served_from_the_binary() {
     let server = Server::start_inspectable().await;
-    let client = http_client();
     for (path, content_type, marker) in [
         ("/", "text/html", "<html"),
         ("/app.js", "text/javascript", "api/v1/overview"),
         ("/style.css", "text/css", "{"),
     ] {
-        let response = client.get(server.url(path)).send().await.expect("send");
+        let response = get(&server, path).await;
         assert_eq!(response.status().as_u16(), 200, "{path}");
         assert!(
             response.headers()["content-type"]
@@ -190,7 +192,7 @@ async fn the_page_and_its_assets_are_served_from_the_binary() {
     assert!(modules.len() > 5, "the page is split into modules");
     for asset in modules {
         let path = asset.url_path();
-        let response = client.get(server.url(&path)).send().await.expect("send");
+        let response = get(&server, &path).await;
         assert_eq!(response.status().as_u16(), 200, "{path}");
         assert_eq!(
             response.headers()["content-type"],
@@ -205,17 +207,11 @@ async fn the_page_and_its_assets_are_served_from_the_binary() {
 #[tokio::test]
 async fn inspection_is_closed_by_default_and_says_which_flag_opens_it() {
     let server = Server::start().await;
-    let client = http_client();
-    for path in [
-        "/",
-        "/app.js",
-        "/api/v1/overview",
-        "/api/v1/history",
-        "/inspect/vars",
-        "/inspect/vars/yadcc/task_dispatcher",
-        "/inspect/anything",
-    ] {
-        let response = client.get(server.url(path)).send().await.expect("send");
+    for path in INSPECTION_PAGES
+        .into_iter()
+        .chain(["/inspect/vars", "/inspect/anything"])
+    {
+        let response = get(&server, path).await;
         assert_eq!(response.status().as_u16(), 403, "{path}");
         let message = response.text().await.unwrap();
         assert!(
@@ -227,17 +223,12 @@ async fn inspection_is_closed_by_default_and_says_which_flag_opens_it() {
             "{path}: {message}"
         );
     }
-    let rpc = call_raw(
-        server.addr,
-        "GetConfig",
-        &pb::GetConfigRequest {
-            token: USER_TOKEN.into(),
-        },
-    )
-    .await;
-    assert_eq!(rpc.status, 200, "RPCs are not inspection pages");
-    let metrics = client.get(server.url("/healthz")).send().await.unwrap();
-    assert_eq!(metrics.status().as_u16(), 200);
+    assert_eq!(
+        get_config_status(&server).await,
+        200,
+        "RPCs are not inspection pages"
+    );
+    assert_eq!(get(&server, "/healthz").await.status().as_u16(), 200);
     server.stop().await;
 }
 
@@ -245,7 +236,6 @@ async fn inspection_is_closed_by_default_and_says_which_flag_opens_it() {
 async fn every_dashboard_and_inspection_answer_carries_the_security_headers() {
     let open = Server::start_inspectable().await;
     let closed = Server::start().await;
-    let client = http_client();
     for (server, path) in [
         (&open, "/"),
         (&open, "/app.js"),
@@ -255,7 +245,7 @@ async fn every_dashboard_and_inspection_answer_carries_the_security_headers() {
         (&closed, "/"),
         (&closed, "/api/v1/overview"),
     ] {
-        let response = client.get(server.url(path)).send().await.expect("send");
+        let response = get(server, path).await;
         for (name, value) in SECURITY_HEADERS {
             assert_eq!(
                 response.headers().get(name).and_then(|v| v.to_str().ok()),

@@ -19,7 +19,7 @@ use yadcc_scheduler::{
     },
 };
 
-use crate::support::*;
+use crate::{fixtures::saturated_server, support::*};
 
 /// The Heartbeat request of flare-wire.md, as a stock daemon writes it.
 const HEARTBEAT_VECTOR: &str = "
@@ -371,15 +371,6 @@ async fn bad_magic_unparsable_meta_and_oversize_frames_close_the_connection() {
     let mut connection = FlareConnection::open(&server).await;
     assert_eq!(connection.call(1, "FreeTask", &free).await.status(), 0);
     server.stop().await;
-}
-
-/// A server whose single slot is taken, so the next wait queues.
-async fn saturated_server() -> Server {
-    let server = Server::start().await;
-    register_servant(&server, 8335, 1).await;
-    let taken = call_raw(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
-    assert_eq!(taken.status, 200);
-    server
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use prost::Message;
 use tokio::time::Instant;
 use yadcc_scheduler::pb;
 
-use crate::support::*;
+use crate::{fixtures::saturated_server, support::*};
 
 /// Polls `condition` until it holds or `STEP` passes.
 async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
@@ -35,15 +35,6 @@ async fn queue_a_wait(server: &Server) -> RawConnection {
         .await;
     assert!(eventually(|| server.engine.snapshot().totals.waiters == 1).await);
     waiting
-}
-
-/// A server whose single slot is taken, so the next wait queues.
-async fn saturated_server() -> Server {
-    let server = Server::start().await;
-    register_servant(&server, 8335, 1).await;
-    let taken = call_raw(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
-    assert_eq!(taken.status, 200);
-    server
 }
 
 #[tokio::test]

@@ -1,0 +1,159 @@
+//! Stock gRPC clients against the server: a Python grpcio client calling
+//! every RPC, and `buf curl` listing and calling by server reflection alone
+//! over gRPC and gRPC-Web. Both are installed by scripts/test.sh into
+//! target/test-tools.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use crate::{
+    grpc::{rpc_path, server},
+    support::*,
+};
+
+/// Where scripts/test.sh installs the Python and npm test tools.
+fn test_tools() -> PathBuf {
+    std::env::var_os("YADCC_TEST_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tools"))
+}
+
+/// The tool at `relative`, or None (and a skip) when it is not installed;
+/// in CI a missing tool is a failure.
+fn installed(relative: &str) -> Option<PathBuf> {
+    let path = test_tools().join(relative);
+    if path.exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must install {relative} (scripts/test.sh does)"
+    );
+    eprintln!(
+        "SKIPPED: {} is missing; scripts/test.sh installs it",
+        path.display()
+    );
+    None
+}
+
+/// Runs a blocking client off the runtime, so the server keeps serving.
+async fn run(mut command: Command) -> std::process::Output {
+    tokio::task::spawn_blocking(move || command.output().expect("client starts"))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_python_grpcio_client_calls_every_rpc_and_gets_the_table_codes() {
+    let Some(python_path) = installed("python/grpc_tools") else {
+        return;
+    };
+    let server = server().await;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut command = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()));
+    command
+        .arg(root.join("tests/grpc/client.py"))
+        .arg(server.addr.to_string())
+        .arg(root.join("proto"))
+        .env("PYTHONPATH", python_path.parent().unwrap());
+    let output = run(command).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "python client failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("all gRPC checks passed"), "{stdout}");
+    server.stop().await;
+}
+
+fn buf_curl(buf: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(buf);
+    command
+        .arg("curl")
+        .arg("--http2-prior-knowledge")
+        .args(args);
+    command
+}
+
+#[tokio::test]
+async fn buf_curl_lists_and_calls_over_grpc_and_grpc_web_by_reflection_alone() {
+    let Some(buf) = installed("npm/node_modules/.bin/buf") else {
+        return;
+    };
+    let server = server().await;
+    let base = server.url("");
+    for protocol in ["grpc", "grpcweb"] {
+        for reflect in ["grpc-v1", "grpc-v1alpha"] {
+            let output = run(buf_curl(
+                &buf,
+                &[
+                    "--protocol",
+                    protocol,
+                    "--reflect-protocol",
+                    reflect,
+                    "--list-methods",
+                    &base,
+                ],
+            ))
+            .await;
+            let listed = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success(),
+                "{protocol} {reflect}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            for method in [
+                "Heartbeat",
+                "GetConfig",
+                "WaitForStartingTask",
+                "KeepTaskAlive",
+                "FreeTask",
+                "GetRunningTasks",
+            ] {
+                assert!(
+                    listed.contains(&format!("{SERVICE}/{method}")),
+                    "{protocol}: {listed}"
+                );
+            }
+        }
+
+        let data = format!(r#"{{"token":"{USER_TOKEN}"}}"#);
+        let output = run(buf_curl(
+            &buf,
+            &[
+                "--protocol",
+                protocol,
+                "-d",
+                &data,
+                &server.url(&rpc_path("GetConfig")),
+            ],
+        ))
+        .await;
+        assert!(
+            output.status.success(),
+            "{protocol}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let answer: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert!(answer["servingDaemonToken"].is_string(), "{answer}");
+
+        let output = run(buf_curl(
+            &buf,
+            &[
+                "--protocol",
+                protocol,
+                "-d",
+                r#"{"token":"wrong"}"#,
+                &server.url(&rpc_path("GetConfig")),
+            ],
+        ))
+        .await;
+        assert!(!output.status.success());
+        let error: serde_json::Value = serde_json::from_slice(&output.stderr).unwrap();
+        assert_eq!(error["code"], "permission_denied", "{protocol}: {error}");
+    }
+    server.stop().await;
+}
