@@ -79,7 +79,9 @@
 //! Tests: unit tests beside the code (the engine's in `engine/tests.rs`, with
 //! paused time), integration tests over real sockets and real Chromium in
 //! `tests/it/` (with `differential.rs`, the JSON mapping against Google's
-//! protobuf through `scripts/differential.py`), engine benchmarks in
+//! protobuf through `scripts/differential.py`, and `openapi_*.rs`, the
+//! document against the code and a live server's answers against the
+//! document's schemas with `jsonschema`), engine benchmarks in
 //! `benches/`; `scripts/schemathesis.sh` tests the OpenAPI document against a
 //! live server.
 
