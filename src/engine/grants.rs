@@ -1,33 +1,63 @@
 //! Grants: ids, leases, renewals, frees and zombies.
+//!
+//! [`Grants`] owns every grant record, the lease deadlines, the adoption
+//! window's memory and the grant counters. A grant is made in one place,
+//! [`State::create_grant`], and ends in one place, [`State::remove_grant`]:
+//! they keep the other indexes a grant appears in (its servant's count and
+//! place, the requester's figures) in step.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::placement::{Effects, EnvId, sync};
+use super::adoption::{AdoptionBounds, AdoptionWindow, PendingRenewal};
+use super::config::Config;
+use super::placement::Effects;
 use super::requesters::Owner;
-use super::servants::ServantKey;
 use super::state::{State, later};
-use super::types::Grant;
+use super::types::{EnvId, Grant, ServantKey};
+use super::views::{Counters, GrantView};
 
 /// One grant the engine counts against a servant.
 pub(crate) struct GrantRec {
-    pub servant: ServantKey,
-    pub servant_addr: SocketAddr,
+    servant: ServantKey,
+    servant_addr: SocketAddr,
     /// Who received it; `None` for an adopted grant nobody renewed yet.
-    pub owner: Option<Owner>,
+    owner: Option<Owner>,
     /// `None` for adopted grants.
-    pub environment: Option<Arc<str>>,
-    pub granted_at: Instant,
+    environment: Option<Arc<str>>,
+    granted_at: Instant,
     /// Meaningless once `zombie` is set.
-    pub lease_until: Instant,
-    pub prefetch: bool,
+    lease_until: Instant,
+    prefetch: bool,
     /// Lease ended; still counts until the servant stops reporting it.
-    pub zombie: bool,
-    pub adopted: bool,
+    zombie: bool,
+    adopted: bool,
+}
+
+#[cfg(test)]
+impl GrantRec {
+    /// A record for tests of the table alone.
+    pub(crate) fn for_table_test(servant_addr: SocketAddr, adopted: bool) -> Self {
+        GrantRec {
+            servant: 1,
+            servant_addr,
+            owner: None,
+            environment: None,
+            granted_at: Instant::now(),
+            lease_until: Instant::now(),
+            prefetch: false,
+            zombie: false,
+            adopted,
+        }
+    }
+
+    pub(crate) fn is_adopted(&self) -> bool {
+        self.adopted
+    }
 }
 
 /// Bits of a grant id that locate its record in the table (up to 2^20
@@ -191,51 +221,370 @@ impl GrantTable {
     }
 }
 
-impl State {
-    /// Makes one grant on `key` for environment `env`; lease runs from now.
-    /// Only reduces free capacity, so it never triggers serving.
-    pub(crate) fn grant_on(
-        &mut self,
-        key: ServantKey,
+/// Where a new grant comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Origin {
+    /// Issued to `owner` for environment `env`, with a lease of `lease` from now.
+    Issued {
         env: EnvId,
         owner: Owner,
         lease: Duration,
         prefetch: bool,
-        now: Instant,
-    ) -> Grant {
-        let lease_until = later(now, lease);
-        let environment = self.envs.get(env).map(|e| e.name.clone());
-        let servant = self
+    },
+    /// Rule "adoption": a task a trusted servant reports under `id`, an id
+    /// this (restarted) engine never issued, inside the adoption window.
+    Adopted { id: u64 },
+}
+
+/// A grant to make on `servant` (see [`State::create_grant`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewGrant {
+    pub servant: ServantKey,
+    pub origin: Origin,
+}
+
+/// Why a grant ends (see [`State::remove_grant`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GrantEnd {
+    /// Freed by its owner, or released because the waiter it was made for
+    /// was gone: the capacity is usable at once.
+    Freed,
+    /// A zombie its servant no longer reports.
+    Reaped,
+    /// An adopted grant its servant no longer reports.
+    AdoptionEnded,
+    /// Its servant expired or left.
+    ServantGone,
+}
+
+/// What a renewal did (see [`State::renew`]).
+enum Renewal {
+    /// Renewed; `claimed` if the caller became the owner of an adopted
+    /// grant, `moved` the new lease end if it changed.
+    Renewed {
+        claimed: bool,
+        moved: Option<Instant>,
+    },
+    /// Rule "early renewal": an id no servant reported yet, remembered.
+    Remembered,
+    /// Unknown, a zombie, or no room to remember it.
+    NotRenewed,
+    /// Someone else owns the id.
+    Refused,
+}
+
+/// Every grant, with its lease deadline, the adoption window's memory and
+/// the grant counters.
+pub(crate) struct Grants {
+    table: GrantTable,
+    /// Lease ends of live (non-zombie) grants.
+    deadlines: BTreeSet<(Instant, u64)>,
+    /// What the adoption window after start remembers.
+    adoption: AdoptionWindow,
+    /// Lease given to adopted tasks.
+    adopted_lease: Duration,
+    /// The grant events of [`Counters`] (the other fields stay 0 here).
+    counters: Counters,
+}
+
+impl Grants {
+    pub(crate) fn new(config: &Config, now: Instant) -> Self {
+        let limits = &config.limits;
+        Grants {
+            table: GrantTable::new(),
+            deadlines: BTreeSet::new(),
+            adoption: AdoptionWindow::new(
+                later(now, config.adoption_window),
+                now,
+                AdoptionBounds {
+                    max_retired: limits.max_adoption_retired_ids,
+                    max_freed_early: limits.max_adoption_early_frees,
+                    max_pending: limits.max_adoption_early_renewals,
+                    max_pending_per_machine: limits.max_adoption_early_renewals_per_machine,
+                },
+            ),
+            adopted_lease: config.adopted_lease,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Number of grants (live, zombie, adopted).
+    pub(crate) fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// True if the engine knows the id.
+    pub(crate) fn contains(&self, id: u64) -> bool {
+        self.table.contains_key(&id)
+    }
+
+    /// True if `id` is a live (not zombie) grant on `servant`.
+    pub(crate) fn is_live_on(&self, id: u64, servant: ServantKey) -> bool {
+        self.table
+            .get(&id)
+            .is_some_and(|g| g.servant == servant && !g.zombie)
+    }
+
+    /// Whether a reported unknown id may be adopted now (see `adoption`).
+    pub(crate) fn may_adopt(&mut self, id: u64, now: Instant) -> bool {
+        self.adoption.may_adopt(id, now)
+    }
+
+    /// Closes the adoption window, and frees its memory, once it is over.
+    pub(crate) fn close_adoption_if_over(&mut self, now: Instant) {
+        self.adoption.is_open(now);
+    }
+
+    /// The earliest lease end or end of the adoption window.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        let lease = self.deadlines.first().map(|d| d.0);
+        [lease, self.adoption.deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Takes the earliest lease deadline if it is at or before `now`.
+    pub(crate) fn pop_expired(&mut self, now: Instant) -> Option<u64> {
+        let &(at, id) = self.deadlines.first()?;
+        if at > now {
+            return None;
+        }
+        self.deadlines.pop_first();
+        Some(id)
+    }
+
+    /// The grant events since start (other counters 0).
+    pub(crate) fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Ids remembered by the adoption window, for tests of its bound.
+    #[cfg(test)]
+    pub(crate) fn adoption_remembered(&self) -> usize {
+        self.adoption.remembered()
+    }
+
+    /// The renewal remembered for `id` before any servant reported it, taken.
+    fn take_pending(&mut self, id: u64) -> Option<PendingRenewal> {
+        self.adoption.take_pending(id)
+    }
+
+    /// Stores a grant under a new id, or under `adopted_id`, with its lease
+    /// deadline; returns the id.
+    fn insert(&mut self, rec: GrantRec, adopted_id: Option<u64>) -> u64 {
+        let lease_until = rec.lease_until;
+        let id = match adopted_id {
+            Some(id) => {
+                self.table.insert_adopted(id, rec);
+                self.counters.adoptions += 1;
+                id
+            }
+            None => {
+                self.counters.grants_issued += 1;
+                self.table.insert_new(rec)
+            }
+        };
+        self.deadlines.insert((lease_until, id));
+        id
+    }
+
+    /// Takes a grant out of the table and its deadline; inside the adoption
+    /// window the id is remembered so it is never adopted.
+    fn remove(&mut self, id: u64, end: GrantEnd) -> Option<GrantRec> {
+        let g = self.table.remove(&id)?;
+        if !g.zombie {
+            self.deadlines.remove(&(g.lease_until, id));
+        }
+        self.adoption.retire(id);
+        match end {
+            GrantEnd::Freed => self.counters.frees += 1,
+            GrantEnd::Reaped => self.counters.zombies_reaped += 1,
+            GrantEnd::AdoptionEnded => self.counters.adoptions_ended += 1,
+            GrantEnd::ServantGone => {}
+        }
+        Some(g)
+    }
+
+    /// Rule "renew" on the grant records (see [`State::renew`]).
+    fn renew(&mut self, id: u64, caller: Owner, until: Instant, now: Instant) -> Renewal {
+        let Some(g) = self.table.get_mut(&id) else {
+            return match self.adoption.renew_early(id, caller, until, now) {
+                Ok(true) => {
+                    self.counters.early_renewals += 1;
+                    Renewal::Remembered
+                }
+                Ok(false) => Renewal::NotRenewed,
+                Err(()) => {
+                    self.counters.renewals_refused += 1;
+                    Renewal::Refused
+                }
+            };
+        };
+        if g.zombie {
+            return Renewal::NotRenewed;
+        }
+        let mut claimed = false;
+        match g.owner {
+            Some(owner) if owner != caller => {
+                self.counters.renewals_refused += 1;
+                return Renewal::Refused;
+            }
+            Some(_) => {}
+            None => {
+                g.owner = Some(caller);
+                claimed = true;
+            }
+        }
+        let mut moved = None;
+        if until != g.lease_until {
+            self.deadlines.remove(&(g.lease_until, id));
+            self.deadlines.insert((until, id));
+            g.lease_until = until;
+            moved = Some(until);
+        }
+        self.counters.renewals += 1;
+        Renewal::Renewed { claimed, moved }
+    }
+
+    /// Rule "free" (who may): the owner, or anyone if nobody owns the grant
+    /// (adopted and not renewed); for an unknown id, see rule "early free".
+    /// A refusal is counted.
+    fn may_free(&mut self, id: u64, caller: Owner, now: Instant) -> bool {
+        let allowed = match self.table.get(&id) {
+            Some(g) => g.owner.is_none_or(|owner| owner == caller),
+            None => self.adoption.free_early(id, caller, now).is_ok(),
+        };
+        if !allowed {
+            self.counters.frees_refused += 1;
+        }
+        allowed
+    }
+
+    /// Rule "lease expiry" on the record: the grant becomes a zombie.
+    /// Returns its servant if it was live.
+    fn zombify(&mut self, id: u64) -> Option<ServantKey> {
+        let g = self.table.get_mut(&id)?;
+        if g.zombie {
+            return None;
+        }
+        g.zombie = true;
+        self.counters.leases_expired += 1;
+        Some(g.servant)
+    }
+
+    /// Every grant as people see it, oldest first.
+    pub(crate) fn views(&self, now: Instant) -> Vec<GrantView> {
+        let mut grants: Vec<GrantView> = self
+            .table
+            .iter()
+            .map(|(id, g)| GrantView {
+                id,
+                requester: g.owner.map(|o| o.ip),
+                servant: g.servant_addr,
+                environment: g.environment.as_deref().map(str::to_owned),
+                age: now.saturating_duration_since(g.granted_at),
+                lease_left: if g.zombie {
+                    Duration::ZERO
+                } else {
+                    g.lease_until.saturating_duration_since(now)
+                },
+                prefetch: g.prefetch,
+                zombie: g.zombie,
+                adopted: g.adopted,
+            })
+            .collect();
+        grants.sort_unstable_by(|a, b| b.age.cmp(&a.age).then(a.id.cmp(&b.id)));
+        grants
+    }
+}
+
+impl State {
+    /// The one way a grant is made: its record and lease deadline, its
+    /// servant's count, the requester's figures and the counters. Only
+    /// reduces free capacity, so it never triggers serving.
+    pub(crate) fn create_grant(&mut self, new: NewGrant, now: Instant) -> Grant {
+        let NewGrant { servant, origin } = new;
+        let (owner, environment, lease_until, prefetch, adopted_id) = match origin {
+            Origin::Issued {
+                env,
+                owner,
+                lease,
+                prefetch,
+            } => (
+                Some(owner),
+                self.envs.get(env).map(|e| e.name().clone()),
+                later(now, lease),
+                prefetch,
+                None,
+            ),
+            Origin::Adopted { id } => {
+                // Longer than `adopted_lease` if its owner renewed it before
+                // the servant reported it; that renewer owns it.
+                let early = self.grants.take_pending(id);
+                let lease_until =
+                    later(now, self.grants.adopted_lease).max(early.map_or(now, |p| p.lease_until));
+                (early.map(|p| p.owner), None, lease_until, false, Some(id))
+            }
+        };
+        let servant_addr = self
             .servants
-            .get(&key)
-            .expect("placement returns live servants")
-            .observed;
-        let id = self.grants.insert_new(GrantRec {
-            servant: key,
-            servant_addr: servant,
-            owner: Some(owner),
-            environment,
-            granted_at: now,
-            lease_until,
-            prefetch,
-            zombie: false,
-            adopted: false,
-        });
-        let s = self.servants.get_mut(&key).expect("checked above");
-        s.grants.insert(id);
-        s.ever_assigned += 1;
-        // A grant only raises the servant's key: the indexes may lag (see
-        // `placement`), so no environment is touched here.
-        s.repose();
-        self.grant_deadlines.insert((lease_until, id));
+            .get(servant)
+            .expect("placement and heartbeats name live servants")
+            .observed();
+        let adopted = adopted_id.is_some();
+        let id = self.grants.insert(
+            GrantRec {
+                servant,
+                servant_addr,
+                owner,
+                environment,
+                granted_at: now,
+                lease_until,
+                prefetch,
+                zombie: false,
+                adopted,
+            },
+            adopted_id,
+        );
+        self.servants.count_grant(servant, id, adopted);
         self.note_deadline(lease_until);
-        self.counters.grants_issued += 1;
-        self.requesters.granted(owner.ip);
+        match (origin, owner) {
+            (Origin::Issued { owner, .. }, _) => self.requesters.granted(owner.ip),
+            (Origin::Adopted { .. }, Some(owner)) => self.requesters.adopted_by(owner.ip),
+            (Origin::Adopted { .. }, None) => {}
+        }
         Grant {
             id,
-            servant,
+            servant: servant_addr,
             prefetch,
         }
+    }
+
+    /// The one way a grant ends: its record and lease deadline, its owner's
+    /// count, its servant's count (unless the servant is gone) and, inside
+    /// the adoption window, a note never to adopt the id. A freed grant's
+    /// servant is reindexed at once (the capacity may serve queued
+    /// requests); a grant a heartbeat ends leaves that to the heartbeat,
+    /// which reindexes its servant once when done. False if unknown.
+    pub(crate) fn remove_grant(&mut self, id: u64, end: GrantEnd, fx: &mut Effects) -> bool {
+        let Some(g) = self.grants.remove(id, end) else {
+            return false;
+        };
+        if let Some(owner) = g.owner {
+            self.requesters.released(owner.ip);
+        }
+        match end {
+            GrantEnd::Freed => {
+                self.servants.uncount_grant(g.servant, id);
+                self.servants.reindex(g.servant, &mut self.envs, fx);
+            }
+            GrantEnd::Reaped | GrantEnd::AdoptionEnded => {
+                self.servants.uncount_grant(g.servant, id);
+            }
+            GrantEnd::ServantGone => {}
+        }
+        true
     }
 
     /// Rule "renew": true if the grant is live and `caller` owns it (lease =
@@ -244,50 +593,23 @@ impl State {
     /// to its first renewer. Inside the adoption window an id no servant
     /// reported yet is remembered and answered true (rule "early renewal").
     pub(crate) fn renew(&mut self, id: u64, caller: Owner, lease: Duration, now: Instant) -> bool {
-        let until = later(now, lease);
-        let Some(g) = self.grants.get_mut(&id) else {
-            return match self.adoption.renew_early(id, caller, until, now) {
-                Ok(remembered) => {
-                    if remembered {
-                        self.counters.early_renewals += 1;
-                    }
-                    remembered
+        match self.grants.renew(id, caller, later(now, lease), now) {
+            Renewal::Renewed { claimed, moved } => {
+                if claimed {
+                    self.requesters.adopted_by(caller.ip);
                 }
-                Err(()) => {
-                    self.refuse(caller);
-                    false
+                if let Some(at) = moved {
+                    self.note_deadline(at);
                 }
-            };
-        };
-        if g.zombie {
-            return false;
-        }
-        match g.owner {
-            Some(owner) if owner != caller => {
-                self.counters.renewals_refused += 1;
+                true
+            }
+            Renewal::Remembered => true,
+            Renewal::NotRenewed => false,
+            Renewal::Refused => {
                 self.requesters.refused(caller.ip);
-                return false;
-            }
-            Some(_) => {}
-            None => {
-                g.owner = Some(caller);
-                self.requesters.adopted_by(caller.ip);
+                false
             }
         }
-        if until != g.lease_until {
-            self.grant_deadlines.remove(&(g.lease_until, id));
-            self.grant_deadlines.insert((until, id));
-            g.lease_until = until;
-            self.note_deadline(until);
-        }
-        self.counters.renewals += 1;
-        true
-    }
-
-    /// A renewal refused because `caller` does not own the id.
-    fn refuse(&mut self, caller: Owner) {
-        self.counters.renewals_refused += 1;
-        self.requesters.refused(caller.ip);
     }
 
     /// Rule "free": releases every known id (zombies too) that `caller` owns
@@ -299,62 +621,20 @@ impl State {
     pub(crate) fn free_ids(&mut self, ids: &[u64], caller: Owner, now: Instant) {
         let mut fx = Effects::default();
         for &id in ids {
-            let allowed = match self.grants.get(&id) {
-                Some(g) => g.owner.is_none_or(|owner| owner == caller),
-                None => self.adoption.free_early(id, caller, now).is_ok(),
-            };
-            if !allowed {
-                self.counters.frees_refused += 1;
+            if self.grants.may_free(id, caller, now) {
+                self.remove_grant(id, GrantEnd::Freed, &mut fx);
+            } else {
                 self.requesters.refused(caller.ip);
-            } else if self.release(id, &mut fx) {
-                self.counters.frees += 1;
             }
         }
         self.apply(fx, now);
     }
 
-    /// Forgets one grant and returns its slot to the indexes; false if unknown.
-    pub(crate) fn release(&mut self, id: u64, fx: &mut Effects) -> bool {
-        let Some(g) = self.forget(id) else {
-            return false;
-        };
-        if let Some(s) = self.servants.get_mut(&g.servant) {
-            s.grants.remove(&id);
-            s.zombies.remove(&id);
-            s.adopted.remove(&id);
-            let (old, new) = s.repose();
-            sync(&mut self.envs, &mut s.envs, old, new, fx);
-        }
-        true
-    }
-
-    /// The one way a grant leaves the table: its lease deadline, its owner's
-    /// count and, inside the adoption window, a note never to adopt the id.
-    /// The caller updates the servant.
-    pub(crate) fn forget(&mut self, id: u64) -> Option<GrantRec> {
-        let g = self.grants.remove(&id)?;
-        if !g.zombie {
-            self.grant_deadlines.remove(&(g.lease_until, id));
-        }
-        if let Some(owner) = g.owner {
-            self.requesters.released(owner.ip);
-        }
-        self.adoption.retire(id);
-        Some(g)
-    }
-
     /// Rule "lease expiry": the grant becomes a zombie; it keeps counting
     /// against its servant until a heartbeat no longer lists it.
     pub(crate) fn zombify(&mut self, id: u64) {
-        if let Some(g) = self.grants.get_mut(&id) {
-            if g.zombie {
-                return;
-            }
-            g.zombie = true;
-            if let Some(s) = self.servants.get_mut(&g.servant) {
-                s.zombies.insert(id);
-            }
-            self.counters.leases_expired += 1;
+        if let Some(servant) = self.grants.zombify(id) {
+            self.servants.mark_zombie(servant, id);
         }
     }
 }

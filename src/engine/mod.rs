@@ -7,231 +7,73 @@
 //! never held across an `.await`, and every hot path (heartbeat, grant, renew,
 //! free) costs O(items in the request x log n), not O(cluster).
 //!
-//! Module map:
-//! - `types`: requests, replies and [`Rejection`].
-//! - `servants`: registry, admission and capacity rules, running-task reports.
-//! - `placement`: per-environment ordered indexes and the placement rule.
-//! - `grants`: ids, leases, renew, free (by their owner only), zombies.
-//! - `adoption`: the window after start in which running tasks are adopted.
-//! - `requesters`: requesting machines: owners, last served, figures.
-//! - `waiters`: queues fair between machines, timeouts, cancellation.
+//! Module map (arrows of `use` point down this list; the only cycles are
+//! between `state` and the files whose `impl State` blocks hold the rules
+//! that change several owners together):
+//! - `config`: [`Config`] and [`Limits`].
+//! - `types`: requests, replies, [`Rejection`], internal ids.
+//! - `views`: what the engine shows of itself ([`Snapshot`], [`Counters`]).
 //! - `tokens`: token sets (the flag's splitting rule), constant-time checks,
-//!   [`Redacted`], the serving-daemon token ring.
-//! - `snapshot`: inspection data and the running-task list.
-//! - `state`: the state behind the lock and the expiry sweep.
+//!   [`Redacted`], the serving-daemon token ring (owner: `TokenRing`).
+//! - `requesters`: requesting machines: owners, last served, figures
+//!   (owner: `Requesters`).
+//! - `adoption`: what the window after start remembers (`AdoptionWindow`,
+//!   held by `Grants`).
+//! - `queue`: per-environment queues fair between machines, and `Waiters`,
+//!   the only writer of a queue.
+//! - `placement`: per-environment indexes (owner: `Envs`) and the placement
+//!   rule.
+//! - `servants`: the servant registry with its address index, expiries and
+//!   reports (owner: `Servants`); admission and capacity rules.
+//! - `grants`: the grant table with leases, adoption memory and counters
+//!   (owner: `Grants`); the one grant creation and the one grant removal;
+//!   renew, free (by their owner only), zombies.
+//! - `heartbeat`: applying a heartbeat (reports, adoption, reaping) and
+//!   removing a servant.
+//! - `waiters`: admission, the fair serving pass, timeouts, cancellation.
+//! - `snapshot`: totals, counters and the inspection snapshot.
+//! - `state`: the owners behind the lock, deadlines and the expiry sweep.
+//! - `shared`: the lock, the token checks every call starts with, the expiry
+//!   task.
 
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
-use tokio::time::Instant;
-
 mod adoption;
+mod config;
 mod grants;
+mod heartbeat;
 mod placement;
+mod queue;
 mod requesters;
 mod servants;
+mod shared;
 mod snapshot;
 mod state;
 pub(crate) mod tokens;
 mod types;
+mod views;
 mod waiters;
 
 #[cfg(test)]
 mod tests;
 
-pub use snapshot::{
-    ClusterTotals, Counters, EnvironmentView, GrantView, RequesterView, ServantView, Snapshot,
-};
+pub use config::{Config, Limits};
 pub use tokens::{Redacted, TokenSet};
 pub use types::{
     Grant, GrantRequest, Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask,
     RunningTask, ServantPriority,
 };
+pub use views::{
+    ClusterTotals, Counters, EnvironmentView, GrantView, RequesterView, ServantView, Snapshot,
+};
 
 use requesters::Owner;
-use snapshot::RunningParts;
-use state::State;
-use tokens::TokenDigest;
+use servants::RunningParts;
+use shared::Shared;
 use waiters::{Admission, WaitGuard};
-
-/// Engine configuration, fixed for the life of a [`Scheduler`].
-///
-/// Token sets: see [`TokenSet`] (literal entries; an empty entry is the
-/// empty token; only [`TokenSet::anyone`] lets anyone in). `Debug` prints no
-/// token and no secret (they are [`Redacted`]).
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Tokens of delegates (`--acceptable_user_tokens`); needed by every call
-    /// except `Heartbeat`, which also takes them (servant then not verified).
-    pub user_tokens: TokenSet,
-    /// Tokens of servants (`--acceptable_servant_tokens`).
-    pub servant_tokens: TokenSet,
-    /// Heartbeats from older daemons are rejected with `VersionTooOld`.
-    pub min_daemon_version: u32,
-    /// No new task goes to a servant reporting total memory and less than
-    /// this much available (default 10 GiB).
-    pub servant_min_memory_for_accepting_new_task: u64,
-    /// Lifetime of one serving-daemon token epoch (default 3600 s).
-    pub serving_daemon_token_rollout_interval: Duration,
-    /// If set, the serving-daemon token ring is derived from this secret and the wall-clock epoch
-    /// (epoch = unix_seconds / interval; token_k = hex(first 16 bytes of SHA-256(secret || k as u64 LE)))
-    /// so tokens survive a scheduler restart. If None, a random 32-byte secret is drawn at start (same code path).
-    pub serving_daemon_token_secret: Option<Redacted<Vec<u8>>>,
-    /// After start, running tasks that verified servants not behind NAT
-    /// report under grant ids this instance never issued are adopted instead
-    /// of killed (default 15 s, a little longer than a 10 s heartbeat
-    /// expiry, so every live servant reports once). See `adoption`.
-    pub adoption_window: Duration,
-    /// Lease given to adopted tasks (default 15 s); their owner renews them as usual.
-    pub adopted_lease: Duration,
-    /// How far `running_tasks()` may lag the heartbeats (default 1 s). Every
-    /// daemon polls it about once a second while some heartbeat changes it
-    /// almost every millisecond in a large cluster: rebuilding at most once
-    /// per interval bounds its cost whatever the number of callers.
-    pub running_tasks_refresh: Duration,
-    /// Size limits on requests.
-    pub limits: Limits,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            user_tokens: TokenSet::default(),
-            servant_tokens: TokenSet::default(),
-            min_daemon_version: 0,
-            servant_min_memory_for_accepting_new_task: 10 << 30,
-            serving_daemon_token_rollout_interval: Duration::from_secs(3600),
-            serving_daemon_token_secret: None,
-            adoption_window: Duration::from_secs(15),
-            adopted_lease: Duration::from_secs(15),
-            running_tasks_refresh: Duration::from_secs(1),
-            limits: Limits::default(),
-        }
-    }
-}
-
-/// Bounds on what one request, one client or the whole state may hold, so
-/// no client can make a call cost more than a known amount. Exceeding a
-/// request bound is `InvalidArgument`, except where noted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    /// Longest `next_heartbeat_in` (30 s; the reference rejects > 30000 ms).
-    pub max_next_heartbeat: Duration,
-    /// Longest `wait` of `WaitForStartingTask` (10 s).
-    pub max_wait: Duration,
-    /// Longest lease / keep-alive interval (30 s).
-    pub max_keep_alive: Duration,
-    /// Most grants one request gets, immediate + prefetch (1024). A request
-    /// asking for more is capped, never refused (a delegate running
-    /// `make -j1100` asks for 1100).
-    pub max_grants_per_request: u32,
-    /// Most ids in one keep-alive or free request (65536).
-    pub max_ids_per_request: usize,
-    /// Most environments one heartbeat may list (1024).
-    pub max_environments_per_servant: usize,
-    /// Most running tasks one heartbeat may list (8192; a servant runs at
-    /// most about as many tasks as it has processors).
-    pub max_running_tasks_per_servant: usize,
-    /// Most running tasks all servants' last reports may hold together
-    /// (1 Mi); a heartbeat that would pass it is refused.
-    pub max_reported_tasks: usize,
-    /// Longest compiler or task digest, in characters (256; yadcc's are 64 hex
-    /// characters).
-    pub max_digest_chars: usize,
-    /// Most queued requests at once; beyond, `NoQuotaAvailable` at once (100000).
-    pub max_waiters: usize,
-    /// Most queued requests of one requesting machine (IP); beyond,
-    /// `NoQuotaAvailable` at once (64; a delegate keeps one long poll per
-    /// compiler).
-    pub max_waiters_per_machine: usize,
-    /// Requesting machines remembered for the Requesters view; beyond, idle
-    /// ones are forgotten (65536).
-    pub max_requesters: usize,
-    /// Ids this instance issued that were freed or expired during the
-    /// adoption window, remembered so as never to adopt them (1 Mi); beyond,
-    /// the window closes early. Only the engine's own grants count here.
-    pub max_adoption_retired_ids: usize,
-    /// Ids nobody had reported yet that were freed during the adoption
-    /// window, remembered so as never to adopt them (1 Mi); beyond, further
-    /// such frees are not remembered (the window stays open: any user-token
-    /// holder can free made-up ids).
-    pub max_adoption_early_frees: usize,
-    /// Renewals during the adoption window of ids no servant reported yet
-    /// that it remembers, in total (1 Mi, like `max_reported_tasks`: no more
-    /// can be reported); beyond, such renewals answer false.
-    pub max_adoption_early_renewals: usize,
-    /// The same, per renewing machine (IP) (8192: far more grants than one
-    /// delegate holds), so one machine cannot use up the total.
-    pub max_adoption_early_renewals_per_machine: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_next_heartbeat: Duration::from_secs(30),
-            max_wait: Duration::from_secs(10),
-            max_keep_alive: Duration::from_secs(30),
-            max_grants_per_request: 1024,
-            max_ids_per_request: 65536,
-            max_environments_per_servant: 1024,
-            max_running_tasks_per_servant: 8192,
-            max_reported_tasks: 1 << 20,
-            max_digest_chars: 256,
-            max_waiters: 100_000,
-            max_waiters_per_machine: 64,
-            max_requesters: 65536,
-            max_adoption_retired_ids: 1 << 20,
-            max_adoption_early_frees: 1 << 20,
-            max_adoption_early_renewals: 1 << 20,
-            max_adoption_early_renewals_per_machine: 8192,
-        }
-    }
-}
-
-/// What every handle shares: immutable configuration, the state and the
-/// expiry task's wake-up.
-pub(crate) struct Shared {
-    limits: Limits,
-    min_daemon_version: u32,
-    user_tokens: TokenSet,
-    servant_tokens: TokenSet,
-    state: Mutex<State>,
-    wake: Notify,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Runs `f` under the lock with the engine clock's `now`, then wakes the
-    /// expiry task if `f` created an earlier deadline.
-    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&mut State, Instant) -> R) -> R {
-        let mut st = self.lock();
-        let now = Instant::now();
-        let result = f(&mut st, now);
-        let wake = std::mem::take(&mut st.wake_expiry);
-        drop(st);
-        if wake {
-            self.wake.notify_one();
-        }
-        result
-    }
-
-    /// Rule "order of checks": the token comes first in every call. Returns
-    /// the digest, which identifies the caller as a grant's owner.
-    fn check_user(&self, token: &str) -> Result<TokenDigest, Rejection> {
-        let presented = tokens::digest(token);
-        if self.user_tokens.accepts(&presented) {
-            Ok(presented)
-        } else {
-            Err(Rejection::AccessDenied)
-        }
-    }
-}
 
 /// Stops the expiry task when the last [`Scheduler`] clone is dropped.
 struct Handle {
@@ -240,8 +82,7 @@ struct Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        self.shared.lock().stopped = true;
-        self.shared.wake.notify_one();
+        self.shared.stop();
     }
 }
 
@@ -298,47 +139,13 @@ fn check_digest(field: &str, digest: &str, limit: usize) -> Result<(), Rejection
     }
 }
 
-/// The one background task: sleeps until the earliest servant expiry or
-/// lease end (or until woken because an earlier one appeared), then sweeps.
-async fn run_expiry(shared: Arc<Shared>) {
-    loop {
-        let next = {
-            let mut st = shared.lock();
-            if st.stopped {
-                return;
-            }
-            st.expire(Instant::now());
-            st.wake_expiry = false;
-            st.next_deadline()
-        };
-        match next {
-            Some(at) => {
-                tokio::select! {
-                    () = tokio::time::sleep_until(at) => {}
-                    () = shared.wake.notified() => {}
-                }
-            }
-            None => shared.wake.notified().await,
-        }
-    }
-}
-
 impl Scheduler {
     /// Must be called inside a tokio runtime: spawns the one expiry task. The task stops when the last handle is dropped.
     pub fn new(config: Config) -> Scheduler {
-        let now = Instant::now();
-        let state = State::new(&config, now);
-        let shared = Arc::new(Shared {
-            limits: config.limits.clone(),
-            min_daemon_version: config.min_daemon_version,
-            user_tokens: config.user_tokens.clone(),
-            servant_tokens: config.servant_tokens.clone(),
-            state: Mutex::new(state),
-            wake: Notify::new(),
-        });
-        tokio::spawn(run_expiry(shared.clone()));
         Scheduler {
-            handle: Arc::new(Handle { shared }),
+            handle: Arc::new(Handle {
+                shared: Shared::start(&config),
+            }),
         }
     }
 
@@ -366,7 +173,7 @@ impl Scheduler {
                 minimum: sh.min_daemon_version,
             });
         }
-        let reported = servants::parse_location(&hb.location)?;
+        let reported = heartbeat::parse_location(&hb.location)?;
         check_duration(
             "next_heartbeat_in_ms",
             hb.next_heartbeat_in,
@@ -501,28 +308,19 @@ impl Scheduler {
     /// heartbeat or expiry changed it.
     pub fn running_tasks(&self) -> Arc<[RunningTask]> {
         let sh = self.shared();
-        let (version, parts) = match sh.with_state(|st, now| st.running_tasks_parts(now)) {
+        let (version, parts) = match sh.with_state(|st, now| st.servants.running_tasks_parts(now)) {
             RunningParts::Cached(cached) => return cached,
             RunningParts::Stale { version, parts } => (version, parts),
         };
         let flat: Arc<[RunningTask]> = parts.iter().flat_map(|p| p.iter().cloned()).collect();
-        sh.with_state(|st, now| {
-            // A newer list may have been cached meanwhile; never replace it
-            // with an older one.
-            if st
-                .running_cache
-                .as_ref()
-                .is_none_or(|(cached, _, _)| *cached <= version)
-            {
-                st.running_cache = Some((version, now, flat.clone()));
-            }
-        });
+        sh.with_state(|st, now| st.servants.cache_running_tasks(version, now, flat.clone()));
         flat
     }
 
     /// Cluster totals and event counters, cheap enough to read every second.
     pub fn totals(&self) -> (ClusterTotals, Counters) {
-        self.shared().with_state(|st, _| (st.totals(), st.counters))
+        self.shared()
+            .with_state(|st, _| (st.totals(), st.counters()))
     }
 
     /// Inspection data for the dashboard (O(cluster); not for hot paths).

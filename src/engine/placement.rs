@@ -22,13 +22,9 @@ use std::net::IpAddr;
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
-use super::servants::ServantKey;
+use super::queue::WaitQueue;
 use super::state::State;
-use super::types::ServantPriority;
-use super::waiters::WaitQueue;
-
-/// Index of an environment slot in [`Envs`].
-pub(crate) type EnvId = usize;
+use super::types::{EnvId, ServantKey, ServantPriority};
 
 /// One environment a servant offers, and what that environment's index
 /// holds for the servant.
@@ -128,20 +124,40 @@ impl Presence {
 
 /// Everything the engine keeps per environment.
 pub(crate) struct EnvEntry {
-    pub name: Arc<str>,
+    name: Arc<str>,
     /// Live servants listing the environment (any capacity).
-    pub offering: usize,
+    offering: usize,
     /// Versions of the servants accepting tasks for it, with counts: answers
     /// "is there a servant with max_tasks > 0 and version >= v" in O(log n).
-    pub accepting: BTreeMap<u32, usize>,
+    accepting: BTreeMap<u32, usize>,
     /// Servants with a free slot, in placement order (held keys may lag
     /// below the true ones after grants; see the module documentation).
-    pub free: BTreeSet<PlaceKey>,
-    /// Queued requests, by machine (see `waiters`).
-    pub waiters: WaitQueue,
+    free: BTreeSet<PlaceKey>,
+    /// Queued requests, by machine (see `queue` and `waiters`).
+    waiters: WaitQueue,
 }
 
 impl EnvEntry {
+    /// The compiler digest.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Live servants offering it (any capacity).
+    pub(crate) fn offering(&self) -> usize {
+        self.offering
+    }
+
+    /// True if some servant may have a free slot for it.
+    pub(crate) fn has_free(&self) -> bool {
+        !self.free.is_empty()
+    }
+
+    /// Its queued requests.
+    pub(crate) fn queue(&self) -> &WaitQueue {
+        &self.waiters
+    }
+
     /// Rule "environment available": some live servant offers it with
     /// `max_tasks > 0` and a version of at least `min_version`.
     pub(crate) fn available_for(&self, min_version: u32) -> bool {
@@ -199,9 +215,13 @@ impl Envs {
         self.slots.get(id).and_then(Option::as_ref)
     }
 
-    /// Mutable access to a live slot.
-    pub(crate) fn get_mut(&mut self, id: EnvId) -> Option<&mut EnvEntry> {
+    fn get_mut(&mut self, id: EnvId) -> Option<&mut EnvEntry> {
         self.slots.get_mut(id).and_then(Option::as_mut)
+    }
+
+    /// The queue of a live slot: `Waiters` changes it, nothing else.
+    pub(crate) fn queue_mut(&mut self, id: EnvId) -> Option<&mut WaitQueue> {
+        self.get_mut(id).map(|e| &mut e.waiters)
     }
 
     /// Drops a slot that no servant offers and no request waits for.
@@ -352,30 +372,25 @@ impl State {
             let Some(&key) = next else {
                 return own;
             };
-            let Some(servant) = self.servants.get_mut(&key.servant) else {
+            let Some(servant) = self.servants.get(key.servant) else {
                 entry.free.remove(&key);
                 continue;
             };
-            let truth = servant.indexed.place;
+            let truth = servant.place();
             if truth != Some(key) {
                 debug_assert!(truth.is_none_or(|t| t > key), "held key above the true key");
                 entry.free.remove(&key);
                 if let Some(t) = truth {
                     entry.free.insert(t);
                 }
-                if let Ok(i) = servant
-                    .envs
-                    .binary_search_by(|l| l.name.as_ref().cmp(&entry.name))
-                {
-                    servant.envs[i].place = truth;
-                }
+                self.servants.relink(key.servant, &entry.name, truth);
                 continue;
             }
             after = Some(key);
-            if servant.version < min_version {
+            if servant.version() < min_version {
                 continue;
             }
-            if servant.observed.ip() == requester {
+            if servant.observed().ip() == requester {
                 own.get_or_insert(key.servant);
                 continue;
             }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use super::tokens::TokenDigest;
+use super::views::RequesterView;
 
 /// Who received a grant: the requesting machine and the token it presented.
 /// Rule "grant ownership": only the owner may renew or free the grant.
@@ -30,18 +31,18 @@ impl Owner {
 
 /// What the engine keeps about one requesting machine.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Requester {
+struct Requester {
     /// Serve-clock value of its latest grant (0: never served). Only grows
     /// while the record exists, which the waiting queues rely on.
-    pub last_served: u64,
+    last_served: u64,
     /// Its calls waiting in a queue now.
-    pub waiting: usize,
+    waiting: usize,
     /// Grants it owns now (live and zombie).
-    pub held: u64,
+    held: u64,
     /// Grants made to it since start.
-    pub grants_total: u64,
+    grants_total: u64,
     /// Its renewals and frees of grants it does not own, refused.
-    pub refused_total: u64,
+    refused_total: u64,
 }
 
 impl Requester {
@@ -68,7 +69,7 @@ impl Requesters {
     }
 
     /// The record of `ip`, created if needed.
-    pub(crate) fn entry(&mut self, ip: IpAddr) -> &mut Requester {
+    fn entry(&mut self, ip: IpAddr) -> &mut Requester {
         if self.by_ip.len() >= self.limit && !self.by_ip.contains_key(&ip) {
             // Amortised: one O(n) pass frees every idle record at once.
             self.by_ip.retain(|_, r| !r.idle());
@@ -76,9 +77,22 @@ impl Requesters {
         self.by_ip.entry(ip).or_default()
     }
 
-    /// The record of `ip`, if any.
-    pub(crate) fn get(&self, ip: &IpAddr) -> Option<&Requester> {
-        self.by_ip.get(ip)
+    /// Calls of `ip` waiting in a queue now.
+    pub(crate) fn waiting(&self, ip: &IpAddr) -> usize {
+        self.by_ip.get(ip).map_or(0, |r| r.waiting)
+    }
+
+    /// A call from `ip` joined a queue; returns when `ip` was last served.
+    pub(crate) fn started_waiting(&mut self, ip: IpAddr) -> u64 {
+        let r = self.entry(ip);
+        r.waiting += 1;
+        r.last_served
+    }
+
+    /// A call from `ip` left its queue.
+    pub(crate) fn stopped_waiting(&mut self, ip: IpAddr) {
+        let r = self.entry(ip);
+        r.waiting = r.waiting.saturating_sub(1);
     }
 
     /// When `ip` was last served (0 if never or forgotten while idle).
@@ -114,8 +128,20 @@ impl Requesters {
         self.entry(ip).refused_total += 1;
     }
 
-    /// Every record, in no particular order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&IpAddr, &Requester)> {
-        self.by_ip.iter()
+    /// Every machine remembered, sorted by IP.
+    pub(crate) fn views(&self) -> Vec<RequesterView> {
+        let mut views: Vec<RequesterView> = self
+            .by_ip
+            .iter()
+            .map(|(&ip, r)| RequesterView {
+                ip,
+                grants_held: r.held,
+                waiting: r.waiting as u64,
+                grants_total: r.grants_total,
+                refused_total: r.refused_total,
+            })
+            .collect();
+        views.sort_unstable_by_key(|r| r.ip);
+        views
     }
 }

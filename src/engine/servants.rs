@@ -1,61 +1,54 @@
-//! Servant registry: heartbeats, capacity rules, running-task reports, removal.
+//! The servant registry: one record per live servant, found by key or by
+//! observed address, with its expiry, its environments, the grants counted
+//! against it and its last running-task report. [`Servants`] is the only
+//! writer of these records; the rules that also touch grants (heartbeats,
+//! removal) are in `heartbeat`.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::grants::GrantRec;
-use super::placement::{
-    Effects, EnvLink, EnvList, MAX_SLOTS, PlaceKey, Presence, detach, sync, tier,
-};
-use super::state::{State, later};
-use super::types::{
-    Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask, RunningTask,
-    ServantPriority,
-};
-
-/// Registration sequence number: identifies a servant and orders ties
-/// (earliest registered first). A servant that expires and comes back gets a
-/// new one.
-pub(crate) type ServantKey = u64;
+use super::placement::{Effects, EnvLink, EnvList, Envs, PlaceKey, Presence, detach, sync, tier};
+use super::types::{NotAcceptingReason, Rejection, RunningTask, ServantKey, ServantPriority};
+use super::views::ServantView;
 
 /// One compile servant as of its last heartbeat, plus what the engine granted there.
 pub(crate) struct Servant {
-    pub key: ServantKey,
-    pub observed: SocketAddr,
-    pub reported: SocketAddr,
-    pub version: u32,
-    pub priority: ServantPriority,
-    pub envs: EnvList,
+    key: ServantKey,
+    observed: SocketAddr,
+    reported: SocketAddr,
+    version: u32,
+    priority: ServantPriority,
+    envs: EnvList,
     /// Capacity after the admission rules (0 when not accepting).
-    pub max_tasks: u32,
+    max_tasks: u32,
     /// Reason after the admission rules (not-verified, NAT, or reported).
-    pub reason: Option<NotAcceptingReason>,
-    pub num_processors: u32,
-    pub current_load: u32,
-    pub total_memory: u64,
-    pub memory_available: u64,
+    reason: Option<NotAcceptingReason>,
+    num_processors: u32,
+    current_load: u32,
+    total_memory: u64,
+    memory_available: u64,
     /// False when the memory floor applies.
-    pub memory_ok: bool,
+    memory_ok: bool,
     /// Live and zombie grants counted against this servant.
-    pub grants: HashSet<u64>,
+    grants: HashSet<u64>,
     /// The zombie subset of `grants`.
-    pub zombies: HashSet<u64>,
+    zombies: HashSet<u64>,
     /// The adopted subset of `grants`: each ends when the servant stops listing it.
-    pub adopted: HashSet<u64>,
-    pub ever_assigned: u64,
-    /// What `GetRunningTasks` shows of its last report (see
-    /// [`State::heartbeat`]).
-    pub reported_tasks: Arc<[RunningTask]>,
+    adopted: HashSet<u64>,
+    ever_assigned: u64,
+    /// What `GetRunningTasks` shows of its last report (see `heartbeat`).
+    reported_tasks: Arc<[RunningTask]>,
     /// Length of its last report as sent (counted against `max_reported_tasks`).
-    pub reported_count: usize,
-    pub discovered_at: Instant,
-    pub expires_at: Instant,
-    pub leaving: bool,
+    reported_count: usize,
+    discovered_at: Instant,
+    expires_at: Instant,
+    leaving: bool,
     /// Its presence as of the last change (the true one).
-    pub indexed: Presence,
+    indexed: Presence,
 }
 
 impl Servant {
@@ -105,7 +98,7 @@ impl Servant {
     }
 
     /// The servant's entries in the environment indexes, from its current fields.
-    pub(crate) fn presence(&self) -> Presence {
+    fn presence(&self) -> Presence {
         let granted = self.granted();
         let available = self.capacity_available();
         let place = (available > granted).then(|| {
@@ -126,92 +119,199 @@ impl Servant {
     /// Recomputes the presence; returns (the previous one, the new one) and
     /// records the new one. The caller then `sync`s the environments, except
     /// after a grant, which may leave them lagging (see `placement`).
-    pub(crate) fn repose(&mut self) -> (Presence, Presence) {
+    fn repose(&mut self) -> (Presence, Presence) {
         let new = self.presence();
         (std::mem::replace(&mut self.indexed, new), new)
     }
 
     /// The reason shown to people: the admission reason, else the memory floor.
-    pub(crate) fn effective_reason(&self) -> Option<NotAcceptingReason> {
+    fn effective_reason(&self) -> Option<NotAcceptingReason> {
         match self.reason {
             Some(r) => Some(r),
             None if self.max_tasks > 0 && !self.memory_ok => Some(NotAcceptingReason::PoorMachine),
             None => None,
         }
     }
-}
 
-/// Rule "admission": a servant with only a user token is kept with capacity 0
-/// (not verified); one whose observed and reported locations differ is kept
-/// with capacity 0 (behind NAT); a leaving servant gets capacity 0 at once.
-/// Otherwise the reported capacity and reason stand.
-pub(crate) fn admission(
-    verified: bool,
-    behind_nat: bool,
-    leaving: bool,
-    capacity: u32,
-    reported: Option<NotAcceptingReason>,
-) -> (u32, Option<NotAcceptingReason>) {
-    if !verified {
-        (0, Some(NotAcceptingReason::NotVerified))
-    } else if behind_nat {
-        (0, Some(NotAcceptingReason::BehindNat))
-    } else if leaving {
-        (0, reported)
-    } else {
-        (capacity.min(MAX_SLOTS), reported)
+    /// Where the scheduler sees it: peer IP + reported port; its identity.
+    pub(crate) fn observed(&self) -> SocketAddr {
+        self.observed
+    }
+
+    /// Daemon version.
+    pub(crate) fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Capacity after the admission rules (0 when not accepting).
+    pub(crate) fn max_tasks(&self) -> u32 {
+        self.max_tasks
+    }
+
+    /// Zombie grants among those counted against it.
+    pub(crate) fn zombie_count(&self) -> usize {
+        self.zombies.len()
+    }
+
+    /// Its key in the free sets of its environments, if it has a free slot
+    /// (the true key: the sets may hold a lower one, see `placement`).
+    pub(crate) fn place(&self) -> Option<PlaceKey> {
+        self.indexed.place
+    }
+
+    /// The environments it offers, sorted by name.
+    pub(crate) fn environments(&self) -> &[EnvLink] {
+        &self.envs
+    }
+
+    /// What people see of it; `waiters` is the number of requests queued for
+    /// its environments.
+    fn view(&self, waiters: usize, now: Instant) -> ServantView {
+        ServantView {
+            observed_location: self.observed,
+            reported_location: self.reported,
+            version: self.version,
+            priority: self.priority,
+            environments: self.envs.iter().map(|l| l.name.to_string()).collect(),
+            max_tasks: self.max_tasks,
+            not_accepting_reason: self.effective_reason(),
+            num_processors: self.num_processors,
+            current_load: self.current_load,
+            capacity_available: self.capacity_available(),
+            total_memory: self.total_memory,
+            memory_available: self.memory_available,
+            running: self.granted(),
+            zombies: u32::try_from(self.zombies.len()).unwrap_or(u32::MAX),
+            ever_assigned: self.ever_assigned,
+            reported_running_tasks: self.reported_tasks.len(),
+            waiters,
+            discovered_ago: now.saturating_duration_since(self.discovered_at),
+            expires_in: self.expires_at.saturating_duration_since(now),
+            leaving: self.leaving,
+        }
     }
 }
 
-/// Rule "old daemons": `num_processors = 0` means the daemon predates the
-/// field; use its capacity instead.
-pub(crate) fn effective_processors(num_processors: u32, capacity: u32) -> u32 {
-    if num_processors == 0 {
-        capacity
-    } else {
-        num_processors
+/// What a heartbeat sets on a servant's record, after the admission rules.
+pub(crate) struct ServantReport {
+    pub reported: SocketAddr,
+    pub version: u32,
+    pub priority: ServantPriority,
+    pub max_tasks: u32,
+    pub reason: Option<NotAcceptingReason>,
+    pub num_processors: u32,
+    pub current_load: u32,
+    pub total_memory: u64,
+    pub memory_available: u64,
+    pub leaving: bool,
+    pub expires_at: Instant,
+}
+
+/// The running-task list, or what it is built from.
+pub(crate) enum RunningParts {
+    /// Still current.
+    Cached(Arc<[RunningTask]>),
+    /// Per-servant lists to flatten outside the lock; cache the result only
+    /// if `version` is still current then.
+    Stale {
+        version: u64,
+        parts: Vec<Arc<[RunningTask]>>,
+    },
+}
+
+/// Every live servant, by key and by observed address, with the expiry
+/// deadlines, the cluster's total of reported tasks and the cached
+/// running-task list built from the reports.
+pub(crate) struct Servants {
+    by_key: HashMap<ServantKey, Servant>,
+    by_addr: HashMap<SocketAddr, ServantKey>,
+    next_key: ServantKey,
+    /// Expiry of every servant, earliest first.
+    deadlines: BTreeSet<(Instant, ServantKey)>,
+    /// Sum of the lengths of the servants' last reports (as sent).
+    reported_total: usize,
+    /// Bound on `reported_total`.
+    max_reported_tasks: usize,
+    /// No new task goes to a servant reporting less available memory.
+    min_memory: u64,
+    /// Bumped whenever any servant's shown running tasks change.
+    running_version: u64,
+    /// The last flattened list: its version and when it was built.
+    running_cache: Option<(u64, Instant, Arc<[RunningTask]>)>,
+    running_tasks_refresh: Duration,
+    /// Servants removed after expiry or leaving (counter).
+    expired: u64,
+}
+
+impl Servants {
+    pub(crate) fn new(
+        max_reported_tasks: usize,
+        min_memory: u64,
+        running_tasks_refresh: Duration,
+    ) -> Self {
+        Servants {
+            by_key: HashMap::new(),
+            by_addr: HashMap::new(),
+            next_key: 1,
+            deadlines: BTreeSet::new(),
+            reported_total: 0,
+            max_reported_tasks,
+            min_memory,
+            running_version: 0,
+            running_cache: None,
+            running_tasks_refresh,
+            expired: 0,
+        }
     }
-}
 
-/// Rule "location": `location` must be `a.b.c.d:port` or `[v6]:port`, as
-/// [`crate::contract::parse_location`] reads it (the grammar the OpenAPI
-/// document states).
-pub(crate) fn parse_location(location: &str) -> Result<SocketAddr, Rejection> {
-    crate::contract::parse_location(location).ok_or_else(|| {
-        Rejection::InvalidArgument(format!(
-            "location {location:?} is not IP:port (a.b.c.d:port or [v6]:port)"
-        ))
-    })
-}
+    pub(crate) fn get(&self, key: ServantKey) -> Option<&Servant> {
+        self.by_key.get(&key)
+    }
 
-/// Rule "location": the observed location is the peer IP plus the reported
-/// port; both sides are normalised (IPv4-mapped IPv6 becomes IPv4).
-pub(crate) fn locations(hb: &Heartbeat, reported: SocketAddr) -> (SocketAddr, SocketAddr) {
-    let port = reported.port();
-    let observed = SocketAddr::new(hb.observed_ip.to_canonical(), port);
-    let reported = SocketAddr::new(reported.ip().to_canonical(), port);
-    (observed, reported)
-}
+    fn live(&mut self, key: ServantKey) -> &mut Servant {
+        self.by_key
+            .get_mut(&key)
+            .expect("the caller holds the key of a live servant")
+    }
 
-impl State {
-    /// Applies a validated heartbeat: upsert by observed location, replace the
-    /// whole record, check the running tasks, move the servant in the indexes
-    /// and serve queued requests if it gained capacity. O(environments +
-    /// reported tasks) x log n. Fails only if the report would take the
-    /// cluster's reported tasks past `max_reported_tasks` (nothing changes then).
-    pub(crate) fn heartbeat(
+    /// Every live servant, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Servant> {
+        self.by_key.values()
+    }
+
+    /// Servants removed since start.
+    pub(crate) fn expired(&self) -> u64 {
+        self.expired
+    }
+
+    /// The earliest servant expiry.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.first().map(|d| d.0)
+    }
+
+    /// A servant whose expiry is at or before `now`, if any.
+    pub(crate) fn first_expired(&self, now: Instant) -> Option<ServantKey> {
+        self.deadlines
+            .first()
+            .filter(|(at, _)| *at <= now)
+            .map(|(_, key)| *key)
+    }
+
+    /// Rule "limits" (reported tasks): takes a report of `count` running
+    /// tasks from the servant at `observed`, registering the servant if it
+    /// is new. Refused, with nothing changed, if the cluster's reports would
+    /// hold more than `max_reported_tasks`.
+    pub(crate) fn take_report(
         &mut self,
-        hb: Heartbeat,
-        reported: SocketAddr,
-        verified: bool,
+        observed: SocketAddr,
+        count: usize,
         now: Instant,
-    ) -> Result<HeartbeatReply, Rejection> {
-        let (observed, reported) = locations(&hb, reported);
+    ) -> Result<ServantKey, Rejection> {
         let previous = self
             .by_addr
             .get(&observed)
-            .map_or(0, |key| self.servants[key].reported_count);
-        let total = self.reported_total - previous + hb.running_tasks.len();
+            .map_or(0, |key| self.by_key[key].reported_count);
+        let total = self.reported_total - previous + count;
         if total > self.max_reported_tasks {
             return Err(Rejection::InvalidArgument(format!(
                 "running_tasks: the cluster would report {total} running tasks, more than the {} limit",
@@ -219,239 +319,256 @@ impl State {
             )));
         }
         self.reported_total = total;
-        let behind_nat = observed != reported;
-        let leaving = hb.next_heartbeat_in.is_zero();
-        let (max_tasks, reason) = admission(
-            verified,
-            behind_nat,
-            leaving,
-            hb.capacity,
-            hb.not_accepting_reason,
-        );
-
         let key = match self.by_addr.get(&observed) {
             Some(&key) => key,
             None => self.register(observed, now),
         };
+        self.live(key).reported_count = count;
+        Ok(key)
+    }
 
-        let mut names = hb.environments;
+    fn register(&mut self, observed: SocketAddr, now: Instant) -> ServantKey {
+        let key = self.next_key;
+        self.next_key += 1;
+        self.by_key
+            .insert(key, Servant::placeholder(key, observed, now));
+        self.by_addr.insert(observed, key);
+        self.deadlines.insert((now, key));
+        key
+    }
+
+    /// The environments the servant offers become `names` (empty names
+    /// ignored): links of environments still offered are kept, new ones
+    /// added, and the servant leaves the others' indexes.
+    pub(crate) fn offer(
+        &mut self,
+        key: ServantKey,
+        mut names: Vec<String>,
+        envs: &mut Envs,
+        fx: &mut Effects,
+    ) {
         names.retain(|n| !n.is_empty());
         names.sort_unstable();
         names.dedup();
-        let same_envs = {
-            let s = &self.servants[&key];
-            s.envs.len() == names.len() && s.envs.iter().zip(&names).all(|(a, b)| *a.name == **b)
-        };
-
-        let mut fx = Effects::default();
-        let expires_at = later(now, hb.next_heartbeat_in);
-        let s = self.servants.get_mut(&key).expect("registered above");
-        if !same_envs {
-            // Merge by name: keep the links of environments still offered,
-            // add fresh ones, take the servant out of the others.
-            let old = std::mem::take(&mut s.envs);
-            let mut kept = Vec::with_capacity(names.len());
-            let mut gone = Vec::new();
-            let mut old = old.into_iter().peekable();
-            for name in &names {
-                while old.peek().is_some_and(|l| *l.name < **name) {
-                    gone.extend(old.next());
-                }
-                match old.peek() {
-                    Some(l) if *l.name == **name => kept.extend(old.next()),
-                    _ => {
-                        let (name, id) = self.envs.intern(name);
-                        kept.push(EnvLink::fresh(name, id));
-                    }
+        let s = self.live(key);
+        let same =
+            s.envs.len() == names.len() && s.envs.iter().zip(&names).all(|(a, b)| *a.name == **b);
+        if same {
+            return;
+        }
+        // Merge by name (both lists are sorted).
+        let old = std::mem::take(&mut s.envs);
+        let mut kept = Vec::with_capacity(names.len());
+        let mut gone = Vec::new();
+        let mut old = old.into_iter().peekable();
+        for name in &names {
+            while old.peek().is_some_and(|l| *l.name < **name) {
+                gone.extend(old.next());
+            }
+            match old.peek() {
+                Some(l) if *l.name == **name => kept.extend(old.next()),
+                _ => {
+                    let (name, id) = envs.intern(name);
+                    kept.push(EnvLink::fresh(name, id));
                 }
             }
-            gone.extend(old);
-            detach(&mut self.envs, &gone, &mut fx);
-            s.envs = kept;
         }
-        s.reported = reported;
-        s.version = hb.version;
-        s.priority = hb.priority;
-        s.max_tasks = max_tasks;
-        s.reason = reason;
-        s.num_processors = effective_processors(hb.num_processors, hb.capacity);
-        s.current_load = hb.current_load;
-        s.total_memory = hb.total_memory;
-        s.memory_available = hb.memory_available;
-        s.memory_ok = hb.total_memory == 0 || hb.memory_available >= self.min_memory;
-        s.leaving = leaving;
-        s.reported_count = hb.running_tasks.len();
-        self.servant_deadlines.remove(&(s.expires_at, key));
-        self.servant_deadlines.insert((expires_at, key));
-        s.expires_at = expires_at;
-        self.note_deadline(expires_at);
+        gone.extend(old);
+        detach(envs, &gone, fx);
+        s.envs = kept;
+    }
 
-        let trusted = verified && !behind_nat;
-        let expired = self.examine_running_tasks(key, &hb.running_tasks, trusted, now);
-        let shown = self.shown_running_tasks(key, observed, hb.running_tasks, trusted);
+    /// Replaces the servant's reported figures and moves its expiry; returns
+    /// the new expiry. Does not touch the indexes (see [`Servants::reindex`]).
+    pub(crate) fn update(&mut self, key: ServantKey, report: ServantReport) -> Instant {
+        let min_memory = self.min_memory;
+        let s = self.live(key);
+        let previous_expiry = s.expires_at;
+        s.reported = report.reported;
+        s.version = report.version;
+        s.priority = report.priority;
+        s.max_tasks = report.max_tasks;
+        s.reason = report.reason;
+        s.num_processors = report.num_processors;
+        s.current_load = report.current_load;
+        s.total_memory = report.total_memory;
+        s.memory_available = report.memory_available;
+        s.memory_ok = report.total_memory == 0 || report.memory_available >= min_memory;
+        s.leaving = report.leaving;
+        s.expires_at = report.expires_at;
+        self.deadlines.remove(&(previous_expiry, key));
+        self.deadlines.insert((report.expires_at, key));
+        report.expires_at
+    }
 
-        let s = self.servants.get_mut(&key).expect("registered above");
+    /// Replaces what `GetRunningTasks` shows of the servant's report.
+    pub(crate) fn show_running_tasks(&mut self, key: ServantKey, shown: Vec<RunningTask>) {
+        let s = self.live(key);
         if *s.reported_tasks != *shown {
             s.reported_tasks = shown.into();
             self.running_version += 1;
         }
-
-        let (old, new) = s.repose();
-        sync(&mut self.envs, &mut s.envs, old, new, &mut fx);
-        self.apply(fx, now);
-
-        Ok(HeartbeatReply {
-            acceptable_tokens: self.tokens.current(now).to_vec(),
-            expired_grant_ids: expired,
-        })
     }
 
-    /// Rule "what is kept for GetRunningTasks": only reported tasks whose
-    /// grant is live on this servant (ids returned as expired and zombies are
-    /// left out), and nothing from a servant behind NAT or not verified:
-    /// delegates attach to what this list names, so each entry must be a
-    /// task that will finish, on a machine they can reach.
-    fn shown_running_tasks(
-        &self,
-        key: ServantKey,
-        observed: SocketAddr,
-        tasks: Vec<ReportedTask>,
-        trusted: bool,
-    ) -> Vec<RunningTask> {
-        if !trusted {
-            return Vec::new();
+    /// Brings the indexes of all the servant's environments up to date with
+    /// its current figures.
+    pub(crate) fn reindex(&mut self, key: ServantKey, envs: &mut Envs, fx: &mut Effects) {
+        if let Some(s) = self.by_key.get_mut(&key) {
+            let (old, new) = s.repose();
+            sync(envs, &mut s.envs, old, new, fx);
         }
-        tasks
-            .into_iter()
-            .filter(|t| {
-                self.grants
-                    .get(&t.grant_id)
-                    .is_some_and(|g| g.servant == key && !g.zombie)
-            })
-            .map(|t| RunningTask {
-                servant: observed,
-                servant_task_id: t.servant_task_id,
-                grant_id: t.grant_id,
-                task_digest: t.task_digest,
+    }
+
+    /// Records the key an environment's free set now holds for the servant
+    /// (placement moved a stale entry to its true place).
+    pub(crate) fn relink(&mut self, key: ServantKey, env: &str, place: Option<PlaceKey>) {
+        if let Some(s) = self.by_key.get_mut(&key)
+            && let Ok(i) = s.envs.binary_search_by(|l| l.name.as_ref().cmp(env))
+        {
+            s.envs[i].place = place;
+        }
+    }
+
+    /// Counts grant `id` against the servant; returns the servant's observed
+    /// location. An issued grant only raises the servant's place key, so the
+    /// environment indexes are left to lag (see `placement`); an adopted one
+    /// is counted inside a heartbeat, which reindexes the servant once at
+    /// the end, so its presence is left alone here.
+    pub(crate) fn count_grant(&mut self, key: ServantKey, id: u64, adopted: bool) -> SocketAddr {
+        let s = self.live(key);
+        s.grants.insert(id);
+        s.ever_assigned += 1;
+        if adopted {
+            s.adopted.insert(id);
+        } else {
+            s.repose();
+        }
+        s.observed
+    }
+
+    /// Stops counting grant `id` against the servant; false if it was not.
+    /// The caller reindexes the servant.
+    pub(crate) fn uncount_grant(&mut self, key: ServantKey, id: u64) -> bool {
+        let Some(s) = self.by_key.get_mut(&key) else {
+            return false;
+        };
+        s.zombies.remove(&id);
+        s.adopted.remove(&id);
+        s.grants.remove(&id)
+    }
+
+    /// Grant `id` on the servant became a zombie (it still counts).
+    pub(crate) fn mark_zombie(&mut self, key: ServantKey, id: u64) {
+        if let Some(s) = self.by_key.get_mut(&key) {
+            s.zombies.insert(id);
+        }
+    }
+
+    /// Zombies and adopted grants of the servant that `listed` (its report,
+    /// sorted) no longer names, each once, with `true` for a zombie.
+    pub(crate) fn unlisted(&self, key: ServantKey, listed: &[u64]) -> Vec<(u64, bool)> {
+        let Some(s) = self.by_key.get(&key) else {
+            return Vec::new();
+        };
+        let gone = |id: &&u64| listed.binary_search(id).is_err();
+        s.zombies
+            .iter()
+            .filter(gone)
+            .map(|&id| (id, true))
+            .chain(
+                s.adopted
+                    .iter()
+                    .filter(|id| !s.zombies.contains(id))
+                    .filter(gone)
+                    .map(|&id| (id, false)),
+            )
+            .collect()
+    }
+
+    /// True if the servant has zombie or adopted grants (which its reports
+    /// can end).
+    pub(crate) fn has_reportable_grants(&self, key: ServantKey) -> bool {
+        self.by_key
+            .get(&key)
+            .is_some_and(|s| !s.zombies.is_empty() || !s.adopted.is_empty())
+    }
+
+    /// Forgets the servant: its address, expiry, report and place in every
+    /// environment. Returns the grants that were counted against it, which
+    /// the caller removes.
+    pub(crate) fn remove(
+        &mut self,
+        key: ServantKey,
+        envs: &mut Envs,
+        fx: &mut Effects,
+    ) -> Option<HashSet<u64>> {
+        let s = self.by_key.remove(&key)?;
+        self.by_addr.remove(&s.observed);
+        self.deadlines.remove(&(s.expires_at, key));
+        self.reported_total -= s.reported_count;
+        detach(envs, &s.envs, fx);
+        if !s.reported_tasks.is_empty() {
+            self.running_version += 1;
+        }
+        self.expired += 1;
+        Some(s.grants)
+    }
+
+    /// Every servant as people see it, in registration order.
+    pub(crate) fn views(&self, envs: &Envs, now: Instant) -> Vec<ServantView> {
+        let mut keys: Vec<_> = self.by_key.keys().copied().collect();
+        keys.sort_unstable();
+        keys.iter()
+            .map(|key| {
+                let s = &self.by_key[key];
+                let waiters = s
+                    .envs
+                    .iter()
+                    .filter_map(|l| envs.get(l.id))
+                    .map(|e| e.queue().len())
+                    .sum();
+                s.view(waiters, now)
             })
             .collect()
     }
 
-    fn register(&mut self, observed: SocketAddr, now: Instant) -> ServantKey {
-        let key = self.next_servant_key;
-        self.next_servant_key += 1;
-        self.servants
-            .insert(key, Servant::placeholder(key, observed, now));
-        self.by_addr.insert(observed, key);
-        self.servant_deadlines.insert((now, key));
-        key
+    /// The cached running-task list if it is current or younger than
+    /// `running_tasks_refresh`; else the per-servant lists (registration
+    /// order) to flatten outside the lock, and the version they belong to.
+    pub(crate) fn running_tasks_parts(&self, now: Instant) -> RunningParts {
+        if let Some((version, built_at, cached)) = &self.running_cache
+            && (*version == self.running_version
+                || now.saturating_duration_since(*built_at) < self.running_tasks_refresh)
+        {
+            return RunningParts::Cached(cached.clone());
+        }
+        let mut keys: Vec<_> = self.by_key.keys().copied().collect();
+        keys.sort_unstable();
+        let parts = keys
+            .iter()
+            .map(|k| self.by_key[k].reported_tasks.clone())
+            .filter(|p| !p.is_empty())
+            .collect();
+        RunningParts::Stale {
+            version: self.running_version,
+            parts,
+        }
     }
 
-    /// Rule "running-task report": a reported grant id that is not a live
-    /// grant of this servant is returned as expired, except that during the
-    /// adoption window an id this instance never issued, reported by a
-    /// `trusted` servant (verified, not behind NAT), is adopted as a grant on
-    /// it (rule "adoption", see `adoption`). Zombies and adopted grants of
-    /// this servant that it no longer reports are forgotten. Does not touch
-    /// the indexes (the caller reindexes once).
-    fn examine_running_tasks(
+    /// Caches a list built from the parts of `version`, unless a newer list
+    /// was cached meanwhile.
+    pub(crate) fn cache_running_tasks(
         &mut self,
-        key: ServantKey,
-        tasks: &[ReportedTask],
-        trusted: bool,
+        version: u64,
         now: Instant,
-    ) -> Vec<u64> {
-        let mut expired = Vec::new();
-        for task in tasks {
-            let id = task.grant_id;
-            match self.grants.get(&id) {
-                Some(g) if g.servant == key && !g.zombie => {}
-                Some(_) => expired.push(id),
-                None if trusted && self.adoption.may_adopt(id, now) => self.adopt(key, id, now),
-                None => expired.push(id),
-            }
+        list: Arc<[RunningTask]>,
+    ) {
+        if self
+            .running_cache
+            .as_ref()
+            .is_none_or(|(cached, _, _)| *cached <= version)
+        {
+            self.running_cache = Some((version, now, list));
         }
-
-        let s = self.servants.get_mut(&key).expect("caller registered it");
-        if !s.zombies.is_empty() || !s.adopted.is_empty() {
-            let mut listed: Vec<u64> = tasks.iter().map(|t| t.grant_id).collect();
-            listed.sort_unstable();
-            let gone: Vec<(u64, bool)> = s
-                .zombies
-                .iter()
-                .chain(s.adopted.iter())
-                .copied()
-                .filter(|id| listed.binary_search(id).is_err())
-                .map(|id| (id, s.zombies.contains(&id)))
-                .collect();
-            for (id, zombie) in gone {
-                let s = self.servants.get_mut(&key).expect("caller registered it");
-                if !s.grants.remove(&id) {
-                    continue; // both a zombie and adopted: done already
-                }
-                s.zombies.remove(&id);
-                s.adopted.remove(&id);
-                self.forget(id);
-                if zombie {
-                    self.counters.zombies_reaped += 1;
-                } else {
-                    self.counters.adoptions_ended += 1;
-                }
-            }
-        }
-        expired
-    }
-
-    /// Rule "adoption": a task a trusted servant runs under a grant this
-    /// (restarted) engine never issued becomes a grant with `adopted_lease`,
-    /// or longer if its owner renewed it before the servant reported it; its
-    /// first renewer (that one, or a later one) owns it.
-    fn adopt(&mut self, key: ServantKey, id: u64, now: Instant) {
-        let early = self.adoption.take_pending(id);
-        let mut lease_until = later(now, self.adopted_lease);
-        if let Some(p) = early {
-            lease_until = lease_until.max(p.lease_until);
-            self.requesters.adopted_by(p.owner.ip);
-        }
-        let s = self.servants.get_mut(&key).expect("caller registered it");
-        s.grants.insert(id);
-        s.adopted.insert(id);
-        s.ever_assigned += 1;
-        self.grants.insert_adopted(
-            id,
-            GrantRec {
-                servant: key,
-                servant_addr: s.observed,
-                owner: early.map(|p| p.owner),
-                environment: None,
-                granted_at: now,
-                lease_until,
-                prefetch: false,
-                zombie: false,
-                adopted: true,
-            },
-        );
-        self.grant_deadlines.insert((lease_until, id));
-        self.note_deadline(lease_until);
-        self.counters.adoptions += 1;
-    }
-
-    /// Rule "servant expiry": the servant, its reported tasks and all its
-    /// grants (live and zombie) are forgotten at once. Frees nothing usable.
-    pub(crate) fn remove_servant(&mut self, key: ServantKey, fx: &mut Effects) {
-        let Some(s) = self.servants.remove(&key) else {
-            return;
-        };
-        self.by_addr.remove(&s.observed);
-        self.servant_deadlines.remove(&(s.expires_at, key));
-        self.reported_total -= s.reported_count;
-        for id in &s.grants {
-            self.forget(*id);
-        }
-        detach(&mut self.envs, &s.envs, fx);
-        if !s.reported_tasks.is_empty() {
-            self.running_version += 1;
-        }
-        self.counters.servants_expired += 1;
     }
 }

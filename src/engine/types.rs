@@ -237,3 +237,11 @@ pub enum Rejection {
     #[error("no quota available: the compile cluster is busy, try again shortly")]
     NoQuotaAvailable,
 }
+
+/// Registration sequence number: identifies a servant and orders ties
+/// (earliest registered first). A servant that expires and comes back gets a
+/// new one.
+pub(crate) type ServantKey = u64;
+
+/// Index of an environment's slot in the environment table (`placement::Envs`).
+pub(crate) type EnvId = usize;

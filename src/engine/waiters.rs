@@ -20,147 +20,19 @@
 //! of every environment the machine waits in.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
-use std::net::IpAddr;
-use std::ops::Bound::{Excluded, Unbounded};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::Shared;
-use super::placement::{Effects, EnvId};
+use super::grants::{GrantEnd, NewGrant, Origin};
+use super::placement::Effects;
+use super::queue::{Answer, GrantOrder, Waiter};
 use super::requesters::Owner;
+use super::shared::Shared;
 use super::state::{State, later};
-use super::types::{Grant, GrantRequest, Rejection};
-
-/// The answer a queued request receives.
-pub(crate) type Answer = Result<Vec<Grant>, Rejection>;
-
-/// A queued `WaitForStartingTask` call.
-pub(crate) struct Waiter {
-    pub env: EnvId,
-    pub owner: Owner,
-    pub min_version: u32,
-    pub lease: Duration,
-    pub immediate: u32,
-    pub total: u32,
-    pub tx: oneshot::Sender<Answer>,
-}
-
-/// Where a machine stands in an environment's queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct MachineKey {
-    /// The machine's serve-clock stamp (see `Requesters::granted`).
-    pub served: u64,
-    /// Arrival number of its oldest call queued here.
-    pub head: u64,
-    pub ip: IpAddr,
-}
-
-/// One machine's calls in one environment, oldest first.
-struct MachineQueue {
-    seqs: BTreeSet<u64>,
-    /// The key the ordered set holds for it (never above the true key).
-    held: MachineKey,
-}
-
-/// The queued requests of one environment.
-#[derive(Default)]
-pub(crate) struct WaitQueue {
-    by_seq: BTreeMap<u64, Waiter>,
-    order: BTreeSet<MachineKey>,
-    machines: HashMap<IpAddr, MachineQueue>,
-}
-
-impl WaitQueue {
-    pub(crate) fn len(&self) -> usize {
-        self.by_seq.len()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.by_seq.is_empty()
-    }
-
-    /// Queues a call; `served` is its machine's stamp now.
-    fn insert(&mut self, seq: u64, waiter: Waiter, served: u64) {
-        let ip = waiter.owner.ip;
-        self.by_seq.insert(seq, waiter);
-        match self.machines.get_mut(&ip) {
-            Some(m) => {
-                m.seqs.insert(seq);
-            }
-            None => {
-                let held = MachineKey {
-                    served,
-                    head: seq,
-                    ip,
-                };
-                self.order.insert(held);
-                self.machines.insert(
-                    ip,
-                    MachineQueue {
-                        seqs: BTreeSet::from([seq]),
-                        held,
-                    },
-                );
-            }
-        }
-    }
-
-    /// Takes a call out of the queue.
-    fn remove(&mut self, seq: u64) -> Option<Waiter> {
-        let w = self.by_seq.remove(&seq)?;
-        let ip = w.owner.ip;
-        if let Some(m) = self.machines.get_mut(&ip) {
-            m.seqs.remove(&seq);
-            if m.seqs.is_empty() {
-                self.order.remove(&m.held);
-                self.machines.remove(&ip);
-            }
-        }
-        Some(w)
-    }
-
-    /// Every call, oldest first.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&u64, &Waiter)> {
-        self.by_seq.iter()
-    }
-
-    /// The first held key after `cursor` (from the start if `None`).
-    fn next_after(&self, cursor: Option<MachineKey>) -> Option<MachineKey> {
-        match cursor {
-            None => self.order.first().copied(),
-            Some(k) => self.order.range((Excluded(k), Unbounded)).next().copied(),
-        }
-    }
-
-    /// The machine's true key given its stamp now.
-    fn true_key(&self, ip: IpAddr, served: u64) -> Option<MachineKey> {
-        let head = *self.machines.get(&ip)?.seqs.first()?;
-        Some(MachineKey { served, head, ip })
-    }
-
-    /// Moves a machine from its held key to its true one.
-    fn rekey(&mut self, ip: IpAddr, truth: MachineKey) {
-        if let Some(m) = self.machines.get_mut(&ip) {
-            if m.held != truth {
-                self.order.remove(&m.held);
-                self.order.insert(truth);
-                m.held = truth;
-            }
-        }
-    }
-
-    /// A machine's calls here, oldest first.
-    fn calls_of(&self, ip: IpAddr) -> Vec<u64> {
-        self.machines
-            .get(&ip)
-            .map(|m| m.seqs.iter().copied().collect())
-            .unwrap_or_default()
-    }
-}
+use super::types::{EnvId, Grant, GrantRequest, Rejection};
 
 /// Outcome of admitting a request under the lock.
 pub(crate) enum Admission {
@@ -202,49 +74,29 @@ impl State {
             }
             _ => return Err(self.unavailable(&req.environment, immediate)),
         };
-        let grants = self.grant_now(
-            env,
-            owner,
-            req.min_version,
-            req.lease,
-            immediate,
-            total,
-            Vec::new(),
-            now,
-        );
-        if !grants.is_empty() {
-            return Ok(Admission::Granted(grants));
-        }
-        let machine_waiting = self.requesters.get(&owner.ip).map_or(0, |r| r.waiting);
-        if self.shutting_down
-            || req.wait.is_zero()
-            || self.waiter_count >= self.max_waiters
-            || machine_waiting >= self.max_waiters_per_machine
-        {
-            self.counters.no_quota += 1;
-            return Err(Rejection::NoQuotaAvailable);
-        }
-        let seq = self.next_waiter_seq;
-        self.next_waiter_seq += 1;
-        let (tx, rx) = oneshot::channel();
-        let waiter = Waiter {
+        let order = GrantOrder {
             env,
             owner,
             min_version: req.min_version,
             lease: req.lease,
             immediate,
             total,
-            tx,
         };
-        let requester = self.requesters.entry(owner.ip);
-        requester.waiting += 1;
-        let served = requester.last_served;
-        self.envs
-            .get_mut(env)
-            .expect("looked up above")
-            .waiters
-            .insert(seq, waiter, served);
-        self.waiter_count += 1;
+        let grants = self.grant_now(&order, Vec::new(), now);
+        if !grants.is_empty() {
+            return Ok(Admission::Granted(grants));
+        }
+        if self.shutting_down
+            || req.wait.is_zero()
+            || self.waiters.full(self.requesters.waiting(&owner.ip))
+        {
+            self.waiters.count_no_quota();
+            return Err(Rejection::NoQuotaAvailable);
+        }
+        let (tx, rx) = oneshot::channel();
+        let served = self.requesters.started_waiting(owner.ip);
+        let queue = self.envs.queue_mut(env).expect("looked up above");
+        let seq = self.waiters.enqueue(queue, Waiter { order, tx }, served);
         Ok(Admission::Queued {
             env,
             seq,
@@ -256,7 +108,7 @@ impl State {
     /// Rule "environment not available", with the prefetch-only exception.
     fn unavailable(&mut self, environment: &str, immediate: u32) -> Rejection {
         if immediate == 0 {
-            self.counters.no_quota += 1;
+            self.waiters.count_no_quota();
             Rejection::NoQuotaAvailable
         } else {
             Rejection::EnvironmentNotAvailable {
@@ -265,26 +117,26 @@ impl State {
         }
     }
 
-    /// Grants one by one from capacity free right now until `total` grants
-    /// are held or nothing fits. Grant `i` is a prefetch grant if `i >= immediate`.
-    #[allow(clippy::too_many_arguments)]
+    /// Grants one by one from capacity free right now until `order.total`
+    /// grants are held or nothing fits. Grant `i` is a prefetch grant if
+    /// `i >= order.immediate`.
     fn grant_now(
         &mut self,
-        env: EnvId,
-        owner: Owner,
-        min_version: u32,
-        lease: Duration,
-        immediate: u32,
-        total: u32,
+        order: &GrantOrder,
         mut grants: Vec<Grant>,
         now: Instant,
     ) -> Vec<Grant> {
-        while grants.len() < total as usize {
-            let Some(key) = self.pick(env, owner.ip, min_version) else {
+        while grants.len() < order.total as usize {
+            let Some(servant) = self.pick(order.env, order.owner.ip, order.min_version) else {
                 break;
             };
-            let prefetch = grants.len() >= immediate as usize;
-            grants.push(self.grant_on(key, env, owner, lease, prefetch, now));
+            let origin = Origin::Issued {
+                env: order.env,
+                owner: order.owner,
+                lease: order.lease,
+                prefetch: grants.len() >= order.immediate as usize,
+            };
+            grants.push(self.create_grant(NewGrant { servant, origin }, now));
         }
         grants
     }
@@ -302,12 +154,11 @@ impl State {
         ids.dedup();
         let mut heap = BinaryHeap::new();
         for (i, &id) in ids.iter().enumerate() {
-            if let Some(entry) = self.envs.get(id) {
-                if !entry.free.is_empty() {
-                    if let Some(key) = entry.waiters.next_after(None) {
-                        heap.push(Reverse((key, i)));
-                    }
-                }
+            if let Some(entry) = self.envs.get(id)
+                && entry.has_free()
+                && let Some(key) = entry.queue().next_after(None)
+            {
+                heap.push(Reverse((key, i)));
             }
         }
         let mut served: Vec<(Waiter, Vec<Grant>)> = Vec::new();
@@ -317,66 +168,63 @@ impl State {
         while let Some(Reverse((held, i))) = heap.pop() {
             let id = ids[i];
             let stamp = self.requesters.last_served(&held.ip);
-            let Some(entry) = self.envs.get_mut(id) else {
+            let Some(entry) = self.envs.get(id) else {
                 continue;
             };
-            if entry.free.is_empty() {
+            if !entry.has_free() {
                 continue;
             }
-            match entry.waiters.true_key(held.ip, stamp) {
+            match entry.queue().true_key(held.ip, stamp) {
                 Some(truth) if truth != held => {
                     // Stale: put the machine in its true place, look again.
-                    entry.waiters.rekey(held.ip, truth);
+                    if let Some(queue) = self.envs.queue_mut(id) {
+                        queue.rekey(held.ip, truth);
+                    }
                 }
                 Some(_) => {
-                    for seq in entry.waiters.calls_of(held.ip) {
-                        let Some(w) = self.envs.get(id).and_then(|e| e.waiters.by_seq.get(&seq))
-                        else {
+                    for seq in entry.queue().calls_of(held.ip) {
+                        let Some(w) = self.envs.get(id).and_then(|e| e.queue().get(seq)) else {
                             continue;
                         };
-                        let min_version = w.min_version;
+                        let min_version = w.order.min_version;
                         if failed_at[i].is_some_and(|v| min_version >= v) {
                             continue;
                         }
-                        let Some(key) = self.pick(id, held.ip, min_version) else {
+                        let Some(servant) = self.pick(id, held.ip, min_version) else {
                             failed_at[i] = Some(min_version);
                             continue;
                         };
                         let w = self.take_waiter(id, seq).expect("seen above");
-                        let first = self.grant_on(key, id, w.owner, w.lease, w.immediate == 0, now);
+                        let origin = Origin::Issued {
+                            env: id,
+                            owner: w.order.owner,
+                            lease: w.order.lease,
+                            prefetch: w.order.immediate == 0,
+                        };
+                        let first = self.create_grant(NewGrant { servant, origin }, now);
                         served.push((w, vec![first]));
                         // Its stamp just grew: behind every machine waiting longer.
                         let stamp = self.requesters.last_served(&held.ip);
-                        if let Some(entry) = self.envs.get_mut(id) {
-                            if let Some(truth) = entry.waiters.true_key(held.ip, stamp) {
-                                entry.waiters.rekey(held.ip, truth);
-                            }
+                        if let Some(queue) = self.envs.queue_mut(id)
+                            && let Some(truth) = queue.true_key(held.ip, stamp)
+                        {
+                            queue.rekey(held.ip, truth);
                         }
                         break;
                     }
                 }
                 None => {}
             }
-            if let Some(entry) = self.envs.get(id) {
-                if !entry.free.is_empty() {
-                    if let Some(next) = entry.waiters.next_after(Some(held)) {
-                        heap.push(Reverse((next, i)));
-                    }
-                }
+            if let Some(entry) = self.envs.get(id)
+                && entry.has_free()
+                && let Some(next) = entry.queue().next_after(Some(held))
+            {
+                heap.push(Reverse((next, i)));
             }
         }
         let mut undelivered = Vec::new();
         for (w, first) in served {
-            let grants = self.grant_now(
-                w.env,
-                w.owner,
-                w.min_version,
-                w.lease,
-                w.immediate,
-                w.total,
-                first,
-                now,
-            );
+            let grants = self.grant_now(&w.order, first, now);
             // The receiver lives until its guard has removed the waiter under
             // this lock, so this only fails if that invariant is broken.
             if let Err(Ok(grants)) = w.tx.send(Ok(grants)) {
@@ -386,9 +234,7 @@ impl State {
         if !undelivered.is_empty() {
             let mut fx = Effects::default();
             for id in undelivered {
-                if self.release(id, &mut fx) {
-                    self.counters.frees += 1;
-                }
+                self.remove_grant(id, GrantEnd::Freed, &mut fx);
             }
             self.apply(fx, now);
         }
@@ -396,10 +242,8 @@ impl State {
 
     /// Takes a call out of its queue and its machine's count.
     fn take_waiter(&mut self, env: EnvId, seq: u64) -> Option<Waiter> {
-        let w = self.envs.get_mut(env)?.waiters.remove(seq)?;
-        self.waiter_count -= 1;
-        let r = self.requesters.entry(w.owner.ip);
-        r.waiting = r.waiting.saturating_sub(1);
+        let w = self.waiters.dequeue(self.envs.queue_mut(env)?, seq)?;
+        self.requesters.stopped_waiting(w.order.owner.ip);
         Some(w)
     }
 
@@ -411,15 +255,15 @@ impl State {
             return;
         };
         let failing: Vec<u64> = entry
-            .waiters
+            .queue()
             .iter()
-            .filter(|(_, w)| !entry.available_for(w.min_version))
+            .filter(|(_, w)| !entry.available_for(w.order.min_version))
             .map(|(seq, _)| *seq)
             .collect();
-        let name = entry.name.clone();
+        let name = entry.name().clone();
         for seq in failing {
             if let Some(w) = self.take_waiter(id, seq) {
-                let answer = self.unavailable(&name, w.immediate);
+                let answer = self.unavailable(&name, w.order.immediate);
                 let _ = w.tx.send(Err(answer));
             }
         }
@@ -442,11 +286,11 @@ impl State {
             let seqs: Vec<u64> = self
                 .envs
                 .get(id)
-                .map(|e| e.waiters.iter().map(|(seq, _)| *seq).collect())
+                .map(|e| e.queue().iter().map(|(seq, _)| *seq).collect())
                 .unwrap_or_default();
             for seq in seqs {
                 if let Some(w) = self.take_waiter(id, seq) {
-                    self.counters.no_quota += 1;
+                    self.waiters.count_no_quota();
                     let _ = w.tx.send(Err(Rejection::NoQuotaAvailable));
                 }
             }
@@ -491,7 +335,7 @@ impl WaitGuard {
         };
         self.shared.with_state(|st, _now| {
             if st.remove_waiter(self.env, self.seq) {
-                st.counters.no_quota += 1;
+                st.waiters.count_no_quota();
                 Err(Rejection::NoQuotaAvailable)
             } else {
                 rx.try_recv().unwrap_or(Err(Rejection::NoQuotaAvailable))
@@ -510,9 +354,7 @@ impl Drop for WaitGuard {
                 if let Ok(Ok(grants)) = rx.try_recv() {
                     let mut fx = Effects::default();
                     for g in &grants {
-                        if st.release(g.id, &mut fx) {
-                            st.counters.frees += 1;
-                        }
+                        st.remove_grant(g.id, GrantEnd::Freed, &mut fx);
                     }
                     st.apply(fx, now);
                 }

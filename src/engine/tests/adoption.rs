@@ -177,7 +177,11 @@ async fn adoption_memory_is_bounded() {
         s.keep_alive(USER, ip(HOME), &[1, 2, 3], secs(10)).unwrap(),
         [true, true, false]
     );
-    assert_eq!(s.shared().lock().adoption.remembered(), 2);
+    assert_eq!(
+        s.shared()
+            .with_state(|st, _| st.grants.adoption_remembered()),
+        2
+    );
     // Past the bound of retired ids the window closes early: nothing more
     // is adopted (safe), and its memory is gone.
     s.heartbeat(beat_with("10.0.0.1:8335", &[])).unwrap();
@@ -185,7 +189,11 @@ async fn adoption_memory_is_bounded() {
         let g = grant_one(&s, req()).await;
         free_one(&s, g.id);
     }
-    assert_eq!(s.shared().lock().adoption.remembered(), 0);
+    assert_eq!(
+        s.shared()
+            .with_state(|st, _| st.grants.adoption_remembered()),
+        0
+    );
     let reply = s.heartbeat(beat_with("10.0.0.1:8335", &[99])).unwrap();
     assert_eq!(reply.expired_grant_ids, [99]);
 }

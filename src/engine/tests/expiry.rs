@@ -125,7 +125,10 @@ async fn expiry_task_stops_when_the_last_handle_is_dropped() {
     let clone = s.clone();
     drop(s);
     settle().await;
-    assert!(!shared.lock().stopped, "a clone is still alive");
+    assert!(
+        !shared.with_state(|st, _| st.is_stopped()),
+        "a clone is still alive"
+    );
     drop(clone);
     settle().await;
     assert_eq!(Arc::strong_count(&shared), 1, "the expiry task let go");

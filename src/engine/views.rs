@@ -1,0 +1,183 @@
+//! What the engine shows of itself: the inspection snapshot (read by the
+//! dashboard and metrics), its totals and its event counters. Plain data.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use super::types::{NotAcceptingReason, ServantPriority};
+
+/// A point-in-time copy of the engine for people and metrics. Plain data: the
+/// dashboard and metrics convert it themselves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Time since `Scheduler::new`.
+    pub uptime: Duration,
+    /// Live servants, in registration order.
+    pub servants: Vec<ServantView>,
+    /// Grants (live, zombie, adopted), oldest first.
+    pub grants: Vec<GrantView>,
+    /// Environments, sorted by digest.
+    pub environments: Vec<EnvironmentView>,
+    /// Requesting machines (holding or waiting for grants, or seen
+    /// recently), sorted by IP.
+    pub requesters: Vec<RequesterView>,
+    /// Sums over the cluster.
+    pub totals: ClusterTotals,
+    /// Event counters since start.
+    pub counters: Counters,
+    /// Time until the next serving-daemon token rollout.
+    pub serving_daemon_tokens_rollout_in: Duration,
+}
+
+/// One servant as the reference's inspection dump showed it, plus queue sizes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServantView {
+    /// Peer IP + reported port; the servant's identity.
+    pub observed_location: SocketAddr,
+    /// What the servant reported (differs when behind NAT).
+    pub reported_location: SocketAddr,
+    /// Daemon version.
+    pub version: u32,
+    /// Dedicated or user machine.
+    pub priority: ServantPriority,
+    /// Compiler digests offered, sorted.
+    pub environments: Vec<String>,
+    /// Capacity after the admission rules (0 when not accepting).
+    pub max_tasks: u32,
+    /// Effective reason for not accepting: not verified, NAT, reported, or
+    /// the memory floor (shown as `PoorMachine`).
+    pub not_accepting_reason: Option<NotAcceptingReason>,
+    /// Processors (after the old-daemon rule).
+    pub num_processors: u32,
+    /// Load average reported.
+    pub current_load: u32,
+    /// `min(capacity, processors - foreign load)`, 0 under the memory floor.
+    pub capacity_available: u32,
+    /// Total memory in bytes (0 = not reported).
+    pub total_memory: u64,
+    /// Available memory in bytes.
+    pub memory_available: u64,
+    /// Grants counted against it (live + zombie).
+    pub running: u32,
+    /// Zombie grants among `running`.
+    pub zombies: u32,
+    /// Grants ever made there (adoptions included).
+    pub ever_assigned: u64,
+    /// Tasks in its last report.
+    pub reported_running_tasks: usize,
+    /// Requests queued for environments this servant offers.
+    pub waiters: usize,
+    /// Time since it registered.
+    pub discovered_ago: Duration,
+    /// Time until it expires without another heartbeat.
+    pub expires_in: Duration,
+    /// It sent `next_heartbeat_in = 0`.
+    pub leaving: bool,
+}
+
+/// One grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantView {
+    /// Grant id.
+    pub id: u64,
+    /// Requester IP; `None` if adopted after a restart.
+    pub requester: Option<IpAddr>,
+    /// Observed location of its servant.
+    pub servant: SocketAddr,
+    /// Compiler digest; `None` if adopted.
+    pub environment: Option<String>,
+    /// Time since it was granted (or adopted).
+    pub age: Duration,
+    /// Time until the lease ends (zero for zombies).
+    pub lease_left: Duration,
+    /// Answers a prefetch request.
+    pub prefetch: bool,
+    /// Lease ended; still counted until the servant stops reporting it.
+    pub zombie: bool,
+    /// Adopted from a servant's report during the adoption window.
+    pub adopted: bool,
+}
+
+/// One environment across the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvironmentView {
+    /// Compiler digest.
+    pub digest: String,
+    /// Live servants offering it.
+    pub servants: usize,
+    /// Sum of `capacity_available` of those servants (u64: a sum over
+    /// servants of u32 values cannot overflow it).
+    pub capacity_available: u64,
+    /// Sum of grants counted against those servants.
+    pub running: u64,
+    /// Requests queued for it.
+    pub waiters: usize,
+}
+
+/// One requesting machine (a delegate's IP), for the Requesters view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequesterView {
+    /// Its IP as the scheduler sees it.
+    pub ip: IpAddr,
+    /// Grants it owns now (live and zombie).
+    pub grants_held: u64,
+    /// Its calls waiting for quota now.
+    pub waiting: u64,
+    /// Grants made to it since start.
+    pub grants_total: u64,
+    /// Its renewals and frees of grants it does not own, refused since start.
+    pub refused_total: u64,
+}
+
+/// Cluster-wide sums (the reference dump's totals, plus queue and grant counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClusterTotals {
+    /// Live servants.
+    pub servants_up: usize,
+    /// Servants with `max_tasks > 0`.
+    pub servants_accepting: usize,
+    /// Sum of `max_tasks`.
+    pub capacity: u64,
+    /// Free slots: sum of `max(capacity_available - running, 0)`.
+    pub capacity_available: u64,
+    /// Sum of `max_tasks - capacity_available` (load, memory).
+    pub capacity_unavailable: u64,
+    /// Grants counted against servants (live + zombie).
+    pub running: u64,
+    /// Zombie grants.
+    pub zombies: u64,
+    /// Queued requests.
+    pub waiters: usize,
+    /// Grants known (same as `running`, counted from the grant table).
+    pub grants: usize,
+}
+
+/// Events since start, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    /// Grants made.
+    pub grants_issued: u64,
+    /// Successful renewals.
+    pub renewals: u64,
+    /// Grants released by `free` (or by a cancelled waiter).
+    pub frees: u64,
+    /// Leases that ended (grant became a zombie).
+    pub leases_expired: u64,
+    /// Zombies forgotten after their servant stopped reporting them.
+    pub zombies_reaped: u64,
+    /// Unknown running tasks adopted during the adoption window.
+    pub adoptions: u64,
+    /// Adopted grants that ended because their servant stopped listing them.
+    pub adoptions_ended: u64,
+    /// Renewals inside the adoption window of ids no servant had reported
+    /// yet, answered true and remembered.
+    pub early_renewals: u64,
+    /// Renewals refused because the grant belongs to another requester.
+    pub renewals_refused: u64,
+    /// Frees skipped because the grant belongs to another requester.
+    pub frees_refused: u64,
+    /// Servants removed after expiry or leaving.
+    pub servants_expired: u64,
+    /// Requests answered `NoQuotaAvailable`.
+    pub no_quota: u64,
+}
