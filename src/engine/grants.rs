@@ -1,10 +1,11 @@
 //! Grants: ids, leases, renewals, frees and zombies.
 //!
 //! [`Grants`] owns every grant record, the lease deadlines, the adoption
-//! window's memory and the grant counters. A grant is made in one place,
-//! [`State::create_grant`], and ends in one place, [`State::remove_grant`]:
-//! they keep the other indexes a grant appears in (its servant's count and
-//! place, the requester's figures) in step.
+//! window's memory and the grant counters. Its `insert` and `remove` are
+//! called from one place each, `State::create_grant` and
+//! `State::remove_grant` (in `lifecycle`), which keep the other indexes a
+//! grant appears in (its servant's count and place, the requester's
+//! figures) in step.
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -13,51 +14,28 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::adoption::{AdoptionBounds, AdoptionWindow, PendingRenewal};
+use super::adoption::{AdoptionBounds, AdoptionWindow};
 use super::config::Config;
-use super::placement::Effects;
 use super::requesters::Owner;
-use super::state::{State, later};
-use super::types::{EnvId, Grant, ServantKey};
+use super::types::{EnvId, ServantKey, later};
 use super::views::{Counters, GrantView};
 
-/// One grant the engine counts against a servant.
+/// One grant the engine counts against a servant. Stored records live in
+/// [`Grants`], which never lends one out mutably.
 pub(crate) struct GrantRec {
-    servant: ServantKey,
-    servant_addr: SocketAddr,
+    pub servant: ServantKey,
+    pub servant_addr: SocketAddr,
     /// Who received it; `None` for an adopted grant nobody renewed yet.
-    owner: Option<Owner>,
+    pub owner: Option<Owner>,
     /// `None` for adopted grants.
-    environment: Option<Arc<str>>,
-    granted_at: Instant,
+    pub environment: Option<Arc<str>>,
+    pub granted_at: Instant,
     /// Meaningless once `zombie` is set.
-    lease_until: Instant,
-    prefetch: bool,
+    pub lease_until: Instant,
+    pub prefetch: bool,
     /// Lease ended; still counts until the servant stops reporting it.
-    zombie: bool,
-    adopted: bool,
-}
-
-#[cfg(test)]
-impl GrantRec {
-    /// A record for tests of the table alone.
-    pub(crate) fn for_table_test(servant_addr: SocketAddr, adopted: bool) -> Self {
-        GrantRec {
-            servant: 1,
-            servant_addr,
-            owner: None,
-            environment: None,
-            granted_at: Instant::now(),
-            lease_until: Instant::now(),
-            prefetch: false,
-            zombie: false,
-            adopted,
-        }
-    }
-
-    pub(crate) fn is_adopted(&self) -> bool {
-        self.adopted
-    }
+    pub zombie: bool,
+    pub adopted: bool,
 }
 
 /// Bits of a grant id that locate its record in the table (up to 2^20
@@ -236,14 +214,14 @@ pub(crate) enum Origin {
     Adopted { id: u64 },
 }
 
-/// A grant to make on `servant` (see [`State::create_grant`]).
+/// A grant to make on `servant` (see `State::create_grant`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NewGrant {
     pub servant: ServantKey,
     pub origin: Origin,
 }
 
-/// Why a grant ends (see [`State::remove_grant`]).
+/// Why a grant ends (see `State::remove_grant`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum GrantEnd {
     /// Freed by its owner, or released because the waiter it was made for
@@ -257,8 +235,8 @@ pub(crate) enum GrantEnd {
     ServantGone,
 }
 
-/// What a renewal did (see [`State::renew`]).
-enum Renewal {
+/// What a renewal did (see `State::renew`).
+pub(crate) enum Renewal {
     /// Renewed; `claimed` if the caller became the owner of an adopted
     /// grant, `moved` the new lease end if it changed.
     Renewed {
@@ -365,14 +343,18 @@ impl Grants {
         self.adoption.remembered()
     }
 
-    /// The renewal remembered for `id` before any servant reported it, taken.
-    fn take_pending(&mut self, id: u64) -> Option<PendingRenewal> {
-        self.adoption.take_pending(id)
+    /// Rule "adoption" (terms): the owner and lease end of a grant adopted
+    /// now under `id`: `adopted_lease`, or longer if its owner renewed it
+    /// before the servant reported it; that renewer owns it.
+    pub(crate) fn adoption_terms(&mut self, id: u64, now: Instant) -> (Option<Owner>, Instant) {
+        let early = self.adoption.take_pending(id);
+        let lease_until = later(now, self.adopted_lease).max(early.map_or(now, |p| p.lease_until));
+        (early.map(|p| p.owner), lease_until)
     }
 
     /// Stores a grant under a new id, or under `adopted_id`, with its lease
-    /// deadline; returns the id.
-    fn insert(&mut self, rec: GrantRec, adopted_id: Option<u64>) -> u64 {
+    /// deadline; returns the id. Only `State::create_grant` calls this.
+    pub(crate) fn insert(&mut self, rec: GrantRec, adopted_id: Option<u64>) -> u64 {
         let lease_until = rec.lease_until;
         let id = match adopted_id {
             Some(id) => {
@@ -390,8 +372,9 @@ impl Grants {
     }
 
     /// Takes a grant out of the table and its deadline; inside the adoption
-    /// window the id is remembered so it is never adopted.
-    fn remove(&mut self, id: u64, end: GrantEnd) -> Option<GrantRec> {
+    /// window the id is remembered so it is never adopted. Only
+    /// `State::remove_grant` calls this.
+    pub(crate) fn remove(&mut self, id: u64, end: GrantEnd) -> Option<GrantRec> {
         let g = self.table.remove(&id)?;
         if !g.zombie {
             self.deadlines.remove(&(g.lease_until, id));
@@ -406,8 +389,14 @@ impl Grants {
         Some(g)
     }
 
-    /// Rule "renew" on the grant records (see [`State::renew`]).
-    fn renew(&mut self, id: u64, caller: Owner, until: Instant, now: Instant) -> Renewal {
+    /// Rule "renew" on the grant records (see `State::renew`).
+    pub(crate) fn renew(
+        &mut self,
+        id: u64,
+        caller: Owner,
+        until: Instant,
+        now: Instant,
+    ) -> Renewal {
         let Some(g) = self.table.get_mut(&id) else {
             return match self.adoption.renew_early(id, caller, until, now) {
                 Ok(true) => {
@@ -450,7 +439,7 @@ impl Grants {
     /// Rule "free" (who may): the owner, or anyone if nobody owns the grant
     /// (adopted and not renewed); for an unknown id, see rule "early free".
     /// A refusal is counted.
-    fn may_free(&mut self, id: u64, caller: Owner, now: Instant) -> bool {
+    pub(crate) fn may_free(&mut self, id: u64, caller: Owner, now: Instant) -> bool {
         let allowed = match self.table.get(&id) {
             Some(g) => g.owner.is_none_or(|owner| owner == caller),
             None => self.adoption.free_early(id, caller, now).is_ok(),
@@ -463,7 +452,7 @@ impl Grants {
 
     /// Rule "lease expiry" on the record: the grant becomes a zombie.
     /// Returns its servant if it was live.
-    fn zombify(&mut self, id: u64) -> Option<ServantKey> {
+    pub(crate) fn zombify(&mut self, id: u64) -> Option<ServantKey> {
         let g = self.table.get_mut(&id)?;
         if g.zombie {
             return None;
@@ -496,145 +485,5 @@ impl Grants {
             .collect();
         grants.sort_unstable_by(|a, b| b.age.cmp(&a.age).then(a.id.cmp(&b.id)));
         grants
-    }
-}
-
-impl State {
-    /// The one way a grant is made: its record and lease deadline, its
-    /// servant's count, the requester's figures and the counters. Only
-    /// reduces free capacity, so it never triggers serving.
-    pub(crate) fn create_grant(&mut self, new: NewGrant, now: Instant) -> Grant {
-        let NewGrant { servant, origin } = new;
-        let (owner, environment, lease_until, prefetch, adopted_id) = match origin {
-            Origin::Issued {
-                env,
-                owner,
-                lease,
-                prefetch,
-            } => (
-                Some(owner),
-                self.envs.get(env).map(|e| e.name().clone()),
-                later(now, lease),
-                prefetch,
-                None,
-            ),
-            Origin::Adopted { id } => {
-                // Longer than `adopted_lease` if its owner renewed it before
-                // the servant reported it; that renewer owns it.
-                let early = self.grants.take_pending(id);
-                let lease_until =
-                    later(now, self.grants.adopted_lease).max(early.map_or(now, |p| p.lease_until));
-                (early.map(|p| p.owner), None, lease_until, false, Some(id))
-            }
-        };
-        let servant_addr = self
-            .servants
-            .get(servant)
-            .expect("placement and heartbeats name live servants")
-            .observed();
-        let adopted = adopted_id.is_some();
-        let id = self.grants.insert(
-            GrantRec {
-                servant,
-                servant_addr,
-                owner,
-                environment,
-                granted_at: now,
-                lease_until,
-                prefetch,
-                zombie: false,
-                adopted,
-            },
-            adopted_id,
-        );
-        self.servants.count_grant(servant, id, adopted);
-        self.note_deadline(lease_until);
-        match (origin, owner) {
-            (Origin::Issued { owner, .. }, _) => self.requesters.granted(owner.ip),
-            (Origin::Adopted { .. }, Some(owner)) => self.requesters.adopted_by(owner.ip),
-            (Origin::Adopted { .. }, None) => {}
-        }
-        Grant {
-            id,
-            servant: servant_addr,
-            prefetch,
-        }
-    }
-
-    /// The one way a grant ends: its record and lease deadline, its owner's
-    /// count, its servant's count (unless the servant is gone) and, inside
-    /// the adoption window, a note never to adopt the id. A freed grant's
-    /// servant is reindexed at once (the capacity may serve queued
-    /// requests); a grant a heartbeat ends leaves that to the heartbeat,
-    /// which reindexes its servant once when done. False if unknown.
-    pub(crate) fn remove_grant(&mut self, id: u64, end: GrantEnd, fx: &mut Effects) -> bool {
-        let Some(g) = self.grants.remove(id, end) else {
-            return false;
-        };
-        if let Some(owner) = g.owner {
-            self.requesters.released(owner.ip);
-        }
-        match end {
-            GrantEnd::Freed => {
-                self.servants.uncount_grant(g.servant, id);
-                self.servants.reindex(g.servant, &mut self.envs, fx);
-            }
-            GrantEnd::Reaped | GrantEnd::AdoptionEnded => {
-                self.servants.uncount_grant(g.servant, id);
-            }
-            GrantEnd::ServantGone => {}
-        }
-        true
-    }
-
-    /// Rule "renew": true if the grant is live and `caller` owns it (lease =
-    /// now + `lease`); false if unknown, a zombie, or owned by someone else
-    /// (rule "grant ownership": counted as refused). An adopted grant belongs
-    /// to its first renewer. Inside the adoption window an id no servant
-    /// reported yet is remembered and answered true (rule "early renewal").
-    pub(crate) fn renew(&mut self, id: u64, caller: Owner, lease: Duration, now: Instant) -> bool {
-        match self.grants.renew(id, caller, later(now, lease), now) {
-            Renewal::Renewed { claimed, moved } => {
-                if claimed {
-                    self.requesters.adopted_by(caller.ip);
-                }
-                if let Some(at) = moved {
-                    self.note_deadline(at);
-                }
-                true
-            }
-            Renewal::Remembered => true,
-            Renewal::NotRenewed => false,
-            Renewal::Refused => {
-                self.requesters.refused(caller.ip);
-                false
-            }
-        }
-    }
-
-    /// Rule "free": releases every known id (zombies too) that `caller` owns
-    /// (or that nobody owns: adopted and not renewed), skipping unknown ids
-    /// and, counted as refused, ids someone else owns, without stopping;
-    /// then serves queued requests that the released capacity can satisfy.
-    /// Inside the adoption window an unknown id is remembered as freed, so a
-    /// late report cannot bring it back (rule "early free").
-    pub(crate) fn free_ids(&mut self, ids: &[u64], caller: Owner, now: Instant) {
-        let mut fx = Effects::default();
-        for &id in ids {
-            if self.grants.may_free(id, caller, now) {
-                self.remove_grant(id, GrantEnd::Freed, &mut fx);
-            } else {
-                self.requesters.refused(caller.ip);
-            }
-        }
-        self.apply(fx, now);
-    }
-
-    /// Rule "lease expiry": the grant becomes a zombie; it keeps counting
-    /// against its servant until a heartbeat no longer lists it.
-    pub(crate) fn zombify(&mut self, id: u64) {
-        if let Some(servant) = self.grants.zombify(id) {
-            self.servants.mark_zombie(servant, id);
-        }
     }
 }

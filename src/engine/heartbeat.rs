@@ -9,9 +9,10 @@ use tokio::time::Instant;
 use super::grants::{GrantEnd, NewGrant, Origin};
 use super::placement::{Effects, MAX_SLOTS};
 use super::servants::ServantReport;
-use super::state::{State, later};
+use super::state::State;
 use super::types::{
-    Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask, RunningTask, ServantKey,
+    Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask, RunningTask,
+    ServantKey, later,
 };
 
 /// Rule "admission": a servant with only a user token is kept with capacity 0

@@ -45,6 +45,7 @@ mod adoption;
 mod config;
 mod grants;
 mod heartbeat;
+mod lifecycle;
 mod placement;
 mod queue;
 mod requesters;
@@ -251,13 +252,9 @@ impl Scheduler {
                 rx,
                 deadline,
             } => {
-                let guard = WaitGuard {
-                    shared: sh.clone(),
-                    env,
-                    seq,
-                    rx: Some(rx),
-                };
-                guard.wait(deadline).await
+                WaitGuard::new(sh.clone(), env, seq, rx)
+                    .wait(deadline)
+                    .await
             }
         }
     }

@@ -18,12 +18,10 @@
 //! followed by its free usually touches no index at all.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::IpAddr;
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
 use super::queue::WaitQueue;
-use super::state::State;
 use super::types::{EnvId, ServantKey, ServantPriority};
 
 /// One environment a servant offers, and what that environment's index
@@ -158,6 +156,15 @@ impl EnvEntry {
         &self.waiters
     }
 
+    /// The first key of the free set after `after` (from the start if
+    /// `None`), in placement order.
+    pub(crate) fn free_after(&self, after: Option<PlaceKey>) -> Option<PlaceKey> {
+        match after {
+            None => self.free.first().copied(),
+            Some(k) => self.free.range((Excluded(k), Unbounded)).next().copied(),
+        }
+    }
+
     /// Rule "environment available": some live servant offers it with
     /// `max_tasks > 0` and a version of at least `min_version`.
     pub(crate) fn available_for(&self, min_version: u32) -> bool {
@@ -217,6 +224,18 @@ impl Envs {
 
     fn get_mut(&mut self, id: EnvId) -> Option<&mut EnvEntry> {
         self.slots.get_mut(id).and_then(Option::as_mut)
+    }
+
+    /// Replaces a key of `env`'s free set that is not its servant's true key
+    /// (a servant gone, or its key raised by grants: see the module
+    /// documentation) by the true one, if the servant has a free slot.
+    pub(crate) fn correct_free(&mut self, env: EnvId, held: PlaceKey, truth: Option<PlaceKey>) {
+        if let Some(entry) = self.get_mut(env) {
+            entry.free.remove(&held);
+            if let Some(t) = truth {
+                entry.free.insert(t);
+            }
+        }
     }
 
     /// The queue of a live slot: `Waiters` changes it, nothing else.
@@ -343,58 +362,6 @@ fn uncount(entry: &mut EnvEntry, version: u32) {
         *count -= 1;
         if *count == 0 {
             entry.accepting.remove(&version);
-        }
-    }
-}
-
-impl State {
-    /// Rule "placement": walk the free set in order (dedicated-under-half
-    /// first, then lowest utilisation, ties to the earliest-registered
-    /// servant), skipping servants older than `min_version`; the requester's
-    /// own machine (same IP) is used only if nothing else is free. Stale
-    /// entries met on the way are moved to their true place (see the module
-    /// documentation).
-    pub(crate) fn pick(
-        &mut self,
-        env: EnvId,
-        requester: IpAddr,
-        min_version: u32,
-    ) -> Option<ServantKey> {
-        let requester = requester.to_canonical();
-        let mut own = None;
-        let mut after: Option<PlaceKey> = None;
-        loop {
-            let entry = self.envs.get_mut(env)?;
-            let next = match after {
-                None => entry.free.first(),
-                Some(k) => entry.free.range((Excluded(k), Unbounded)).next(),
-            };
-            let Some(&key) = next else {
-                return own;
-            };
-            let Some(servant) = self.servants.get(key.servant) else {
-                entry.free.remove(&key);
-                continue;
-            };
-            let truth = servant.place();
-            if truth != Some(key) {
-                debug_assert!(truth.is_none_or(|t| t > key), "held key above the true key");
-                entry.free.remove(&key);
-                if let Some(t) = truth {
-                    entry.free.insert(t);
-                }
-                self.servants.relink(key.servant, &entry.name, truth);
-                continue;
-            }
-            after = Some(key);
-            if servant.version() < min_version {
-                continue;
-            }
-            if servant.observed().ip() == requester {
-                own.get_or_insert(key.servant);
-                continue;
-            }
-            return Some(key.servant);
         }
     }
 }

@@ -3,8 +3,6 @@
 //! `tokens`), plus what ties them together: deadlines for the expiry task,
 //! the expiry sweep, and the follow-up work of an index change.
 
-use std::time::Duration;
-
 use tokio::time::Instant;
 
 use super::config::Config;
@@ -14,13 +12,6 @@ use super::queue::Waiters;
 use super::requesters::Requesters;
 use super::servants::Servants;
 use super::tokens::TokenRing;
-
-/// `now + d`, saturating far in the future instead of overflowing (limits
-/// are configurable, so a duration may be huge).
-pub(crate) fn later(now: Instant, d: Duration) -> Instant {
-    now.checked_add(d)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
-}
 
 /// Everything mutable, guarded by `Shared`'s mutex (a `std::sync::Mutex`
 /// that is never held across an `.await`). Each field is an owner that keeps

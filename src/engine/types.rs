@@ -9,6 +9,8 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use super::tokens::Redacted;
 
 /// How eagerly the scheduler uses a servant: dedicated build machines are
@@ -245,3 +247,10 @@ pub(crate) type ServantKey = u64;
 
 /// Index of an environment's slot in the environment table (`placement::Envs`).
 pub(crate) type EnvId = usize;
+
+/// `now + d`, saturating far in the future instead of overflowing (limits
+/// are configurable, so a duration may be huge).
+pub(crate) fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
+}

@@ -31,8 +31,8 @@ use super::placement::Effects;
 use super::queue::{Answer, GrantOrder, Waiter};
 use super::requesters::Owner;
 use super::shared::Shared;
-use super::state::{State, later};
-use super::types::{EnvId, Grant, GrantRequest, Rejection};
+use super::state::State;
+use super::types::{EnvId, Grant, GrantRequest, Rejection, later};
 
 /// Outcome of admitting a request under the lock.
 pub(crate) enum Admission {
@@ -304,14 +304,29 @@ impl State {
 /// away), the request leaves the queue under the lock, and a grant handed to
 /// it but never received is released: no grant leaks.
 pub(crate) struct WaitGuard {
-    pub shared: Arc<Shared>,
-    pub env: EnvId,
-    pub seq: u64,
+    shared: Arc<Shared>,
+    env: EnvId,
+    seq: u64,
     /// `None` once the answer has been taken.
-    pub rx: Option<oneshot::Receiver<Answer>>,
+    rx: Option<oneshot::Receiver<Answer>>,
 }
 
 impl WaitGuard {
+    /// Guards call `seq`, queued in environment `env`.
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        env: EnvId,
+        seq: u64,
+        rx: oneshot::Receiver<Answer>,
+    ) -> Self {
+        WaitGuard {
+            shared,
+            env,
+            seq,
+            rx: Some(rx),
+        }
+    }
+
     /// Waits for the answer until `deadline`.
     pub(crate) async fn wait(mut self, deadline: Instant) -> Answer {
         let outcome = match self.rx.as_mut() {

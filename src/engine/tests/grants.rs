@@ -325,7 +325,17 @@ async fn grant_ids_look_random_even_when_a_slot_is_reused() {
 #[test]
 fn grant_table_slab_and_side_map_hold_distinct_ids() {
     use crate::engine::grants::{GrantRec, GrantTable};
-    let rec = |adopted: bool| GrantRec::for_table_test(addr("10.0.0.1:8335"), adopted);
+    let rec = |adopted: bool| GrantRec {
+        servant: 1,
+        servant_addr: addr("10.0.0.1:8335"),
+        owner: None,
+        environment: None,
+        granted_at: Instant::now(),
+        lease_until: Instant::now(),
+        prefetch: false,
+        zombie: false,
+        adopted,
+    };
     let mut t = GrantTable::with_slot_limit(4);
     t.insert_adopted(42, rec(true));
     let ids: Vec<u64> = (0..10).map(|_| t.insert_new(rec(false))).collect();
@@ -333,7 +343,7 @@ fn grant_table_slab_and_side_map_hold_distinct_ids() {
     let distinct: HashSet<u64> = ids.iter().copied().chain([42]).collect();
     assert_eq!(distinct.len(), 11);
     assert!(ids.iter().all(|&id| id != 0 && t.contains_key(&id)));
-    assert!(t.get(&42).is_some_and(GrantRec::is_adopted));
+    assert!(t.get(&42).is_some_and(|g| g.adopted));
     assert!(!t.contains_key(&0));
     assert!(!t.contains_key(&43));
     assert_eq!(t.iter().count(), 11);
