@@ -30,16 +30,24 @@
 //! them; [`http::operations`] serves `/healthz`, `/readyz` and `/metrics`.
 //! `scripts/module_graph.py` prints the module graph and its import cycles.
 //!
-//! Inside the engine (`src/engine/`): `mod.rs` is the cheap-to-clone handle
-//! over one `Mutex<State>` and the one expiry task; `servants.rs` (registry,
-//! capacity rules, running-task reports), `placement.rs` (per-environment
-//! indexes, picking a servant), `grants.rs` (ids, leases, zombies, renew and
-//! free by the owner only), `adoption.rs` (the adoption window after start),
-//! `requesters.rs` (requesting machines: owners, last served, figures),
-//! `waiters.rs` (queues fair between machines), `tokens.rs` (token sets and
-//! the flag's splitting rule, `Redacted`, serving-daemon ring), `snapshot.rs`
-//! (totals and inspection views), `types.rs` (the domain types), `tests.rs`.
-//!
+//! Inside the engine (`src/engine/`): `mod.rs` is the cheap-to-clone handle;
+//! `shared.rs` the one `Mutex<State>`, the token check and the one expiry
+//! task; `state.rs` the state: one owner type per index family, each with
+//! private fields and the methods that keep it consistent: `servants.rs`
+//! (registry, address index, expiries, reports, running-task list, capacity
+//! rule), `grants.rs` (grant table, leases, adoption memory, counters),
+//! `placement.rs` (per-environment indexes), `queue.rs` (queues fair between
+//! machines and their count), `requesters.rs` (owners, last served,
+//! figures), `adoption.rs` (the window after start), `tokens.rs` (token sets
+//! and the flag's splitting rule, `Redacted`, serving-daemon ring). The
+//! rules that change several owners are `impl State` blocks:
+//! `lifecycle.rs` (placement rule, the one grant creation and the one
+//! removal, renew, free by the owner only, zombies), `heartbeat.rs`
+//! (admission, reports, adoption, servant removal), `waiters.rs` (admission,
+//! serving, timeouts, cancellation), `snapshot.rs` (totals, inspection).
+//! `types.rs`, `views.rs` and `config.rs` hold the plain types; no import
+//! cycles. Tests by topic in `tests/`.
+
 //! The edge's limits (timeouts, caps, the budget for buffered bodies) are
 //! [`limits`], one flag each; every protocol obeys them.
 //!
@@ -76,7 +84,7 @@
 //!   `tests/it/daemons.rs`, `tests/it/restart.rs` (SIGKILL and restart of the
 //!   real binary under load) and `scripts/bench.sh`.
 //!
-//! Tests: unit tests beside the code (the engine's in `engine/tests.rs`, with
+//! Tests: unit tests beside the code (the engine's in `engine/tests/`, with
 //! paused time), integration tests over real sockets and real Chromium in
 //! `tests/it/` (with `differential.rs`, the JSON mapping against Google's
 //! protobuf through `scripts/differential.py`, and `openapi_*.rs`, the

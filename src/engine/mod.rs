@@ -7,34 +7,37 @@
 //! never held across an `.await`, and every hot path (heartbeat, grant, renew,
 //! free) costs O(items in the request x log n), not O(cluster).
 //!
-//! Module map (arrows of `use` point down this list; the only cycles are
-//! between `state` and the files whose `impl State` blocks hold the rules
-//! that change several owners together):
-//! - `config`: [`Config`] and [`Limits`].
-//! - `types`: requests, replies, [`Rejection`], internal ids.
-//! - `views`: what the engine shows of itself ([`Snapshot`], [`Counters`]).
+//! Module map. The owners come first: each keeps one index family
+//! consistent behind private fields and imports nothing that holds it. The
+//! rules that change several owners together are `impl State` blocks in the
+//! files after `state`. Every `use` points up this list: no import cycles.
 //! - `tokens`: token sets (the flag's splitting rule), constant-time checks,
 //!   [`Redacted`], the serving-daemon token ring (owner: `TokenRing`).
+//! - `types`: requests, replies, [`Rejection`], internal ids, `later`.
+//! - `config`: [`Config`] and [`Limits`].
+//! - `views`: what the engine shows of itself ([`Snapshot`], [`Counters`]).
 //! - `requesters`: requesting machines: owners, last served, figures
 //!   (owner: `Requesters`).
 //! - `adoption`: what the window after start remembers (`AdoptionWindow`,
 //!   held by `Grants`).
 //! - `queue`: per-environment queues fair between machines, and `Waiters`,
 //!   the only writer of a queue.
-//! - `placement`: per-environment indexes (owner: `Envs`) and the placement
-//!   rule.
-//! - `servants`: the servant registry with its address index, expiries and
-//!   reports (owner: `Servants`); admission and capacity rules.
-//! - `grants`: the grant table with leases, adoption memory and counters
-//!   (owner: `Grants`); the one grant creation and the one grant removal;
-//!   renew, free (by their owner only), zombies.
-//! - `heartbeat`: applying a heartbeat (reports, adoption, reaping) and
-//!   removing a servant.
-//! - `waiters`: admission, the fair serving pass, timeouts, cancellation.
-//! - `snapshot`: totals, counters and the inspection snapshot.
+//! - `placement`: per-environment indexes (owner: `Envs`): servants with a
+//!   free slot in placement order, accepting versions, the queue.
+//! - `servants`: the servant registry with its address index, expiries,
+//!   reports and running-task list (owner: `Servants`); the capacity rule.
+//! - `grants`: the grant table with lease deadlines, adoption memory and
+//!   grant counters (owner: `Grants`).
 //! - `state`: the owners behind the lock, deadlines and the expiry sweep.
-//! - `shared`: the lock, the token checks every call starts with, the expiry
-//!   task.
+//! - `shared`: the lock, the user-token check, the expiry task.
+//! - `lifecycle`: the placement rule, the one grant creation
+//!   (`create_grant`), the one grant removal (`remove_grant`), renew, free
+//!   (by their owner only), zombies.
+//! - `heartbeat`: location and admission rules, applying a heartbeat
+//!   (reports, adoption, reaping), removing a servant.
+//! - `waiters`: admission of `WaitForStartingTask`, the fair serving pass,
+//!   timeouts, cancellation, shutdown.
+//! - `snapshot`: totals, counters and the inspection snapshot.
 
 use std::fmt;
 use std::net::IpAddr;
