@@ -209,8 +209,8 @@ pub(crate) enum Origin {
         lease: Duration,
         prefetch: bool,
     },
-    /// Rule "adoption": a task a trusted servant reports under `id`, an id
-    /// this (restarted) engine never issued, inside the adoption window.
+    /// A task a trusted servant reports under `id`, an id this (restarted)
+    /// engine never issued, inside the adoption window (rule "adoption").
     Adopted { id: u64 },
 }
 
@@ -243,7 +243,7 @@ pub(crate) enum Renewal {
         claimed: bool,
         moved: Option<Instant>,
     },
-    /// Rule "early renewal": an id no servant reported yet, remembered.
+    /// An id no servant reported yet, remembered (rule "early renewal").
     Remembered,
     /// Unknown, a zombie, or no room to remember it.
     NotRenewed,
@@ -389,7 +389,7 @@ impl Grants {
         Some(g)
     }
 
-    /// Rule "renew" on the grant records (see `State::renew`).
+    /// The grant records' part of rule "renew" (see `State::renew`).
     pub(crate) fn renew(
         &mut self,
         id: u64,
@@ -436,7 +436,7 @@ impl Grants {
         Renewal::Renewed { claimed, moved }
     }
 
-    /// Rule "free" (who may): the owner, or anyone if nobody owns the grant
+    /// Who may free (rule "free"): the owner, or anyone if nobody owns the grant
     /// (adopted and not renewed); for an unknown id, see rule "early free".
     /// A refusal is counted.
     pub(crate) fn may_free(&mut self, id: u64, caller: Owner, now: Instant) -> bool {
@@ -450,7 +450,7 @@ impl Grants {
         allowed
     }
 
-    /// Rule "lease expiry" on the record: the grant becomes a zombie.
+    /// The record's part of rule "lease expiry": the grant becomes a zombie.
     /// Returns its servant if it was live.
     pub(crate) fn zombify(&mut self, id: u64) -> Option<ServantKey> {
         let g = self.table.get_mut(&id)?;

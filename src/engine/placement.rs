@@ -26,16 +26,19 @@ use super::types::{EnvId, ServantKey, ServantPriority};
 
 /// One environment a servant offers, and what that environment's index
 /// holds for the servant.
+///
+/// Held by the servant's record, written only here (by [`sync`],
+/// [`detach`] and [`relink`]), so it always says what the indexes hold.
 #[derive(Debug, Clone)]
 pub(crate) struct EnvLink {
-    pub name: Arc<str>,
-    pub id: EnvId,
+    name: Arc<str>,
+    id: EnvId,
     /// Version counted in the environment's `accepting` map, if any.
-    pub accepting: Option<u32>,
+    accepting: Option<u32>,
     /// Key held in the environment's free set (never above the true key).
-    pub place: Option<PlaceKey>,
+    place: Option<PlaceKey>,
     /// Not yet counted in the environment (just added by a heartbeat).
-    pub fresh: bool,
+    fresh: bool,
 }
 
 impl EnvLink {
@@ -48,6 +51,24 @@ impl EnvLink {
             place: None,
             fresh: true,
         }
+    }
+
+    /// The compiler digest.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// The environment's slot.
+    pub(crate) fn id(&self) -> EnvId {
+        self.id
+    }
+}
+
+/// Records, in a servant's sorted links, the key the free set of `env` now
+/// holds for it (placement moved a stale entry to its true place).
+pub(crate) fn relink(links: &mut [EnvLink], env: &str, place: Option<PlaceKey>) {
+    if let Ok(i) = links.binary_search_by(|l| l.name.as_ref().cmp(env)) {
+        links[i].place = place;
     }
 }
 

@@ -181,7 +181,7 @@ impl Waiters {
         self.count
     }
 
-    /// Rule "limits": true if one more call may not queue, given how many its
+    /// The queue bounds (rule "limits"): true if one more call may not queue, given how many its
     /// machine has queued already.
     pub(crate) fn full(&self, machine_waiting: usize) -> bool {
         self.count >= self.max || machine_waiting >= self.max_per_machine

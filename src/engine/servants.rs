@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::placement::{Effects, EnvLink, EnvList, Envs, PlaceKey, Presence, detach, sync, tier};
+use super::placement::{
+    Effects, EnvLink, EnvList, Envs, PlaceKey, Presence, detach, relink, sync, tier,
+};
 use super::types::{NotAcceptingReason, Rejection, RunningTask, ServantKey, ServantPriority};
 use super::views::ServantView;
 
@@ -172,7 +174,7 @@ impl Servant {
             reported_location: self.reported,
             version: self.version,
             priority: self.priority,
-            environments: self.envs.iter().map(|l| l.name.to_string()).collect(),
+            environments: self.envs.iter().map(|l| l.name().to_string()).collect(),
             max_tasks: self.max_tasks,
             not_accepting_reason: self.effective_reason(),
             num_processors: self.num_processors,
@@ -297,7 +299,7 @@ impl Servants {
             .map(|(_, key)| *key)
     }
 
-    /// Rule "limits" (reported tasks): takes a report of `count` running
+    /// The cluster's bound on reported tasks (rule "limits"): takes a report of `count` running
     /// tasks from the servant at `observed`, registering the servant if it
     /// is new. Refused, with nothing changed, if the cluster's reports would
     /// hold more than `max_reported_tasks`.
@@ -351,8 +353,8 @@ impl Servants {
         names.sort_unstable();
         names.dedup();
         let s = self.live(key);
-        let same =
-            s.envs.len() == names.len() && s.envs.iter().zip(&names).all(|(a, b)| *a.name == **b);
+        let same = s.envs.len() == names.len()
+            && s.envs.iter().zip(&names).all(|(a, b)| **a.name() == **b);
         if same {
             return;
         }
@@ -362,11 +364,11 @@ impl Servants {
         let mut gone = Vec::new();
         let mut old = old.into_iter().peekable();
         for name in &names {
-            while old.peek().is_some_and(|l| *l.name < **name) {
+            while old.peek().is_some_and(|l| **l.name() < **name) {
                 gone.extend(old.next());
             }
             match old.peek() {
-                Some(l) if *l.name == **name => kept.extend(old.next()),
+                Some(l) if **l.name() == **name => kept.extend(old.next()),
                 _ => {
                     let (name, id) = envs.intern(name);
                     kept.push(EnvLink::fresh(name, id));
@@ -422,10 +424,8 @@ impl Servants {
     /// Records the key an environment's free set now holds for the servant
     /// (placement moved a stale entry to its true place).
     pub(crate) fn relink(&mut self, key: ServantKey, env: &str, place: Option<PlaceKey>) {
-        if let Some(s) = self.by_key.get_mut(&key)
-            && let Ok(i) = s.envs.binary_search_by(|l| l.name.as_ref().cmp(env))
-        {
-            s.envs[i].place = place;
+        if let Some(s) = self.by_key.get_mut(&key) {
+            relink(&mut s.envs, env, place);
         }
     }
 
@@ -524,7 +524,7 @@ impl Servants {
                 let waiters = s
                     .envs
                     .iter()
-                    .filter_map(|l| envs.get(l.id))
+                    .filter_map(|l| envs.get(l.id()))
                     .map(|e| e.queue().len())
                     .sum();
                 s.view(waiters, now)

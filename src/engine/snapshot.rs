@@ -56,7 +56,7 @@ impl State {
         environments.sort_unstable_by(|a, b| a.digest.cmp(&b.digest));
         for s in self.servants.iter() {
             for link in s.environments() {
-                if let Ok(i) = environments.binary_search_by(|e| e.digest.as_str().cmp(&link.name))
+                if let Ok(i) = environments.binary_search_by(|e| e.digest.as_str().cmp(link.name()))
                 {
                     let e = &mut environments[i];
                     e.capacity_available += u64::from(s.capacity_available());
