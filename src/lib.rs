@@ -60,7 +60,8 @@
 //!   [`pb::Method`] (each RPC's name, full name, `/rpc/` and Connect paths)
 //!   and [`pb::Encoding`].
 //! - [`http::reflection`]: gRPC server reflection from that descriptor set.
-//! - [`openapi`]: the OpenAPI document built from the descriptor pool, served
+//! - [`openapi`]: the OpenAPI document built from the descriptor pool (one
+//!   file per part: paths, schemas, errors, security, examples, prose), served
 //!   at `/openapi.json` with Swagger UI at `/docs`; committed in `openapi/`.
 //! - [`dashboard`] (`src/dashboard/`): `views.rs` the JSON over the engine
 //!   snapshot, `history.rs` the history ring, `vars.rs` the original's dump at

@@ -60,10 +60,7 @@ pub fn app(state: AppState) -> Router {
         .merge(rpc)
         .merge(operations)
         .merge(people)
-        .merge(crate::openapi::router(matches!(
-            state.settings.inspect,
-            dashboard::InspectAccess::Credential(_)
-        )))
+        .merge(crate::openapi::router())
         .fallback(fallback)
         .layer(AccessLogLayer)
         .with_state(state)

@@ -1,0 +1,149 @@
+//! The error responses: which rows of the one error table
+//! ([`ErrorKind::wire`]) each operation can meet, and those rows as the
+//! Markdown tables of the descriptions.
+
+use super::{
+    CONNECT_TIMEOUT_MS, RPC_ERROR_CODE, RPC_TIMEOUT,
+    prose::{member_comment, table_cell},
+};
+use crate::{
+    http::error::ErrorKind,
+    pb::{self, Method},
+    service,
+};
+
+/// The rows of the error table a call of `method` on its documented route
+/// (right path, POST) can meet.
+pub fn operation_errors(method: Method) -> Vec<ErrorKind> {
+    ErrorKind::ALL
+        .into_iter()
+        .filter(|kind| match kind {
+            ErrorKind::Scheduler(status) => service::failure_statuses(method).contains(status),
+            // The documented path and verb are right by construction.
+            ErrorKind::MethodNotAllowed
+            | ErrorKind::ServiceNotFound
+            | ErrorKind::MethodNotFound => false,
+            // Only the daemons' binary protocol meets these.
+            ErrorKind::Overloaded | ErrorKind::CompressionNotSupported => false,
+            ErrorKind::DeadlineExceeded
+            | ErrorKind::MalformedRequest
+            | ErrorKind::UnsupportedMediaType
+            | ErrorKind::PayloadTooLarge
+            | ErrorKind::Internal => true,
+        })
+        .collect()
+}
+
+/// Markdown table of error-table rows. With `with_status`, the HTTP status is a column.
+pub(super) fn error_table(kinds: &[ErrorKind], with_status: bool) -> String {
+    let pool = &*pb::DESCRIPTOR_POOL;
+    let status_enum = pool.get_enum_by_name("yadcc.scheduler.Status");
+    let mut table = String::new();
+    if with_status {
+        table.push_str("| HTTP status | ");
+    } else {
+        table.push_str("| ");
+    }
+    table.push_str(&format!(
+        "{RPC_ERROR_CODE} | Connect code | Status | When |\n"
+    ));
+    table.push_str(if with_status {
+        "| --- | --- | --- | --- | --- |"
+    } else {
+        "| --- | --- | --- | --- |"
+    });
+    for kind in kinds {
+        let wire = kind.wire();
+        let meaning = match kind {
+            ErrorKind::Scheduler(pb::Status::Unknown) => {
+                "Never sent on purpose: it means success in the seed, so as an error it is a bug."
+                    .to_owned()
+            }
+            ErrorKind::Scheduler(status) => status_enum
+                .as_ref()
+                .and_then(|enumeration| enumeration.get_value(*status as i32))
+                .and_then(|value| {
+                    member_comment(value.parent_file().file_descriptor_proto(), value.path())
+                })
+                .unwrap_or_default(),
+            other => transport_meaning(*other),
+        };
+        table.push('\n');
+        if with_status {
+            table.push_str(&format!("| {} ", wire.http_status.as_u16()));
+        }
+        table.push_str(&format!(
+            "| {} | `{}` | {} | {} |",
+            wire.rpc_code,
+            wire.connect_code,
+            kind.status_name()
+                .map(|name| format!("`{name}`"))
+                .unwrap_or_default(),
+            table_cell(&meaning)
+        ));
+    }
+    table
+}
+
+fn transport_meaning(kind: ErrorKind) -> String {
+    match kind {
+        ErrorKind::Scheduler(status) => format!("Scheduler status {}.", status.as_str_name()),
+        ErrorKind::DeadlineExceeded => format!(
+            "The caller's deadline (`{RPC_TIMEOUT}` or `{CONNECT_TIMEOUT_MS}`) passed first."
+        ),
+        ErrorKind::MalformedRequest => "The body does not decode as the request message, or a \
+            header (such as a timeout) is malformed."
+            .to_owned(),
+        ErrorKind::UnsupportedMediaType => {
+            "The `Content-Type` is not one of the bodies above, or the body is compressed."
+                .to_owned()
+        }
+        ErrorKind::PayloadTooLarge => "The body is larger than the configured limit.".to_owned(),
+        ErrorKind::MethodNotAllowed => "Not a POST (the answer has `Allow: POST`).".to_owned(),
+        ErrorKind::ServiceNotFound => "No such service, or no such path.".to_owned(),
+        ErrorKind::MethodNotFound => "The service has no such method.".to_owned(),
+        ErrorKind::Overloaded => {
+            "Too many calls in flight on one daemon connection; retry.".to_owned()
+        }
+        ErrorKind::CompressionNotSupported => {
+            "A compressed call of the daemons' binary protocol, or a compressed gRPC message \
+             (`grpc-encoding`); send it uncompressed."
+                .to_owned()
+        }
+        ErrorKind::Internal => "A bug in the server.".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        http::dialect::Dialect,
+        openapi::{JSON_MEDIA_TYPE, document},
+    };
+
+    #[test]
+    fn error_responses_follow_the_error_table() {
+        let json = document();
+        for method in Method::ALL {
+            for dialect in [Dialect::HttpPb, Dialect::Connect] {
+                let responses = &json["paths"][dialect.path(method)]["post"]["responses"];
+                for kind in operation_errors(method) {
+                    let wire = kind.wire();
+                    let response = &responses[wire.http_status.as_str()];
+                    let description = response["description"].as_str().unwrap();
+                    assert!(
+                        description
+                            .contains(&format!("| {} | `{}` |", wire.rpc_code, wire.connect_code)),
+                        "{} {kind:?}: {description}",
+                        method.name()
+                    );
+                    assert_eq!(
+                        response["content"][JSON_MEDIA_TYPE]["schema"]["$ref"],
+                        "#/components/schemas/ErrorBody"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! The OpenAPI 3.1 document and its two endpoints: `GET /openapi.json` and
+//! Swagger UI at `/docs/`, served from the vendored bundle, so both work on a
+//! network without internet access.
+//!
+//! The document is built from the descriptor pool the server decodes with
+//! ([`pb::DESCRIPTOR_POOL`]). No message is described by hand. One file per
+//! part of the document, assembled here:
+//!
+//! - [`paths`]: one operation per RPC and route style ([`Dialect`]), with the
+//!   header parameters and response headers of each style;
+//! - [`schemas`]: every message and enum, as the proto3 JSON mapping the
+//!   server reads and writes (pbjson: lowerCamelCase names, 64-bit integers
+//!   as decimal strings, enums by name), with the constraints of [`contract`];
+//! - [`errors`]: the error responses, from the one error table
+//!   ([`crate::http::error::ErrorKind::ALL`]) and each RPC's
+//!   [`crate::service::failure_statuses`];
+//! - [`security`]: the inspection API's basic auth;
+//! - [`examples`]: values that work against `--demo`;
+//! - [`prose`]: the overview, the route styles' descriptions, and the proto's
+//!   comments every description starts from.
+//!
+//! Endpoints that are not RPCs are documented where they are served, with
+//! `#[utoipa::path]` on their handlers: [`crate::http::operations`],
+//! [`crate::dashboard`] and [`openapi_json`] below; Swagger UI's bundle has no
+//! handler of ours, so its one path is built here (`docs_path`).
+//!
+//! The committed copy, `openapi/scheduler.openapi.json`, is what [`render`]
+//! returns. The integration tests fail when that copy is stale and print
+//! the command that regenerates it.
+
+use std::sync::LazyLock;
+
+use axum::{
+    Router,
+    extract::State,
+    http::header,
+    response::{IntoResponse, Response},
+    routing::get,
+};
+use serde_json::Value;
+use utoipa::{
+    OpenApi as _,
+    openapi::{
+        ComponentsBuilder, ContentBuilder, HttpMethod, InfoBuilder, LicenseBuilder, ObjectBuilder,
+        OpenApi, OpenApiBuilder, PathItem, ResponseBuilder, ServerBuilder, Type,
+        path::OperationBuilder, tag::TagBuilder,
+    },
+};
+use utoipa_swagger_ui::{Config, SwaggerUi};
+
+use crate::{
+    contract,
+    dashboard::{DashboardApi, InspectAccess},
+    engine::Limits,
+    http::{dialect::Dialect, error::ErrorBody, operations::OperationsApi, state::AppState},
+    pb,
+};
+
+pub mod errors;
+pub mod examples;
+pub mod paths;
+pub mod prose;
+pub mod schemas;
+pub mod security;
+
+pub use paths::operation_id;
+
+/// Where the document is served.
+pub const SPEC_PATH: &str = "/openapi.json";
+
+/// Where Swagger UI is served (`/docs` redirects to `/docs/`).
+pub const DOCS_PATH: &str = "/docs";
+
+/// The committed copy of [`render`]'s output, relative to the crate root.
+pub const COMMITTED_SPEC: &str = "openapi/scheduler.openapi.json";
+
+/// The media type under which binary protobuf is documented. The other
+/// binary media types of [`crate::http::codec::MEDIA_TYPES`] are named in its description.
+pub const PROTOBUF_MEDIA_TYPE: &str = "application/x-protobuf";
+
+/// The media type under which proto3 JSON is documented.
+pub const JSON_MEDIA_TYPE: &str = "application/json";
+
+/// Header names as the yadcc daemons write them. The server matches header
+/// names case-insensitively; a test checks that these are the dialect's headers.
+pub const RPC_SEQ_NO: &str = "Rpc-SeqNo";
+pub const RPC_TIMEOUT: &str = "Rpc-Timeout";
+pub const CONNECT_TIMEOUT_MS: &str = "Connect-Timeout-Ms";
+pub const RPC_ERROR_CODE: &str = "Rpc-Error-Code";
+pub const RPC_ERROR_REASON: &str = "Rpc-Error-Reason";
+
+/// Tags of the two route styles, in the order they are listed.
+const TAG_HTTP_PB: &str = "http+pb";
+const TAG_CONNECT: &str = "Connect";
+
+/// The document as served, rendered once per inspection posture.
+static SPEC_INSPECT_AUTH: LazyLock<String> = LazyLock::new(|| render_for(true));
+static SPEC_INSPECT_OPEN: LazyLock<String> = LazyLock::new(|| render_for(false));
+
+/// The whole OpenAPI document as committed: the inspection API behind basic
+/// auth, the default posture.
+pub fn document() -> Value {
+    document_for(true)
+}
+
+/// The whole OpenAPI document: the RPCs from the descriptor pool with the
+/// constraints of [`contract`], then every other endpoint from
+/// `non_rpc_apis`. With `inspect_auth`, the inspection API's operations
+/// carry the basic-auth security scheme.
+pub fn document_for(inspect_auth: bool) -> Value {
+    let pool = &*pb::DESCRIPTOR_POOL;
+    let service = pool
+        .get_service_by_name(pb::SCHEDULER_SERVICE)
+        .expect("the descriptor pool holds the scheduler service");
+    let rules = contract::field_rules(&Limits::default());
+
+    let mut components = ComponentsBuilder::new();
+    components = components.schema_from::<ErrorBody>();
+    for (name, parameter) in paths::header_parameters() {
+        components = components.parameter(name, parameter);
+    }
+    for (name, header) in paths::response_headers() {
+        components = components.header(name, header);
+    }
+
+    let mut document = OpenApiBuilder::new()
+        .info(
+            InfoBuilder::new()
+                .title("yadcc scheduler")
+                .version(env!("CARGO_PKG_VERSION"))
+                .description(Some(prose::overview(&service)))
+                .license(Some(
+                    LicenseBuilder::new()
+                        .name("BSD-3-Clause")
+                        .identifier(Some("BSD-3-Clause"))
+                        .build(),
+                ))
+                .build(),
+        )
+        .servers(Some([ServerBuilder::new()
+            .url("/")
+            .description(Some("This server (the one serving this document)"))
+            .build()]))
+        .tags(Some([
+            TagBuilder::new()
+                .name(TAG_HTTP_PB)
+                .description(Some(prose::dialect_description(Dialect::HttpPb)))
+                .build(),
+            TagBuilder::new()
+                .name(TAG_CONNECT)
+                .description(Some(prose::dialect_description(Dialect::Connect)))
+                .build(),
+        ]))
+        .paths(paths::rpc_paths(&rules))
+        .components(Some(components.build()))
+        .build();
+    for api in non_rpc_apis() {
+        document.merge(api);
+    }
+
+    let mut json = serde_json::to_value(&document).expect("the document serializes to JSON");
+    schemas::add_all(
+        json["components"]["schemas"]
+            .as_object_mut()
+            .expect("components has schemas"),
+        pool,
+        &rules,
+    );
+    if inspect_auth {
+        security::require_inspect_credential(&mut json);
+    }
+    json
+}
+
+/// The endpoints that are not RPCs, each group as a utoipa-derived `OpenApi`
+/// (`#[utoipa::path]` on the handlers, `ToSchema` on their types), in the
+/// order they are listed. A new group is one more entry here.
+fn non_rpc_apis() -> Vec<OpenApi> {
+    vec![
+        OperationsApi::openapi(),
+        documentation_api(),
+        DashboardApi::openapi(),
+    ]
+}
+
+/// [`document`] as committed: pretty JSON and a final newline.
+pub fn render() -> String {
+    render_for(true)
+}
+
+/// [`document_for`] as served: pretty JSON and a final newline.
+pub fn render_for(inspect_auth: bool) -> String {
+    let mut json = serde_json::to_string_pretty(&document_for(inspect_auth))
+        .expect("the OpenAPI document serializes to JSON");
+    json.push('\n');
+    json
+}
+
+/// `GET /openapi.json` and Swagger UI under `/docs/`; merge it into the app
+/// router.
+pub fn router() -> Router<AppState> {
+    let config = Config::new([SPEC_PATH])
+        .try_it_out_enabled(true)
+        .display_request_duration(true)
+        .display_operation_id(true)
+        .filter(true)
+        // The default sends the document to an online validator: not offline.
+        .validator_url("none");
+    Router::new()
+        .route(SPEC_PATH, get(openapi_json))
+        .merge(SwaggerUi::new(DOCS_PATH).config(config))
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "documentation",
+    responses((status = 200, description = "This OpenAPI document", content_type = "application/json", body = Object)))]
+pub async fn openapi_json(State(state): State<AppState>) -> Response {
+    // The inspection API asks for basic auth exactly when a credential is set.
+    let spec = if matches!(state.settings.inspect, InspectAccess::Credential(_)) {
+        &SPEC_INSPECT_AUTH
+    } else {
+        &SPEC_INSPECT_OPEN
+    };
+    ([(header::CONTENT_TYPE, JSON_MEDIA_TYPE)], spec.as_str()).into_response()
+}
+
+/// The documentation endpoints' part of the document.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    paths(openapi_json),
+    tags((name = "documentation", description = "This document and Swagger UI.")),
+)]
+struct DocumentationApi;
+
+fn documentation_api() -> OpenApi {
+    let mut api = DocumentationApi::openapi();
+    let (path, item) = docs_path();
+    api.paths.paths.insert(path, item);
+    api
+}
+
+/// `GET /docs/`: Swagger UI, served by `utoipa_swagger_ui` from the bundle
+/// built into the binary, so there is no handler of ours to annotate.
+fn docs_path() -> (String, PathItem) {
+    let operation = OperationBuilder::new()
+        .tag("documentation")
+        .summary(Some(
+            "Swagger UI for this document, from the bundle built into the binary.",
+        ))
+        .operation_id(Some("docs"))
+        .response(
+            "200",
+            ResponseBuilder::new().description("Swagger UI").content(
+                "text/html",
+                ContentBuilder::new()
+                    .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                    .build(),
+            ),
+        )
+        .build();
+    (
+        format!("{DOCS_PATH}/"),
+        PathItem::new(HttpMethod::Get, operation),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::codec::MEDIA_TYPES;
+
+    #[test]
+    fn header_names_are_the_dialects_headers() {
+        use crate::http::{dialect, error};
+        for (ours, theirs) in [
+            (RPC_SEQ_NO, dialect::RPC_SEQ_NO),
+            (RPC_TIMEOUT, dialect::RPC_TIMEOUT),
+            (CONNECT_TIMEOUT_MS, dialect::CONNECT_TIMEOUT_MS),
+            (RPC_ERROR_CODE, error::RPC_ERROR_CODE),
+            (RPC_ERROR_REASON, error::RPC_ERROR_REASON),
+        ] {
+            assert!(
+                ours.eq_ignore_ascii_case(theirs.as_str()),
+                "{ours} vs {theirs}"
+            );
+        }
+    }
+
+    #[test]
+    fn documented_media_types_are_served() {
+        let served = |name: &str| MEDIA_TYPES.iter().any(|(served, _)| *served == name);
+        assert!(served(JSON_MEDIA_TYPE));
+        assert!(served(PROTOBUF_MEDIA_TYPE));
+    }
+}

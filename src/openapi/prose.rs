@@ -1,0 +1,189 @@
+//! The document's prose: the overview and the route styles' descriptions,
+//! and the proto comments every description starts from.
+
+use prost_reflect::ServiceDescriptor;
+use prost_types::FileDescriptorProto;
+
+use super::{
+    CONNECT_TIMEOUT_MS, RPC_ERROR_CODE, RPC_ERROR_REASON, RPC_SEQ_NO, RPC_TIMEOUT,
+    errors::error_table,
+};
+use crate::{
+    http::{codec::MEDIA_TYPES, dialect::Dialect, error::ErrorKind, state::DEFAULT_MAX_BODY_BYTES},
+    pb::{self, Encoding},
+};
+
+pub(super) fn overview(service: &ServiceDescriptor) -> String {
+    let mut text =
+        comment(service.parent_file_descriptor_proto(), service.path()).unwrap_or_default();
+    push_paragraph(
+        &mut text,
+        format!(
+            "The yadcc compile scheduler: it decides which compile servant runs which \
+             compilation, for a whole cluster. Every RPC of `{}` is served on two routes, \
+             `POST /rpc/{0}.<Method>` (`http+pb`, what the yadcc daemons speak) and \
+             `POST /{0}/<Method>` (Connect unary). Both take and return the same bodies.\n\n\
+             This document is generated from the proto files by `src/openapi/`.",
+            service.full_name()
+        ),
+    );
+    let mut media = String::from("## Bodies\n\n| Content-Type | Encoding |\n| --- | --- |");
+    for (name, encoding) in MEDIA_TYPES {
+        media.push_str(&format!(
+            "\n| `{name}` | {} |",
+            match encoding {
+                Encoding::Json => "proto3 JSON",
+                Encoding::Binary => "binary protobuf",
+            }
+        ));
+    }
+    media.push_str(&format!(
+        "\n\nThe response has the request's content type. A request without `Content-Type` is \
+         read as binary protobuf. Bodies are limited to {} MiB by default.",
+        DEFAULT_MAX_BODY_BYTES / (1024 * 1024)
+    ));
+    push_paragraph(&mut text, media);
+    push_paragraph(
+        &mut text,
+        "## JSON mapping\n\n\
+         The canonical proto3 JSON mapping:\n\n\
+         - Property names are lowerCamelCase (`nextHeartbeatInMs`); the proto names \
+         (`next_heartbeat_in_ms`) are accepted on input too.\n\
+         - 64-bit integers are decimal strings (`\"18446744073709551615\"`); JSON numbers are \
+         accepted on input too.\n\
+         - Enums are written by value name; numbers are accepted on input too.\n\
+         - A field at its default value (0, `\"\"`, `false`, empty list, the zero enum value) \
+         is left out of responses, unless it is declared `optional`.\n\
+         - Unknown fields in a request are ignored. An empty body is the message with every \
+         field at its default.",
+    );
+    push_paragraph(
+        &mut text,
+        format!(
+            "## Errors\n\n\
+             A failed call has the same HTTP status, headers and JSON body (`ErrorBody`) on \
+             both route styles, whatever the request's content type: `{RPC_ERROR_CODE}` \
+             carries the numeric code that `http+pb` clients read, `code` in the body the \
+             Connect code. Each operation lists the rows it can meet.\n\n{}",
+            error_table(&ErrorKind::ALL, true)
+        ),
+    );
+    text
+}
+
+pub(super) fn dialect_description(dialect: Dialect) -> String {
+    let service = pb::SCHEDULER_SERVICE;
+    match dialect {
+        Dialect::HttpPb => format!(
+            "`POST /rpc/{service}.<Method>`: the framing of the yadcc daemons' RPC framework \
+             (`--scheduler_uri=http+pb://HOST:PORT`). `{RPC_SEQ_NO}` is echoed; \
+             `{RPC_TIMEOUT}` is the caller's deadline in milliseconds. A failure is a non-200 \
+             status with `{RPC_ERROR_CODE}` and `{RPC_ERROR_REASON}`."
+        ),
+        Dialect::Connect => format!(
+            "`POST /{service}/<Method>`: Connect unary calls. `{CONNECT_TIMEOUT_MS}` is the \
+             caller's deadline. A failure is a non-200 status with a JSON body whose `code` \
+             and `message` Connect clients read.\n\n\
+             The same path serves gRPC (`application/grpc`, `+proto`, `+json`; HTTP/2 \
+             cleartext with prior knowledge) and gRPC-Web (`application/grpc-web`, `+proto`, \
+             `+json`, and base64 `application/grpc-web-text`), told apart by `Content-Type`: \
+             one length-prefixed message each way, `grpc-timeout` as the deadline, the \
+             outcome as `grpc-status` and percent-encoded `grpc-message` (HTTP/2 trailers, or \
+             a gRPC-Web trailer frame) carrying the Connect code of the error table by its \
+             gRPC number, always with HTTP status 200. Server reflection \
+             (`grpc.reflection.v1`, `v1alpha`) describes the API to gRPC tools without a \
+             schema file; those routes are gRPC streams and not listed here."
+        ),
+    }
+}
+
+/// The leading comment of the element at `path` (detached comments, such as
+/// banners between RPCs, are not documentation).
+pub(super) fn comment(file: &FileDescriptorProto, path: &[i32]) -> Option<String> {
+    comment_at(file, path, false)
+}
+
+/// The leading comment of a field or enum value, else its trailing one
+/// (`uint32 capacity = 3;  // ...`). Only for these: the trailing comment of
+/// a message or service is whatever follows its opening brace.
+pub(super) fn member_comment(file: &FileDescriptorProto, path: &[i32]) -> Option<String> {
+    comment_at(file, path, true)
+}
+
+fn comment_at(file: &FileDescriptorProto, path: &[i32], trailing: bool) -> Option<String> {
+    let location = file
+        .source_code_info
+        .as_ref()?
+        .location
+        .iter()
+        .find(|location| location.path == path)?;
+    let raw = location.leading_comments.as_deref().or(if trailing {
+        location.trailing_comments.as_deref()
+    } else {
+        None
+    })?;
+    let text = raw
+        .lines()
+        .map(|line| line.strip_prefix(' ').unwrap_or(line).trim_end())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// The first sentence of a comment, on one line.
+pub(super) fn first_sentence(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.find(". ") {
+        Some(end) => flat[..=end].to_owned(),
+        None => flat,
+    }
+}
+
+pub(super) fn push_paragraph(text: &mut String, paragraph: impl AsRef<str>) {
+    if !text.is_empty() {
+        text.push_str("\n\n");
+    }
+    text.push_str(paragraph.as_ref());
+}
+
+pub(super) fn table_cell(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::openapi::document;
+
+    #[test]
+    fn comments_become_descriptions() {
+        let json = document();
+        let heartbeat = &json["paths"]["/rpc/yadcc.scheduler.SchedulerService.Heartbeat"]["post"];
+        assert_eq!(
+            heartbeat["summary"],
+            "Called periodically by daemons to report their states."
+        );
+        let field = &json["components"]["schemas"]["yadcc.scheduler.HeartbeatRequest"]["properties"]
+            ["nextHeartbeatInMs"];
+        let description = field["description"].as_str().unwrap();
+        assert!(
+            description.starts_with("Expected time of next heartbeat."),
+            "{description}"
+        );
+        assert!(
+            description.contains("`uint32 next_heartbeat_in_ms = 7`"),
+            "{description}"
+        );
+        let priority =
+            json["components"]["schemas"]["yadcc.scheduler.ServantPriority"]["description"]
+                .as_str()
+                .unwrap();
+        assert!(
+            priority.contains("| `SERVANT_PRIORITY_DEDICATED` | 1 | Dedicated servant."),
+            "{priority}"
+        );
+    }
+}

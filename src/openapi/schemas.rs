@@ -1,0 +1,549 @@
+//! The schemas of every message and enum of the descriptor pool, as the
+//! proto3 JSON mapping reads and writes them, with the constraints of
+//! [`contract`].
+//!
+//! Written as JSON: the keywords below (type lists with "null", anyOf, allOf
+//! with siblings) are plain JSON Schema 2020-12, which OpenAPI 3.1 uses as is.
+
+use std::borrow::Cow;
+
+use prost_reflect::{DescriptorPool, EnumDescriptor, FieldDescriptor, Kind, MessageDescriptor};
+use serde_json::{Map, Value, json};
+
+use super::{
+    examples::field_example,
+    prose::{comment, member_comment, push_paragraph, table_cell},
+};
+use crate::{
+    contract::{self, FieldRule, Rule},
+    http::json::IntegerKind,
+};
+
+/// `pattern` of an unsigned 64-bit integer written as a JSON string.
+pub const UNSIGNED_DIGITS: &str = "^[0-9]+$";
+
+/// `pattern` of a signed 64-bit integer written as a JSON string.
+pub const SIGNED_DIGITS: &str = "^-?[0-9]+$";
+
+/// Adds a schema for every message and enum of `pool` (well-known types
+/// aside: they have their own JSON forms) to `schemas`.
+pub(super) fn add_all(
+    schemas: &mut Map<String, Value>,
+    pool: &DescriptorPool,
+    rules: &[FieldRule],
+) {
+    for message in pool.all_messages() {
+        if message.is_map_entry() || is_well_known(message.full_name()) {
+            continue;
+        }
+        schemas.insert(
+            message.full_name().to_owned(),
+            message_schema(&message, rules),
+        );
+    }
+    for enumeration in pool.all_enums() {
+        if is_well_known(enumeration.full_name()) {
+            continue;
+        }
+        schemas.insert(
+            enumeration.full_name().to_owned(),
+            enum_schema(&enumeration),
+        );
+    }
+}
+
+fn message_schema(message: &MessageDescriptor, rules: &[FieldRule]) -> Value {
+    let mut description =
+        comment(message.parent_file_descriptor_proto(), message.path()).unwrap_or_default();
+    push_paragraph(
+        &mut description,
+        if message.fields().len() == 0 {
+            format!(
+                "Proto message `{}`, which has no fields: `{{}}` in JSON, an empty body in binary.",
+                message.full_name()
+            )
+        } else {
+            format!(
+                "Proto message `{}`. Properties may also be spelled as in the proto \
+                 (`snake_case`); unknown properties are ignored.",
+                message.full_name()
+            )
+        },
+    );
+    let mut schema = message_constraints(message, message.full_name(), rules, &[]);
+    let object = schema.as_object_mut().expect("an object schema");
+    object.insert("description".into(), json!(description));
+    let positive: Vec<Value> = contract::any_positive()
+        .into_iter()
+        .filter(|rule| rule.message == message.full_name())
+        .flat_map(|rule| rule.fields.to_vec())
+        .filter_map(|name| message.get_field_by_name(name))
+        .map(|field| {
+            let own = own_rules(rules, message.full_name(), &[], field.name());
+            let (_, high) = integer_bounds(&field.kind(), &own).expect("an integer field");
+            json!({
+                "required": [field.json_name()],
+                "properties": { field.json_name(): integer_schema(1, high) },
+            })
+        })
+        .collect();
+    if !positive.is_empty() {
+        object.insert("anyOf".into(), Value::Array(positive));
+    }
+    schema
+}
+
+/// `{"type": "object", "properties", "required"}` of `message`, reached
+/// by the field path `prefix` from `rules_message`, whose rules apply.
+fn message_constraints(
+    message: &MessageDescriptor,
+    rules_message: &str,
+    rules: &[FieldRule],
+    prefix: &[&str],
+) -> Value {
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    for field in message.fields() {
+        let own = own_rules(rules, rules_message, prefix, field.name());
+        let mut deeper: Vec<&str> = prefix.to_vec();
+        deeper.push(field.name());
+        let nested = contract::rules_under(rules, rules_message, &deeper)
+            .any(|rule| rule.path.len() > deeper.len());
+        if own.contains(&Rule::Required) {
+            required.push(field.json_name().to_owned());
+        }
+        let mut schema = if nested {
+            let Kind::Message(inner) = field.kind() else {
+                unreachable!("rules lead through message fields only")
+            };
+            let mut refined = message_constraints(&inner, rules_message, rules, &deeper);
+            refined.as_object_mut().expect("an object schema").insert(
+                "allOf".into(),
+                json!([{"$ref": schema_ref(inner.full_name())}]),
+            );
+            if field.is_list() {
+                // The rules apply to each element.
+                let mut list = field_schema(&field, &own);
+                list["items"] = refined;
+                list
+            } else {
+                refined
+            }
+        } else {
+            field_schema(&field, &own)
+        };
+        let object = schema.as_object_mut().expect("an object schema");
+        // Nested fields are described by their own message's schema.
+        if prefix.is_empty() {
+            object.insert("description".into(), json!(field_description(&field, &own)));
+        }
+        if let Some(example) = field_example(&field) {
+            object.insert("examples".into(), json!([example]));
+        }
+        properties.insert(field.json_name().to_owned(), schema);
+    }
+    let mut schema = json!({"type": "object", "properties": properties});
+    if !required.is_empty() {
+        schema["required"] = json!(required);
+    }
+    schema
+}
+
+/// The rules on the field `name` at `prefix` in `message`.
+fn own_rules(rules: &[FieldRule], message: &str, prefix: &[&str], name: &str) -> Vec<Rule> {
+    rules
+        .iter()
+        .filter(|rule| {
+            rule.message == message
+                && rule.path.len() == prefix.len() + 1
+                && rule.path.starts_with(prefix)
+                && rule.path[prefix.len()] == name
+        })
+        .map(|rule| rule.rule.clone())
+        .collect()
+}
+
+fn enum_schema(enumeration: &EnumDescriptor) -> Value {
+    let file = enumeration.parent_file_descriptor_proto();
+    let mut description = comment(file, enumeration.path()).unwrap_or_default();
+    push_paragraph(
+        &mut description,
+        format!(
+            "Proto enum `{}`, written by value name; the number is accepted on input too.",
+            enumeration.full_name()
+        ),
+    );
+    let mut table = String::from("| Name | Number | Meaning |\n| --- | --- | --- |");
+    for value in enumeration.values() {
+        let meaning = member_comment(file, value.path()).unwrap_or_default();
+        table.push_str(&format!(
+            "\n| `{}` | {} | {} |",
+            value.name(),
+            value.number(),
+            table_cell(&meaning)
+        ));
+    }
+    push_paragraph(&mut description, table);
+    let names = enumeration.values().map(|value| json!(value.name()));
+    let numbers = enumeration.values().map(|value| json!(value.number()));
+    json!({
+        "type": ["string", "integer"],
+        "enum": names.chain(numbers).collect::<Vec<_>>(),
+        "description": description,
+    })
+}
+
+/// A field's schema: its value's, in a list or map when it is one, and
+/// `null` allowed (it means the default) unless the field is required.
+fn field_schema(field: &FieldDescriptor, own: &[Rule]) -> Value {
+    if field.is_map() {
+        let Kind::Message(entry) = field.kind() else {
+            unreachable!("a map field's kind is its entry message")
+        };
+        let mut schema = json!({
+            "type": ["object", "null"],
+            "additionalProperties": value_schema(&entry.map_entry_value_field().kind(), &[]),
+        });
+        if let Some(pattern) = map_key_pattern(&entry.map_entry_key_field().kind()) {
+            schema["propertyNames"] = json!({"type": "string", "pattern": pattern});
+        }
+        return schema;
+    }
+    if field.is_list() {
+        let mut schema = json!({
+            "type": ["array", "null"],
+            "items": value_schema(&field.kind(), own),
+        });
+        for rule in own {
+            if let Rule::MaxItems(most) = rule {
+                schema["maxItems"] = json!(most);
+            }
+        }
+        return schema;
+    }
+    let schema = value_schema(&field.kind(), own);
+    if own.contains(&Rule::Required) {
+        return schema;
+    }
+    match schema {
+        Value::Object(mut object) if object.contains_key("type") => {
+            let types = match object.remove("type") {
+                Some(Value::Array(mut types)) => {
+                    types.push(json!("null"));
+                    types
+                }
+                Some(one) => vec![one, json!("null")],
+                None => unreachable!("checked above"),
+            };
+            object.insert("type".into(), Value::Array(types));
+            Value::Object(object)
+        }
+        other => json!({"anyOf": [other, {"type": "null"}]}),
+    }
+}
+
+/// The schema of one value of a field's type (one element, for a list).
+fn value_schema(kind: &Kind, own: &[Rule]) -> Value {
+    if let Some((low, high)) = integer_bounds(kind, own) {
+        return integer_schema(low, high);
+    }
+    match kind {
+        Kind::Double | Kind::Float => json!({"type": ["number", "string"]}),
+        Kind::Bool => json!({"type": "boolean"}),
+        Kind::String => {
+            let mut schema = json!({"type": "string"});
+            for rule in own {
+                match rule {
+                    Rule::NonEmpty => schema["minLength"] = json!(1),
+                    Rule::MaxLength(most) => schema["maxLength"] = json!(most),
+                    Rule::Location => schema["pattern"] = json!(contract::location_pattern()),
+                    _ => {}
+                }
+            }
+            schema
+        }
+        Kind::Bytes => json!({"type": "string", "contentEncoding": "base64"}),
+        Kind::Message(message) => match message.full_name() {
+            "google.protobuf.Timestamp" => json!({"type": "string", "format": "date-time"}),
+            "google.protobuf.Duration" => {
+                json!({"type": "string", "pattern": r"^-?[0-9]+(\.[0-9]{1,9})?s$"})
+            }
+            "google.protobuf.Empty" => json!({"type": "object"}),
+            name if is_well_known(name) => {
+                panic!("no JSON mapping for {name} yet: add it to openapi::schemas::value_schema")
+            }
+            name => json!({"$ref": schema_ref(name)}),
+        },
+        Kind::Enum(enumeration) => json!({"$ref": schema_ref(enumeration.full_name())}),
+        _ => unreachable!("integers are handled above"),
+    }
+}
+
+/// The range of an integer field's values: its type's, narrowed by its rules.
+fn integer_bounds(kind: &Kind, own: &[Rule]) -> Option<(i128, i128)> {
+    let (low, mut high) = IntegerKind::of(kind)?.range();
+    for rule in own {
+        if let Rule::AtMost(most) = rule {
+            high = high.min(i128::from(*most));
+        }
+    }
+    Some((low, high))
+}
+
+/// An integer as proto3 JSON takes it: a number, or a string of decimal
+/// digits (the form 64-bit integers are written in), within `low..=high`.
+fn integer_schema(low: i128, high: i128) -> Value {
+    let number = |value: i128| match u64::try_from(value) {
+        Ok(unsigned) => json!(unsigned),
+        Err(_) => json!(i64::try_from(value).expect("a 64-bit bound")),
+    };
+    json!({
+        "type": ["integer", "string"],
+        "minimum": number(low),
+        "maximum": number(high),
+        "pattern": contract::integer_pattern(low, high),
+    })
+}
+
+fn schema_ref(name: &str) -> String {
+    format!("#/components/schemas/{name}")
+}
+
+fn map_key_pattern(kind: &Kind) -> Option<&'static str> {
+    match kind {
+        Kind::Int32
+        | Kind::Sint32
+        | Kind::Sfixed32
+        | Kind::Int64
+        | Kind::Sint64
+        | Kind::Sfixed64 => Some(SIGNED_DIGITS),
+        Kind::Uint32 | Kind::Fixed32 | Kind::Uint64 | Kind::Fixed64 => Some(UNSIGNED_DIGITS),
+        Kind::Bool => Some("^(true|false)$"),
+        _ => None,
+    }
+}
+
+fn is_well_known(full_name: &str) -> bool {
+    full_name.starts_with("google.protobuf.")
+}
+
+fn field_description(field: &FieldDescriptor, own: &[Rule]) -> String {
+    let message = field.parent_message();
+    let mut description =
+        member_comment(message.parent_file_descriptor_proto(), field.path()).unwrap_or_default();
+    let proto = field.field_descriptor_proto();
+    let label = if field.is_map() {
+        let Kind::Message(entry) = field.kind() else {
+            unreachable!("a map field's kind is its entry message")
+        };
+        format!(
+            "map<{}, {}>",
+            type_name(&entry.map_entry_key_field().kind()),
+            type_name(&entry.map_entry_value_field().kind())
+        )
+    } else if field.is_list() {
+        format!("repeated {}", type_name(&field.kind()))
+    } else if proto.proto3_optional() {
+        format!("optional {}", type_name(&field.kind()))
+    } else {
+        type_name(&field.kind()).into_owned()
+    };
+    let mut notes = format!(
+        "Proto field `{label} {} = {}`",
+        field.name(),
+        field.number()
+    );
+    if field.json_name() != field.name() {
+        notes.push_str(&format!(
+            "; the name `{}` is accepted on input too",
+            field.name()
+        ));
+    }
+    notes.push('.');
+    let element = if field.is_map() {
+        let Kind::Message(entry) = field.kind() else {
+            unreachable!("a map field's kind is its entry message")
+        };
+        entry.map_entry_value_field().kind()
+    } else {
+        field.kind()
+    };
+    match element {
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 | Kind::Uint64 | Kind::Fixed64 => notes.push_str(
+            " A 64-bit integer, written as a decimal string; a JSON number is accepted on input \
+             too, and so are integral exponent forms (`1e3`, `\"1e3\"`).",
+        ),
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 | Kind::Uint32 | Kind::Fixed32 => notes
+            .push_str(
+                " Written as a JSON number; a string holding one is accepted on input too, and \
+                 so are integral exponent forms (`1e3`, `\"1e3\"`).",
+            ),
+        Kind::Enum(_) => {
+            notes.push_str(" Written as the value's name; the number is accepted on input too.")
+        }
+        Kind::Bytes => notes.push_str(" Base64, standard or URL-safe alphabet."),
+        _ => {}
+    }
+    if proto.proto3_optional() {
+        notes.push_str(
+            " `optional`: explicit presence. The field is written whenever it is set, \
+             even to its default; leave it out for \"not set\".",
+        );
+    } else if let Some(oneof) = field.containing_oneof() {
+        let members: Vec<String> = oneof
+            .fields()
+            .map(|member| format!("`{}`", member.json_name()))
+            .collect();
+        notes.push_str(&format!(
+            " Member of oneof `{}`: set at most one of {}.",
+            oneof.name(),
+            members.join(", ")
+        ));
+    }
+    if !own.contains(&Rule::Required) {
+        notes.push_str(" `null` means the default.");
+    }
+    for rule in own {
+        notes.push_str(&match rule {
+            Rule::Required => {
+                " Required: a request without it is refused (`STATUS_INVALID_ARGUMENT`).".to_owned()
+            }
+            Rule::NonEmpty => " Must not be empty.".to_owned(),
+            Rule::Location => {
+                " `a.b.c.d:port` (IPv4) or `[v6]:port` (IPv6), no zone id.".to_owned()
+            }
+            Rule::AtMost(most) => {
+                format!(" At most {most}: larger values are refused (`STATUS_INVALID_ARGUMENT`).")
+            }
+            Rule::MaxItems(most) => format!(
+                " At most {most} entries: longer lists are refused (`STATUS_INVALID_ARGUMENT`)."
+            ),
+            Rule::MaxLength(most) => format!(
+                " At most {most} characters: longer strings are refused \
+                 (`STATUS_INVALID_ARGUMENT`)."
+            ),
+        });
+    }
+    push_paragraph(&mut description, notes);
+    description
+}
+
+fn type_name(kind: &Kind) -> Cow<'static, str> {
+    Cow::Borrowed(match kind {
+        Kind::Double => "double",
+        Kind::Float => "float",
+        Kind::Int32 => "int32",
+        Kind::Int64 => "int64",
+        Kind::Uint32 => "uint32",
+        Kind::Uint64 => "uint64",
+        Kind::Sint32 => "sint32",
+        Kind::Sint64 => "sint64",
+        Kind::Fixed32 => "fixed32",
+        Kind::Fixed64 => "fixed64",
+        Kind::Sfixed32 => "sfixed32",
+        Kind::Sfixed64 => "sfixed64",
+        Kind::Bool => "bool",
+        Kind::String => "string",
+        Kind::Bytes => "bytes",
+        Kind::Message(message) => return Cow::Owned(message.full_name().to_owned()),
+        Kind::Enum(enumeration) => return Cow::Owned(enumeration.full_name().to_owned()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        engine::Limits,
+        openapi::{RPC_TIMEOUT, document},
+    };
+
+    #[test]
+    fn wire_mapping_of_field_types() {
+        let json = document();
+        let schemas = &json["components"]["schemas"];
+        let heartbeat = &schemas["yadcc.scheduler.HeartbeatRequest"]["properties"];
+        let memory = &heartbeat["totalMemoryInBytes"];
+        assert_eq!(memory["type"], json!(["integer", "string", "null"]));
+        assert_eq!(memory["maximum"], json!(u64::MAX));
+        assert_eq!(
+            memory["pattern"],
+            contract::integer_pattern(0, u64::MAX.into())
+        );
+        assert_eq!(heartbeat["numProcessors"]["maximum"], json!(u32::MAX));
+        assert_eq!(
+            heartbeat["servantPriority"]["anyOf"][0]["$ref"],
+            "#/components/schemas/yadcc.scheduler.ServantPriority"
+        );
+        assert_eq!(heartbeat["envDescs"]["type"], json!(["array", "null"]));
+        assert_eq!(
+            heartbeat["envDescs"]["items"]["allOf"][0]["$ref"],
+            "#/components/schemas/yadcc.EnvironmentDesc"
+        );
+        assert_eq!(
+            heartbeat["envDescs"]["items"]["properties"]["compilerDigest"]["maxLength"],
+            json!(Limits::default().max_digest_chars)
+        );
+        let wait = &schemas["yadcc.scheduler.WaitForStartingTaskRequest"]["properties"];
+        assert!(
+            wait["envDesc"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("`optional`")
+        );
+        let status = &schemas["yadcc.scheduler.Status"]["enum"];
+        assert_eq!(status[0], "STATUS_UNKNOWN");
+        assert!(status.as_array().unwrap().contains(&json!(1004)));
+    }
+
+    #[test]
+    fn the_contract_becomes_constraints() {
+        let json = document();
+        let limits = Limits::default();
+        let schemas = &json["components"]["schemas"];
+        let heartbeat = &schemas["yadcc.scheduler.HeartbeatRequest"];
+        assert_eq!(heartbeat["required"], json!(["location"]));
+        assert_eq!(
+            heartbeat["properties"]["location"]["pattern"],
+            contract::location_pattern()
+        );
+        assert_eq!(
+            heartbeat["properties"]["nextHeartbeatInMs"]["maximum"],
+            json!(limits.max_next_heartbeat.as_millis())
+        );
+        assert_eq!(
+            heartbeat["properties"]["envDescs"]["maxItems"],
+            json!(limits.max_environments_per_servant)
+        );
+        let wait = &schemas["yadcc.scheduler.WaitForStartingTaskRequest"];
+        assert_eq!(wait["required"], json!(["envDesc"]));
+        let env = &wait["properties"]["envDesc"];
+        assert_eq!(env["required"], json!(["compilerDigest"]));
+        assert_eq!(env["properties"]["compilerDigest"]["minLength"], 1);
+        assert_eq!(
+            env["allOf"][0]["$ref"],
+            "#/components/schemas/yadcc.EnvironmentDesc"
+        );
+        assert_eq!(
+            wait["properties"]["millisecondsToWait"]["maximum"],
+            json!(limits.max_wait.as_millis())
+        );
+        assert_eq!(
+            wait["anyOf"][0]["properties"]["immediateReqs"]["minimum"],
+            1
+        );
+        assert_eq!(wait["anyOf"][1]["required"], json!(["prefetchReqs"]));
+        let keep = &schemas["yadcc.scheduler.KeepTaskAliveRequest"]["properties"];
+        assert_eq!(
+            keep["taskGrantIds"]["maxItems"],
+            json!(limits.max_ids_per_request)
+        );
+        let heartbeat_path = &json["paths"]["/rpc/yadcc.scheduler.SchedulerService.Heartbeat"];
+        assert_eq!(heartbeat_path["post"]["requestBody"]["required"], true);
+        let config_path = &json["paths"]["/rpc/yadcc.scheduler.SchedulerService.GetConfig"];
+        assert_eq!(config_path["post"]["requestBody"]["required"], false);
+        let timeout = &json["components"]["parameters"][RPC_TIMEOUT]["schema"];
+        assert_eq!(timeout["type"], json!(["integer", "string"]));
+        assert_eq!(timeout["maximum"], json!(contract::TIMEOUT_MS.end()));
+    }
+}
