@@ -40,7 +40,7 @@ pub struct EdgeSettings {
     pub idle_timeout: Duration,
     /// Open connections at most; None: derived from the file-descriptor limit.
     pub max_connections: Option<usize>,
-    /// Open connections from one IP address at most.
+    /// Open connections from one address block at most (see [`address_block`]).
     pub max_connections_per_ip: usize,
     /// Bytes buffered at most for bodies larger than [`SMALL_BODY_BYTES`]
     /// that are still arriving. The daemons' protocols (`flare`, `http+pb`)
@@ -186,5 +186,18 @@ mod tests {
         drop(growing);
         drop(small);
         assert_eq!(budget.used(), 0);
+    }
+}
+
+/// The block the per-address cap counts: an IPv4 address (IPv4-mapped IPv6
+/// included) on its own, an IPv6 address by its /64. One host or site is
+/// usually given a whole /64 and can pick any address in it, so counting IPv6
+/// addresses one by one would let a single client open connections without
+/// bound.
+pub fn address_block(ip: std::net::IpAddr) -> std::net::IpAddr {
+    use std::net::{IpAddr, Ipv6Addr};
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & !((1u128 << 64) - 1))),
     }
 }

@@ -46,7 +46,7 @@ use crate::{
         http::{HeadScan, MAX_HEAD_BYTES},
     },
     http::state::AppState,
-    limits::EdgeSettings,
+    limits::{self, EdgeSettings},
     protocol::Protocol,
 };
 
@@ -163,7 +163,8 @@ fn hyper_builder(edge: &EdgeSettings) -> auto::Builder<TokioExecutor> {
 struct Admitted {
     _slot: OwnedSemaphorePermit,
     shared: Arc<Shared>,
-    /// The address counted under the per-address cap; None for a trusted proxy.
+    /// The address block counted under the per-address cap; None for a
+    /// trusted proxy.
     counted_ip: Option<IpAddr>,
 }
 
@@ -195,15 +196,16 @@ fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Opti
     let counted_ip = if shared.state.settings.is_trusted(ip) {
         None
     } else {
+        let block = limits::address_block(ip);
         let mut per_ip = shared.per_ip.lock().unwrap_or_else(|p| p.into_inner());
-        let count = per_ip.entry(ip).or_insert(0);
+        let count = per_ip.entry(block).or_insert(0);
         if *count >= shared.edge.max_connections_per_ip {
             drop(per_ip);
             metrics.connection_refused("max_connections_per_ip");
             return None;
         }
         *count += 1;
-        Some(ip)
+        Some(block)
     };
     Some(Admitted {
         _slot: slot,
@@ -392,6 +394,58 @@ mod tests {
         drop((through_proxy, mapped_proxy, direct));
         assert!(shared.per_ip.lock().unwrap().is_empty());
         assert_eq!(slots.available_permits(), 8);
+    }
+
+    #[tokio::test]
+    async fn the_per_address_cap_counts_an_ipv6_slash_64_as_one_address() {
+        let settings = crate::http::state::HttpSettings {
+            edge: EdgeSettings {
+                max_connections_per_ip: 2,
+                ..EdgeSettings::default()
+            },
+            ..Default::default()
+        };
+        let engine = crate::engine::Scheduler::new(crate::engine::Config::default());
+        let state = AppState::new(engine, settings);
+        let shared = Arc::new(Shared {
+            hyper: hyper_builder(&state.settings.edge),
+            router: Router::new(),
+            edge: state.settings.edge.clone(),
+            state,
+            per_ip: Mutex::default(),
+        });
+        let slots = Arc::new(Semaphore::new(16));
+        let from = |ip: &str| SocketAddr::new(ip.parse().unwrap(), 40_000);
+
+        let same_block: Vec<_> = ["2001:db8:1:2::1", "2001:db8:1:2:ffff::7"]
+            .into_iter()
+            .map(|ip| admit(&shared, &slots, from(ip)).expect("under the cap"))
+            .collect();
+        assert!(
+            admit(&shared, &slots, from("2001:db8:1:2:abcd::99")).is_none(),
+            "a third address of the same /64 is over the block's cap"
+        );
+        let next_block = admit(&shared, &slots, from("2001:db8:1:3::1"));
+        assert!(next_block.is_some(), "another /64 has its own cap");
+        let ipv4: Vec<_> = ["192.0.2.1", "192.0.2.2", "::ffff:192.0.2.1"]
+            .into_iter()
+            .map(|ip| admit(&shared, &slots, from(ip)))
+            .collect();
+        assert!(
+            ipv4[0].is_some() && ipv4[1].is_some(),
+            "IPv4 addresses are counted one by one"
+        );
+        assert!(
+            ipv4[2].is_some(),
+            "192.0.2.1's second connection, over IPv6-mapped"
+        );
+        assert!(
+            admit(&shared, &slots, from("192.0.2.1")).is_none(),
+            "mapped and plain IPv4 are the same address"
+        );
+
+        drop((same_block, next_block, ipv4));
+        assert!(shared.per_ip.lock().unwrap().is_empty());
     }
 
     #[test]
