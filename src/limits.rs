@@ -164,6 +164,19 @@ impl Drop for Reservation {
     }
 }
 
+/// The block the per-address cap counts: an IPv4 address (IPv4-mapped IPv6
+/// included) on its own, an IPv6 address by its /64. One host or site is
+/// usually given a whole /64 and can pick any address in it, so counting IPv6
+/// addresses one by one would let a single client open connections without
+/// bound.
+pub fn address_block(ip: std::net::IpAddr) -> std::net::IpAddr {
+    use std::net::{IpAddr, Ipv6Addr};
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & !((1u128 << 64) - 1))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,18 +199,5 @@ mod tests {
         drop(growing);
         drop(small);
         assert_eq!(budget.used(), 0);
-    }
-}
-
-/// The block the per-address cap counts: an IPv4 address (IPv4-mapped IPv6
-/// included) on its own, an IPv6 address by its /64. One host or site is
-/// usually given a whole /64 and can pick any address in it, so counting IPv6
-/// addresses one by one would let a single client open connections without
-/// bound.
-pub fn address_block(ip: std::net::IpAddr) -> std::net::IpAddr {
-    use std::net::{IpAddr, Ipv6Addr};
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => IpAddr::V4(v4),
-        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & !((1u128 << 64) - 1))),
     }
 }
