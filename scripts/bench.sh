@@ -45,7 +45,7 @@ p5_protocols=${P5_PROTOCOLS:-"flare http+pb"}
 mkdir -p "$out"
 
 echo "== building release binaries"
-cargo build --release --locked --bins
+cargo build --release --locked --bins --features bench-route
 bin=target/release
 
 # Each simulated machine holds up to two sockets: raise the soft limit.

@@ -25,7 +25,7 @@ async fn main() -> ExitCode {
         Cli::parse_gflags(std::env::args_os()).unwrap_or_else(|error| error.exit());
     // The demo's simulated cluster makes ~50 calls a second: keep its access
     // log out of the way unless RUST_LOG asks for it.
-    let default_filter = if cli.demo {
+    let default_filter = if cli.sim.demo {
         "info,yadcc_scheduler::access=warn"
     } else {
         "info"
@@ -74,13 +74,41 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     })?;
     let local = listener.local_addr()?;
     tracing::info!("listening on http://{local} (daemons: flare://{local} or http+pb://{local})");
+    #[allow(unused_mut)] // Only a bench-route build adds to it.
     let mut router = app(state.clone());
+    #[cfg(feature = "bench-route")]
     if settings.bench_bare_route {
         tracing::warn!("benchmark route POST {} is mounted", sim::hammer::BARE_PATH);
-        router = router.merge(sim::hammer::bare_router());
+        router = router.merge(bench_route::bare_router());
     }
     let demo = settings.demo.then(|| start_demo(&settings, local));
     net::serve(listener, router, state, shutdown_signal(engine, demo)).await
+}
+
+/// The baseline of benchmark P1 (`yadcc-loadgen hammer`): what the HTTP stack
+/// alone can do. Built only with the `bench-route` feature.
+#[cfg(feature = "bench-route")]
+mod bench_route {
+    use axum::{Router, body::Bytes, http::header, response::IntoResponse, routing::post};
+    use yadcc_scheduler::sim::hammer::BARE_PATH;
+
+    /// What the bare route answers: as many bytes as a binary
+    /// `HeartbeatResponse` carrying three serving-daemon tokens (3 x (2 + 32) bytes).
+    static BARE_RESPONSE: [u8; 102] = [b'x'; 102];
+
+    /// `POST /bench/bare`: reads the body and answers fixed bytes, on the same
+    /// server (listener, hyper, axum router) as the RPCs.
+    pub fn bare_router() -> Router {
+        Router::new().route(BARE_PATH, post(bare))
+    }
+
+    async fn bare(body: Bytes) -> impl IntoResponse {
+        drop(body);
+        (
+            [(header::CONTENT_TYPE, "application/x-protobuf")],
+            Bytes::from_static(&BARE_RESPONSE),
+        )
+    }
 }
 
 /// `--demo`: a simulated cluster against this scheduler, and where to look.

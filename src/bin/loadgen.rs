@@ -4,7 +4,8 @@
 //!
 //! - `hammer` (benchmark P1): Heartbeat as fast as possible over N
 //!   connections, over flare, http+pb and JSON, against the bare route (the
-//!   scheduler must run with `--bench_bare_route` for `bare`).
+//!   scheduler must be built with `--features bench-route` and run with
+//!   `--bench_bare_route` for `bare`).
 //! - `cluster` (benchmark P3): servants heartbeating every second and
 //!   delegates acquiring, renewing and freeing grants at a chosen rate.
 //! - `mix` (benchmark P5): the real daemon mix, every machine servant and
@@ -168,7 +169,8 @@ struct HammerArgs {
     #[arg(long, default_value_t = 2)]
     rounds: usize,
 
-    /// Comma-separated: flare, http+pb, json, bare (needs --bench_bare_route).
+    /// Comma-separated: flare, http+pb, json, bare (needs a scheduler built
+    /// with `--features bench-route`, run with --bench_bare_route).
     #[arg(long, default_value = "flare,http+pb,json,bare", value_delimiter = ',')]
     targets: Vec<String>,
 

@@ -1,5 +1,6 @@
 //! Benchmark P1: one call as fast as possible over N keep-alive connections,
-//! per protocol, and the bare route they are compared against.
+//! per protocol, and the bare route they are compared against (its server
+//! side is in `src/main.rs`, behind the `bench-route` feature).
 //!
 //! The compared calls share everything on the client side: one connection
 //! per simulated servant from its own loopback address, one call in flight
@@ -18,7 +19,6 @@ use std::{
     time::Duration,
 };
 
-use axum::{Router, body::Bytes, http::header, response::IntoResponse, routing::post};
 use tokio::{sync::Barrier, task::JoinSet, time::Instant};
 
 use bytes::BytesMut;
@@ -35,27 +35,9 @@ use super::{
 };
 use crate::pb::{self, Method};
 
-/// Path of the bare route.
+/// Path of the bare route, which only a scheduler built with the
+/// `bench-route` feature and started with `--bench_bare_route` serves.
 pub const BARE_PATH: &str = "/bench/bare";
-
-/// What the bare route answers: as many bytes as a binary `HeartbeatResponse`
-/// carrying three serving-daemon tokens (3 x (2 + 32) bytes).
-pub static BARE_RESPONSE: [u8; 102] = [b'x'; 102];
-
-/// `POST /bench/bare`: reads the body and answers fixed bytes. Mounted only by
-/// `yadcc-scheduler --bench_bare_route`, on the same server (listener, hyper,
-/// axum router), to measure what the HTTP stack alone can do.
-pub fn bare_router() -> Router {
-    Router::new().route(BARE_PATH, post(bare))
-}
-
-async fn bare(body: Bytes) -> impl IntoResponse {
-    drop(body);
-    (
-        [(header::CONTENT_TYPE, "application/x-protobuf")],
-        Bytes::from_static(&BARE_RESPONSE),
-    )
-}
 
 /// One kind of call to hammer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

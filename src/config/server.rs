@@ -1,0 +1,126 @@
+//! The scheduler's own flags: listening, tokens, inspection access and the
+//! edge's limits. Names, kebab-case aliases and `YADCC_*` variables are added
+//! to every flag in one place ([`super::Cli::command_line`]).
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    time::Duration,
+};
+
+use clap::Args;
+
+use super::settings::{parse_duration, parse_size};
+use crate::engine::Redacted;
+
+#[derive(Debug, Clone, Args)]
+#[command(rename_all = "snake_case")]
+pub struct ServerFlags {
+    /// Port to listen on (all interfaces). Ignored when --listen is given.
+    #[arg(long, default_value_t = 8336)]
+    pub port: u16,
+
+    /// Address to listen on, e.g. `127.0.0.1:8336` or `[::]:8336`.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+
+    /// Comma-separated tokens that delegates (and unverified servants) present.
+    /// Entries are literal (no trimming). An empty entry (`a,` or `,a`) accepts
+    /// only the empty token (daemons without `--token`), with a warning; only a
+    /// wholly empty flag (`--acceptable_user_tokens=`) lets anyone in.
+    #[arg(long, hide_env_values = true)]
+    pub acceptable_user_tokens: Option<Redacted<String>>,
+
+    /// Comma-separated tokens that compile servants present. Servants with only a
+    /// user token are listed but get no task. Entries are literal (no trimming).
+    /// An empty entry (`a,` or `,a`) accepts only the empty token, with a
+    /// warning; only a wholly empty flag (`--acceptable_servant_tokens=`) lets
+    /// anyone in.
+    #[arg(long, hide_env_values = true)]
+    pub acceptable_servant_tokens: Option<Redacted<String>>,
+
+    /// Daemons older than this version are refused (STATUS_VERSION_TOO_OLD).
+    #[arg(long, default_value_t = 0)]
+    pub min_daemon_version: u32,
+
+    /// Seconds between rollouts of the token daemons use to reach each other.
+    #[arg(long, default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
+    pub serving_daemon_token_rollout_interval: u64,
+
+    /// Secret the serving-daemon tokens are derived from. Set it (preferably
+    /// through the environment) so tokens survive a restart; without it a random
+    /// one is drawn at start.
+    #[arg(long, hide_env_values = true)]
+    pub serving_daemon_token_secret: Option<Redacted<String>>,
+
+    /// Servants reporting less available memory than this get no new task
+    /// (sizes like 512M, 10G).
+    #[arg(long, default_value = "10G", value_parser = parse_size)]
+    pub servant_min_memory_for_accepting_new_task: u64,
+
+    /// `user:password` for HTTP basic auth on the dashboard, `/api/v1/*` and
+    /// `/inspect/*`. Without it (and without --debugging_no_inspect_auth) they
+    /// are closed, as in the original.
+    #[arg(long, hide_env_values = true)]
+    pub inspect_credential: Option<Redacted<String>>,
+
+    /// Open the dashboard, `/api/v1/*` and `/inspect/*` to anyone who can
+    /// reach the port, without a credential (the original's flag; for
+    /// debugging or a trusted network).
+    #[arg(long)]
+    pub debugging_no_inspect_auth: bool,
+
+    /// Largest accepted request body (sizes like 4M).
+    #[arg(long, default_value = "4M", value_parser = parse_size)]
+    pub max_body_bytes: u64,
+
+    /// Comma-separated proxy addresses whose X-Forwarded-For is believed.
+    #[arg(long, value_delimiter = ',')]
+    pub trusted_proxies: Vec<IpAddr>,
+
+    /// Seconds after start during which running tasks that servants report but
+    /// this scheduler never granted are adopted instead of killed.
+    #[arg(long, default_value_t = 15)]
+    pub adoption_window: u64,
+
+    /// Longest time from a connection's or request's first byte to its
+    /// complete head (HTTP headers; a binary frame's header and meta). Slower
+    /// clients are closed. Durations like 10s, 500ms, 2m; a bare number is seconds.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+
+    /// Longest time from a complete head to the last byte of its body.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub body_read_timeout: Duration,
+
+    /// A daemon connection (flare, http+pb) with no call in flight and no byte
+    /// for this long is closed. At least 60s: stock daemons keep idle
+    /// connections 45s and expect the server to keep them 60s.
+    #[arg(long, default_value = "90s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// Open connections at most; 0: the file-descriptor limit (the soft limit
+    /// is raised to the hard one at start) less 64.
+    #[arg(long, default_value_t = 0)]
+    pub max_connections: usize,
+
+    /// Open connections from one IP address at most; more are closed at once.
+    /// A --trusted_proxies address is exempt (everyone behind it shares it).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_ip: u32,
+
+    /// Bytes buffered at most, over all connections, for request bodies above
+    /// 64K that are still arriving; a request that does not fit is answered
+    /// "overloaded" (or, on the binary protocol, its connection is closed).
+    #[arg(long, default_value = "32M", value_parser = parse_size)]
+    pub max_buffered_body_bytes: u64,
+
+    /// On SIGINT/SIGTERM, how long open connections may finish their calls
+    /// (waiting long polls are answered at once) before they are closed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+
+    /// Comma-separated origins (`https://ci.example.com`) whose pages may call
+    /// the RPCs from a browser (Connect, gRPC-Web); `*` for any. Default: none.
+    #[arg(long, value_delimiter = ',')]
+    pub cors_allowed_origins: Vec<String>,
+}

@@ -1,0 +1,219 @@
+//! What the flags mean once parsed: their value parsers, the checks across
+//! flags, and the [`Settings`] the server starts with. Errors say what to pass.
+
+use std::{net::SocketAddr, time::Duration};
+
+use super::Cli;
+use crate::{
+    dashboard::InspectAccess,
+    engine::{self, Redacted},
+    http::state::HttpSettings,
+    limits::{self, EdgeSettings},
+};
+
+/// Parses `4096`, `512K`, `512M`, `10G`, `1T` (binary multiples; a trailing `B`
+/// or `iB` is allowed).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let upper = trimmed.to_ascii_uppercase();
+    let unitless = upper
+        .strip_suffix("IB")
+        .or_else(|| upper.strip_suffix('B'))
+        .unwrap_or(&upper);
+    let (digits, shift) = match unitless.chars().last() {
+        Some('K') => (&unitless[..unitless.len() - 1], 10),
+        Some('M') => (&unitless[..unitless.len() - 1], 20),
+        Some('G') => (&unitless[..unitless.len() - 1], 30),
+        Some('T') => (&unitless[..unitless.len() - 1], 40),
+        _ => (unitless, 0),
+    };
+    digits
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|value| value.checked_mul(1u64 << shift))
+        .ok_or_else(|| format!("{trimmed:?} is not a size like 4096, 512M or 10G"))
+}
+
+/// The longest duration a flag accepts: deadlines are computed as
+/// `Instant::now() + timeout`, which panics past the clock's range, and no
+/// timeout here is sensibly longer.
+pub const MAX_FLAG_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// Parses `10s`, `500ms`, `2m`, `1h`; a bare number is seconds; at most
+/// [`MAX_FLAG_DURATION`].
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let lower = trimmed.to_ascii_lowercase();
+    let (digits, unit_ms) = if let Some(digits) = lower.strip_suffix("ms") {
+        (digits, 1)
+    } else if let Some(digits) = lower.strip_suffix('s') {
+        (digits, 1000)
+    } else if let Some(digits) = lower.strip_suffix('m') {
+        (digits, 60_000)
+    } else if let Some(digits) = lower.strip_suffix('h') {
+        (digits, 3_600_000)
+    } else {
+        (lower.as_str(), 1000)
+    };
+    let duration = digits
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|value| value.checked_mul(unit_ms))
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{trimmed:?} is not a duration like 10s, 500ms or 2m"))?;
+    if duration > MAX_FLAG_DURATION {
+        return Err(format!(
+            "{trimmed:?} is longer than the {}h maximum",
+            MAX_FLAG_DURATION.as_secs() / 3600
+        ));
+    }
+    Ok(duration)
+}
+
+/// Settings derived from the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub engine: engine::Config,
+    pub http: HttpSettings,
+    /// Run the simulated demo cluster against this scheduler.
+    pub demo: bool,
+    /// What the demo's simulated daemons speak.
+    pub demo_protocol: crate::sim::Protocol,
+    /// Mount the benchmark's bare route.
+    #[cfg(feature = "bench-route")]
+    pub bench_bare_route: bool,
+}
+
+impl Cli {
+    /// Who may read the inspection pages: the original's rules, plus the
+    /// demo, whose data is simulated and which listens on loopback only.
+    fn inspect_access(&self, listen: SocketAddr) -> InspectAccess {
+        if self.server.debugging_no_inspect_auth {
+            return InspectAccess::Open;
+        }
+        if let Some(credential) = &self.server.inspect_credential {
+            return InspectAccess::Credential(credential.as_str().into());
+        }
+        if self.sim.demo && listen.ip().is_loopback() {
+            return InspectAccess::Open;
+        }
+        InspectAccess::Closed
+    }
+
+    /// Checks the flags and turns them into settings. Errors say what to pass.
+    pub fn settings(&self) -> Result<Settings, String> {
+        let demo_tokens = |given: &Option<Redacted<String>>, demo: &str| {
+            given
+                .as_ref()
+                .map(|tokens| tokens.0.clone())
+                .or_else(|| self.sim.demo.then(|| demo.to_owned()))
+        };
+        let (Some(user_tokens), Some(servant_tokens)) = (
+            &demo_tokens(
+                &self.server.acceptable_user_tokens,
+                crate::sim::DEMO_USER_TOKEN,
+            ),
+            &demo_tokens(
+                &self.server.acceptable_servant_tokens,
+                crate::sim::DEMO_SERVANT_TOKEN,
+            ),
+        ) else {
+            return Err(
+                "no tokens configured: pass --acceptable_user_tokens=TOKEN[,TOKEN...] \
+                 (what delegates present) and --acceptable_servant_tokens=TOKEN[,TOKEN...] \
+                 (what compile servants present), or set YADCC_ACCEPTABLE_USER_TOKENS and \
+                 YADCC_ACCEPTABLE_SERVANT_TOKENS; an empty value lets anyone in"
+                    .to_owned(),
+            );
+        };
+        if let Some(credential) = &self.server.inspect_credential
+            && !credential.contains(':')
+        {
+            return Err("--inspect_credential must be user:password".to_owned());
+        }
+        let max_body_bytes = usize::try_from(self.server.max_body_bytes)
+            .map_err(|_| "--max_body_bytes is too large".to_owned())?;
+        if self.server.idle_timeout < limits::MIN_IDLE_TIMEOUT {
+            return Err(format!(
+                "--idle_timeout must be at least {}s: stock daemons expect idle connections to stay open 60s",
+                limits::MIN_IDLE_TIMEOUT.as_secs()
+            ));
+        }
+        for (flag, value) in [
+            ("--header_read_timeout", self.server.header_read_timeout),
+            ("--body_read_timeout", self.server.body_read_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(format!("{flag} must be more than zero"));
+            }
+        }
+        let edge = EdgeSettings {
+            header_read_timeout: self.server.header_read_timeout,
+            body_read_timeout: self.server.body_read_timeout,
+            idle_timeout: self.server.idle_timeout,
+            max_connections: (self.server.max_connections > 0)
+                .then_some(self.server.max_connections),
+            max_connections_per_ip: self.server.max_connections_per_ip as usize,
+            max_buffered_body_bytes: usize::try_from(self.server.max_buffered_body_bytes)
+                .map_err(|_| "--max_buffered_body_bytes is too large".to_owned())?,
+            shutdown_grace: self.server.shutdown_grace,
+        };
+        let cors_allowed_origins = self
+            .server
+            .cors_allowed_origins
+            .iter()
+            .map(|origin| origin.trim())
+            .filter(|origin| !origin.is_empty())
+            .map(|origin| {
+                axum::http::HeaderValue::from_str(origin).map_err(|_| {
+                    format!("--cors_allowed_origins: {origin:?} is not a valid origin")
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let engine = engine::Config {
+            user_tokens: engine::TokenSet::from_flag(user_tokens),
+            servant_tokens: engine::TokenSet::from_flag(servant_tokens),
+            min_daemon_version: self.server.min_daemon_version,
+            servant_min_memory_for_accepting_new_task: self
+                .server
+                .servant_min_memory_for_accepting_new_task,
+            serving_daemon_token_rollout_interval: Duration::from_secs(
+                self.server.serving_daemon_token_rollout_interval,
+            ),
+            serving_daemon_token_secret: self
+                .server
+                .serving_daemon_token_secret
+                .as_ref()
+                .map(|secret| secret.as_bytes().to_vec().into()),
+            adoption_window: Duration::from_secs(self.server.adoption_window),
+            ..engine::Config::default()
+        };
+        let listen = self.server.listen.unwrap_or_else(|| {
+            // The demo's tokens are public: keep it off the network.
+            let ip = if self.sim.demo {
+                [127, 0, 0, 1]
+            } else {
+                [0, 0, 0, 0]
+            };
+            SocketAddr::from((ip, self.server.port))
+        });
+        Ok(Settings {
+            listen,
+            engine,
+            http: HttpSettings {
+                max_body_bytes,
+                trusted_proxies: self.server.trusted_proxies.clone(),
+                inspect: self.inspect_access(listen),
+                edge,
+                cors_allowed_origins,
+            },
+            demo: self.sim.demo,
+            demo_protocol: self.sim.protocol,
+            #[cfg(feature = "bench-route")]
+            bench_bare_route: self.sim.bench_bare_route,
+        })
+    }
+}

@@ -1,0 +1,353 @@
+//! The command line as operators write it, and what it turns into.
+
+use std::{ffi::OsString, time::Duration};
+
+use super::*;
+use crate::{dashboard::InspectAccess, engine, limits::EdgeSettings};
+
+fn cli(args: &[&str]) -> Cli {
+    Cli::try_parse_args(std::iter::once("yadcc-scheduler").chain(args.iter().copied())).unwrap()
+}
+
+#[test]
+fn sizes_use_binary_units() {
+    assert_eq!(parse_size("10G"), Ok(10 << 30));
+    assert_eq!(parse_size("512m"), Ok(512 << 20));
+    assert_eq!(parse_size("4MiB"), Ok(4 << 20));
+    assert_eq!(parse_size("4096"), Ok(4096));
+    assert!(parse_size("ten").is_err());
+    assert!(parse_size("99999999999T").is_err());
+}
+
+#[test]
+fn reference_and_kebab_spellings_are_both_accepted() {
+    let snake = cli(&[
+        "--acceptable_user_tokens=u1,u2",
+        "--acceptable_servant_tokens=s",
+        "--min_daemon_version=3",
+    ]);
+    let kebab = cli(&[
+        "--acceptable-user-tokens=u1,u2",
+        "--acceptable-servant-tokens=s",
+        "--min-daemon-version=3",
+    ]);
+    let (snake, kebab) = (snake.settings().unwrap(), kebab.settings().unwrap());
+    assert_eq!(
+        snake.engine.user_tokens,
+        engine::TokenSet::new(["u1", "u2"])
+    );
+    assert_eq!(snake.engine.user_tokens, kebab.engine.user_tokens);
+    assert_eq!(kebab.engine.min_daemon_version, 3);
+    assert_eq!(snake.listen.port(), 8336);
+    assert_eq!(snake.http.max_body_bytes, 4 << 20);
+    assert_eq!(
+        snake.engine.servant_min_memory_for_accepting_new_task,
+        10 << 30
+    );
+}
+
+#[test]
+fn edge_flags_have_documented_defaults_and_bounds() {
+    let settings = cli(&[
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+    ])
+    .settings()
+    .unwrap();
+    assert_eq!(settings.http.edge, EdgeSettings::default());
+    let tuned = cli(&[
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+        "--header_read_timeout=500ms",
+        "--idle_timeout=2m",
+        "--max_connections=100",
+        "--max_connections_per_ip=3",
+        "--max_buffered_body_bytes=8M",
+    ])
+    .settings()
+    .unwrap()
+    .http
+    .edge;
+    assert_eq!(tuned.header_read_timeout, Duration::from_millis(500));
+    assert_eq!(tuned.idle_timeout, Duration::from_secs(120));
+    assert_eq!(tuned.max_connections, Some(100));
+    assert_eq!(tuned.max_connections_per_ip, 3);
+    assert_eq!(tuned.max_buffered_body_bytes, 8 << 20);
+    let error = cli(&[
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+        "--idle_timeout=30s",
+    ])
+    .settings()
+    .unwrap_err();
+    assert!(error.contains("--idle_timeout"), "{error}");
+    assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+    assert!(parse_duration("soon").is_err());
+}
+
+#[test]
+fn durations_are_capped_at_a_day() {
+    assert_eq!(parse_duration("24h"), Ok(MAX_FLAG_DURATION));
+    assert_eq!(parse_duration("86400"), Ok(MAX_FLAG_DURATION));
+    for too_long in ["25h", "86401s", "18446744073709551615ms", "1441m"] {
+        let error = parse_duration(too_long).unwrap_err();
+        assert!(error.contains("24h maximum"), "{too_long}: {error}");
+    }
+    let error = Cli::try_parse_args([
+        "yadcc-scheduler",
+        "--header_read_timeout=18446744073709551615ms",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("24h maximum"), "{error}");
+}
+
+#[test]
+fn starting_without_tokens_says_what_to_pass() {
+    let error = cli(&["--acceptable_user_tokens=u"]).settings().unwrap_err();
+    assert!(error.contains("--acceptable_servant_tokens"), "{error}");
+    assert!(error.contains("--acceptable_user_tokens"), "{error}");
+}
+
+#[test]
+fn the_demo_needs_no_other_flag_and_stays_on_loopback() {
+    let settings = cli(&["--demo"]).settings().unwrap();
+    assert!(settings.demo);
+    assert_eq!(settings.listen.to_string(), "127.0.0.1:8336");
+    assert_eq!(
+        settings.engine.user_tokens,
+        engine::TokenSet::new([crate::sim::DEMO_USER_TOKEN])
+    );
+    assert_eq!(
+        settings.engine.servant_tokens,
+        engine::TokenSet::new([crate::sim::DEMO_SERVANT_TOKEN])
+    );
+    let given = cli(&["--demo", "--port=9", "--acceptable_user_tokens=u"])
+        .settings()
+        .unwrap();
+    assert_eq!(given.engine.user_tokens, engine::TokenSet::new(["u"]));
+    assert_eq!(given.listen.port(), 9);
+    // Stock daemons speak flare: so does the demo unless told otherwise.
+    assert_eq!(settings.demo_protocol, crate::sim::Protocol::Flare);
+    let over_http = cli(&["--demo", "--protocol=http+pb"]).settings().unwrap();
+    assert_eq!(over_http.demo_protocol, crate::sim::Protocol::HttpPb);
+    assert!(cli(&["--demo"]).settings().is_ok());
+    assert!(Cli::try_parse_args(["yadcc-scheduler", "--demo", "--protocol=grpc"]).is_err());
+}
+
+fn gflags(args: &[&str]) -> (Cli, Vec<String>) {
+    Cli::parse_gflags(
+        std::iter::once("yadcc-scheduler")
+            .chain(args.iter().copied())
+            .map(OsString::from),
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_originals_command_line_works_unchanged() {
+    let (cli, warnings) = gflags(&[
+        "-port=8337",
+        "--acceptable_user_tokens=user-secret-1,user-secret-2",
+        "-acceptable_servant_tokens",
+        "servant-secret",
+        "--serving_daemon_token_secret=daemon-secret",
+        "--min_daemon_version=2",
+        "--serving_daemon_token_rollout_interval=600",
+        "--servant_min_memory_for_accepting_new_task=4G",
+        "--inspect_credential=ops:pw",
+        "--logtostderr",
+        "--v=1",
+        "--log_dir=/var/log/yadcc",
+        "--flare_concurrency_hint=8",
+        "--port=8338",
+    ]);
+    let settings = cli.settings().unwrap();
+    assert_eq!(settings.listen.port(), 8338, "the last --port wins");
+    assert_eq!(
+        settings.engine.user_tokens,
+        engine::TokenSet::new(["user-secret-1", "user-secret-2"])
+    );
+    assert_eq!(
+        settings.engine.servant_tokens,
+        engine::TokenSet::new(["servant-secret"])
+    );
+    assert_eq!(settings.engine.min_daemon_version, 2);
+    assert_eq!(
+        settings.engine.serving_daemon_token_rollout_interval,
+        Duration::from_secs(600)
+    );
+    assert_eq!(
+        settings.engine.servant_min_memory_for_accepting_new_task,
+        4 << 30
+    );
+    assert!(
+        matches!(settings.http.inspect, InspectAccess::Credential(ref c) if c.as_str() == "ops:pw")
+    );
+    assert!(
+        !format!("{:?}", settings.http).contains("ops:pw"),
+        "the credential never reaches a log"
+    );
+    let printed = format!("{cli:?}");
+    for secret in ["user-secret", "servant-secret", "daemon-secret", "ops:pw"] {
+        assert!(!printed.contains(secret), "{secret} leaks: {printed}");
+    }
+    assert!(printed.contains("<redacted>"), "{printed}");
+    assert_eq!(warnings.len(), 4, "{warnings:?}");
+}
+
+#[test]
+fn a_flagfile_and_the_originals_booleans_work() {
+    let path = std::env::temp_dir().join(format!("yadcc-cli-{}.flags", std::process::id()));
+    std::fs::write(
+        &path,
+        "# production\n--acceptable_user_tokens=u\n--acceptable_servant_tokens=s\n--debugging_no_inspect_auth\n",
+    )
+    .unwrap();
+    let (cli, _) = gflags(&[&format!("--flagfile={}", path.display())]);
+    assert!(matches!(
+        cli.settings().unwrap().http.inspect,
+        InspectAccess::Open
+    ));
+    let (cli, _) = gflags(&[
+        &format!("-flagfile={}", path.display()),
+        "--nodebugging_no_inspect_auth",
+    ]);
+    assert!(matches!(
+        cli.settings().unwrap().http.inspect,
+        InspectAccess::Closed
+    ));
+    std::fs::remove_file(&path).unwrap();
+    let error =
+        Cli::parse_gflags(["yadcc-scheduler", "--flagfile=/nonexistent"].map(OsString::from))
+            .unwrap_err()
+            .to_string();
+    assert!(error.contains("/nonexistent"), "{error}");
+}
+
+#[test]
+fn inspection_is_closed_unless_a_flag_opens_it() {
+    let tokens = [
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+    ];
+    let access = |extra: &[&str]| {
+        let args: Vec<&str> = tokens.iter().chain(extra).copied().collect();
+        cli(&args).settings().unwrap().http.inspect
+    };
+    assert!(matches!(access(&[]), InspectAccess::Closed));
+    assert!(matches!(
+        access(&["--debugging_no_inspect_auth"]),
+        InspectAccess::Open
+    ));
+    assert!(matches!(
+        access(&["--inspect_credential=a:b"]),
+        InspectAccess::Credential(_)
+    ));
+    // The original: the debugging flag wins over a credential.
+    assert!(matches!(
+        access(&["--inspect_credential=a:b", "--debugging_no_inspect_auth"]),
+        InspectAccess::Open
+    ));
+    // The demo on loopback is open; the demo on the network is not.
+    assert!(matches!(access(&["--demo"]), InspectAccess::Open));
+    assert!(matches!(
+        access(&["--demo", "--listen=0.0.0.0:8336"]),
+        InspectAccess::Closed
+    ));
+}
+
+fn user_tokens(flag: &str) -> engine::TokenSet {
+    cli(&[
+        &format!("--acceptable_user_tokens={flag}"),
+        "--acceptable_servant_tokens=s",
+    ])
+    .settings()
+    .unwrap()
+    .engine
+    .user_tokens
+}
+
+#[test]
+fn token_lists_are_read_as_the_original_reads_them() {
+    // Literal entries: "a, " is `a` and a single space, nothing else.
+    let spaced = user_tokens("a, ");
+    assert!(spaced.accepts_token("a") && spaced.accepts_token(" "));
+    assert!(!spaced.accepts_token("b") && !spaced.accepts_token(""));
+    assert!(!spaced.accepts_anyone() && !spaced.accepts_empty_token());
+    // An empty entry accepts the empty token (daemons without --token), never anyone.
+    let trailing = user_tokens("a,");
+    assert!(trailing.accepts_token("") && trailing.accepts_token("a"));
+    assert!(!trailing.accepts_token("b") && !trailing.accepts_anyone());
+    assert!(trailing.accepts_empty_token(), "warned about at start");
+    assert!(user_tokens(",a").accepts_token(""));
+    // Only a flag that is empty as a whole keeps the open mode.
+    assert!(user_tokens("").accepts_anyone());
+}
+
+#[test]
+fn a_flagfile_keeps_token_lists_literal() {
+    let path = std::env::temp_dir().join(format!("yadcc-tokens-{}.flags", std::process::id()));
+    std::fs::write(
+        &path,
+        "--acceptable_user_tokens=a, \n--acceptable_servant_tokens=s\n",
+    )
+    .unwrap();
+    let (cli, _) = gflags(&[&format!("--flagfile={}", path.display())]);
+    std::fs::remove_file(&path).unwrap();
+    let tokens = cli.settings().unwrap().engine.user_tokens;
+    assert!(tokens.accepts_token(" ") && !tokens.accepts_token("b"));
+}
+
+#[test]
+fn an_empty_token_list_means_anyone() {
+    let settings = cli(&["--acceptable_user_tokens=", "--acceptable_servant_tokens="])
+        .settings()
+        .unwrap();
+    assert_eq!(settings.engine.user_tokens, engine::TokenSet::anyone());
+}
+
+#[test]
+fn every_flag_has_its_kebab_alias_and_environment_variable() {
+    let command = Cli::command_line();
+    let flags: Vec<_> = command
+        .get_arguments()
+        .filter(|arg| arg.get_long().is_some())
+        .collect();
+    assert!(flags.len() > 20, "{} flags", flags.len());
+    for arg in flags {
+        let long = arg.get_long().unwrap();
+        let env = arg.get_env().map(|env| env.to_string_lossy().into_owned());
+        assert_eq!(
+            env,
+            Some(format!("YADCC_{}", long.to_ascii_uppercase())),
+            "--{long}"
+        );
+        if long.contains('_') {
+            let aliases = arg.get_visible_aliases().unwrap_or_default();
+            assert_eq!(aliases, [long.replace('_', "-")], "--{long}");
+        }
+    }
+    let secret = command
+        .get_arguments()
+        .find(|arg| arg.get_long() == Some("serving_daemon_token_secret"))
+        .unwrap();
+    assert!(
+        secret.is_hide_env_values_set(),
+        "secrets never show in --help"
+    );
+}
+
+/// The benchmark's route is in a build with the `bench-route` feature only:
+/// the production binary does not know the flag.
+#[test]
+fn the_bench_route_flag_exists_only_in_bench_builds() {
+    let parsed = Cli::try_parse_args(["yadcc-scheduler", "--demo", "--bench_bare_route"]);
+    #[cfg(not(feature = "bench-route"))]
+    assert!(parsed.is_err());
+    #[cfg(feature = "bench-route")]
+    {
+        assert!(parsed.unwrap().settings().unwrap().bench_bare_route);
+        assert!(!cli(&["--demo"]).settings().unwrap().bench_bare_route);
+    }
+}
