@@ -54,7 +54,9 @@ async fn get_config_status(server: &Server) -> u16 {
     let request = pb::GetConfigRequest {
         token: USER_TOKEN.into(),
     };
-    call_raw(server.addr, "GetConfig", &request).await.status
+    call_http_pb(server.addr, "GetConfig", &request)
+        .await
+        .status
 }
 
 #[tokio::test]

@@ -13,9 +13,17 @@ use tokio::{
     net::{TcpSocket, TcpStream},
     time::Instant,
 };
-use yadcc_scheduler::{http::state::HttpSettings, limits::EdgeSettings, pb};
+use yadcc_scheduler::{
+    http::state::HttpSettings,
+    limits::EdgeSettings,
+    pb,
+    sim::{
+        client::SerialConn,
+        wire::{Outcome, Protocol},
+    },
+};
 
-use crate::{flare::request_frame, support::*};
+use crate::support::*;
 
 async fn connect_from(addr: SocketAddr, local: &str) -> std::io::Result<TcpStream> {
     let socket = TcpSocket::new_v4()?;
@@ -73,8 +81,8 @@ async fn half_sent_requests_are_closed_after_the_header_timeout_while_others_are
         token: USER_TOKEN.into(),
     }
     .encode_to_vec();
-    let daemon_call = http_pb_request("GetConfig", 1, &config, &[]);
-    let flare_call = request_frame(1, "GetConfig", 2000, &config);
+    let daemon_call = daemon_request("GetConfig", 1, &config, None);
+    let flare_call = flare_request(1, "GetConfig", 2000, &config);
     let mut stalled = Vec::new();
     for round in 0..60 {
         // A first head that never completes (daemon http+pb or anything else).
@@ -105,7 +113,7 @@ async fn half_sent_requests_are_closed_after_the_header_timeout_while_others_are
     let sent_at = Instant::now();
 
     // Everyone else is served meanwhile, on every protocol.
-    let mut daemon = RawConnection::open(server.addr).await;
+    let mut daemon = Connection::open(server.addr).await;
     daemon.send(&daemon_call).await;
     assert_eq!(daemon.read_response().await.status, 200);
     let mut flare = TcpStream::connect(server.addr).await.unwrap();
@@ -138,36 +146,24 @@ async fn half_sent_requests_are_closed_after_the_header_timeout_while_others_are
     server.stop().await;
 }
 
-/// One flare GetConfig from `local`; true when answered with status 0.
+/// One flare GetConfig from `local`, as a daemon makes it; true when
+/// answered with status 0.
 async fn flare_call_from(addr: SocketAddr, local: &str) -> bool {
-    let Ok(mut stream) = connect_from(addr, local).await else {
-        return false;
-    };
     let config = pb::GetConfigRequest {
         token: USER_TOKEN.into(),
     }
     .encode_to_vec();
-    if stream
-        .write_all(&request_frame(1, "GetConfig", 2000, &config))
-        .await
-        .is_err()
-    {
-        return false;
-    }
-    let mut answer = vec![0u8; 4096];
-    let mut filled = 0;
-    let done = tokio::time::timeout(Duration::from_secs(5), async {
-        while filled < 24 {
-            match stream.read(&mut answer[filled..]).await {
-                Ok(0) | Err(_) => return false,
-                Ok(read) => filled += read,
-            }
-        }
-        // Header, then meta `08 01 32 02 08 00 ...`: status 0.
-        answer[..4] == *b"CPRF" && answer[16..22] == [0x08, 0x01, 0x32, 0x02, 0x08, 0x00]
-    })
-    .await;
-    done.unwrap_or(false)
+    let call = async {
+        let local = Some(local.parse::<IpAddr>().unwrap());
+        let mut connection = SerialConn::connect(local, addr, Protocol::Flare)
+            .await
+            .ok()?;
+        let request = flare_request(1, "GetConfig", 2000, &config);
+        let answer = connection.exchange(&request).await.ok()?;
+        Some(answer.id == Some(1) && matches!(answer.outcome, Outcome::Ok(_)))
+    };
+    let answered = tokio::time::timeout(Duration::from_secs(5), call).await;
+    answered.ok().flatten().unwrap_or(false)
 }
 
 #[tokio::test]
@@ -191,17 +187,16 @@ async fn a_flood_from_one_address_does_not_lock_out_another_with_1024_descriptor
         flare_call_from(server.addr, "127.0.0.3").await,
         "127.0.0.3 is locked out by 127.0.0.2's flood"
     );
-    let mut daemon =
-        RawConnection::open_from(server.addr, Some("127.0.0.3".parse().unwrap())).await;
+    let mut daemon = Connection::open_from(server.addr, Some("127.0.0.3".parse().unwrap())).await;
     let config = pb::GetConfigRequest {
         token: USER_TOKEN.into(),
     };
     daemon
-        .send(&http_pb_request(
+        .send(&daemon_request(
             "GetConfig",
             1,
             &config.encode_to_vec(),
-            &[],
+            None,
         ))
         .await;
     assert_eq!(daemon.read_response().await.status, 200);
@@ -255,7 +250,7 @@ async fn stalled_large_bodies_grow_the_server_by_less_than_150_mib() {
                 )
                 .into_bytes(),
                 _ => {
-                    let mut frame = request_frame(1, "Heartbeat", 60_000, &[]);
+                    let mut frame = flare_request(1, "Heartbeat", 60_000, &[]);
                     let meta_size = u32::from_le_bytes(frame[4..8].try_into().unwrap()) as usize;
                     let payload = (BODY - meta_size) as u32;
                     frame[8..12].copy_from_slice(&payload.to_le_bytes());
@@ -285,9 +280,9 @@ async fn stalled_large_bodies_grow_the_server_by_less_than_150_mib() {
 #[tokio::test]
 async fn an_oversize_daemon_body_is_answered_before_the_connection_closes() {
     let server = Server::start().await;
-    let mut connection = RawConnection::open(server.addr).await;
+    let mut connection = Connection::open(server.addr).await;
     let body = vec![0u8; 5 << 20];
-    let request = http_pb_request("Heartbeat", 77, &body, &[]);
+    let request = daemon_request("Heartbeat", 77, &body, None);
     // Write while reading: the server answers before the body is all there.
     let answer = connection.read_response_while_sending(&request).await;
     assert_eq!(answer.status, 413);
@@ -301,10 +296,10 @@ async fn daemon_heads_trickled_byte_by_byte_are_served() {
     // The listener's sniffing and the daemon reader re-parse a head only
     // when it can have ended; both must still see every head whole.
     let server = Server::start().await;
-    let mut connection = RawConnection::open(server.addr).await;
+    let mut connection = Connection::open(server.addr).await;
     let body = heartbeat(&servant_location("127.0.0.1", 8334), 2).encode_to_vec();
     for seq_no in [5u64, 6] {
-        let request = http_pb_request("Heartbeat", seq_no, &body, &[]);
+        let request = daemon_request("Heartbeat", seq_no, &body, None);
         for byte in &request {
             connection.send(std::slice::from_ref(byte)).await;
         }
@@ -341,7 +336,7 @@ async fn idle_daemon_connections_close_after_the_idle_timeout_but_not_during_a_l
     })
     .await;
     register_servant(&server, 8335, 1).await;
-    let taken = call_raw(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
+    let taken = call_http_pb(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
     assert_eq!(taken.status, 200);
 
     let config = pb::GetConfigRequest {
@@ -351,7 +346,7 @@ async fn idle_daemon_connections_close_after_the_idle_timeout_but_not_during_a_l
     // Idle after one call: closed near the idle timeout.
     let mut quiet = TcpStream::connect(server.addr).await.unwrap();
     quiet
-        .write_all(&request_frame(1, "GetConfig", 2000, &config))
+        .write_all(&flare_request(1, "GetConfig", 2000, &config))
         .await
         .unwrap();
     assert_eq!(&read_some(&mut quiet).await[..4], b"CPRF");
@@ -365,7 +360,7 @@ async fn idle_daemon_connections_close_after_the_idle_timeout_but_not_during_a_l
     let mut waiting = TcpStream::connect(server.addr).await.unwrap();
     let wait = wait_request(1500, 1, 0).encode_to_vec();
     waiting
-        .write_all(&request_frame(2, "WaitForStartingTask", 5000, &wait))
+        .write_all(&flare_request(2, "WaitForStartingTask", 5000, &wait))
         .await
         .unwrap();
     let answer = read_some(&mut waiting).await;
@@ -426,15 +421,15 @@ async fn stalled_bodies_are_cut_at_the_body_read_timeout_on_every_protocol() {
     let started = Instant::now();
 
     // Binary protocol: header and meta arrive, the payload stalls: closed.
-    let frame = request_frame(1, "GetConfig", 60_000, &config);
+    let frame = flare_request(1, "GetConfig", 60_000, &config);
     let mut flare = TcpStream::connect(server.addr).await.unwrap();
     flare.write_all(&frame[..frame.len() - 2]).await.unwrap();
 
     // Daemon http+pb and a script: answered "deadline" (code 3), then closed.
-    let mut daemon = RawConnection::open(server.addr).await;
-    let request = http_pb_request("GetConfig", 5, &config, &[]);
+    let mut daemon = Connection::open(server.addr).await;
+    let request = daemon_request("GetConfig", 5, &config, None);
     daemon.send(&request[..request.len() - 2]).await;
-    let mut script = RawConnection::open(server.addr).await;
+    let mut script = Connection::open(server.addr).await;
     script
         .send(
             format!("POST /rpc/{SERVICE}.GetConfig HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100\r\n\r\nabc")

@@ -37,13 +37,8 @@ fn servant(version: u32) -> pb::HeartbeatRequest {
 /// A raw request that provokes `kind`, or None where no client can provoke it.
 fn trigger(kind: ErrorKind, path: &str) -> Option<Vec<u8>> {
     let post = |method: &str, content_type: &str, body: &[u8]| {
-        let mut bytes = format!(
-            "POST {path}{method} HTTP/1.1\r\nRpc-SeqNo: 9\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        )
-        .into_bytes();
-        bytes.extend_from_slice(body);
-        bytes
+        let headers = [("Rpc-SeqNo", "9"), ("Content-Type", content_type)];
+        http_request(&format!("{path}{method}"), &headers, body)
     };
     let binary = |method: &str, message: &dyn Fn() -> Vec<u8>| {
         post(method, "application/x-protobuf", &message())
@@ -114,9 +109,9 @@ fn trigger(kind: ErrorKind, path: &str) -> Option<Vec<u8>> {
 async fn every_reachable_error_row_is_what_the_table_says() {
     let server = server().await;
     // Capacity for exactly one grant, taken, so "no quota" is reachable.
-    let taken = call_raw(server.addr, "Heartbeat", &servant(5)).await;
+    let taken = call_http_pb(server.addr, "Heartbeat", &servant(5)).await;
     assert_eq!(taken.status, 200);
-    let grant = call_raw(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
+    let grant = call_http_pb(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
     assert_eq!(grant.status, 200);
 
     let mut checked = 0;
@@ -125,7 +120,7 @@ async fn every_reachable_error_row_is_what_the_table_says() {
             let Some(request) = trigger(kind, &path) else {
                 continue;
             };
-            let mut connection = RawConnection::open(server.addr).await;
+            let mut connection = Connection::open(server.addr).await;
             connection.send(&request).await;
             let response = connection.read_response().await;
             let wire = kind.wire();

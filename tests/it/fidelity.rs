@@ -34,15 +34,15 @@ async fn call_from(
     from: &str,
     method: &str,
     message: &impl Message,
-) -> RawResponse {
-    let mut connection = RawConnection::open_from(server.addr, Some(ip(from))).await;
+) -> HttpResponse {
+    let mut connection = Connection::open_from(server.addr, Some(ip(from))).await;
     connection
-        .send(&http_pb_request(method, 1, &message.encode_to_vec(), &[]))
+        .send(&daemon_request(method, 1, &message.encode_to_vec(), None))
         .await;
     connection.read_response().await
 }
 
-fn error_code(response: &RawResponse) -> Option<&str> {
+fn error_code(response: &HttpResponse) -> Option<&str> {
     response.header("rpc-error-code")
 }
 
@@ -51,7 +51,7 @@ async fn a_call_asking_for_more_than_the_per_call_limit_is_capped_not_refused() 
     let server = Server::start().await;
     register_servant(&server, 8335, 4).await;
     // A delegate running `make -j1100`.
-    let response = call_raw(
+    let response = call_http_pb(
         server.addr,
         "WaitForStartingTask",
         &wait_request(1000, 1100, 1),
@@ -70,10 +70,10 @@ async fn a_prefetch_only_call_for_an_environment_nobody_offers_gets_no_quota() {
     idle_prefetch.env_desc = Some(pb::EnvironmentDesc {
         compiler_digest: "nobody-offers-this".into(),
     });
-    let response = call_raw(server.addr, "WaitForStartingTask", &idle_prefetch).await;
+    let response = call_http_pb(server.addr, "WaitForStartingTask", &idle_prefetch).await;
     assert_eq!(error_code(&response), Some("1001"));
     idle_prefetch.immediate_reqs = 1;
-    let response = call_raw(server.addr, "WaitForStartingTask", &idle_prefetch).await;
+    let response = call_http_pb(server.addr, "WaitForStartingTask", &idle_prefetch).await;
     assert_eq!(error_code(&response), Some("1006"));
     server.stop().await;
 }
@@ -93,13 +93,13 @@ async fn the_token_is_checked_before_anything_else() {
     beat.version = 1;
     beat.next_heartbeat_in_ms = 40_000;
     beat.token = "outsider".into();
-    let response = call_raw(server.addr, "Heartbeat", &beat).await;
+    let response = call_http_pb(server.addr, "Heartbeat", &beat).await;
     assert_eq!(error_code(&response), Some("1003"), "access denied first");
     beat.token = SERVANT_TOKEN.into();
-    let response = call_raw(server.addr, "Heartbeat", &beat).await;
+    let response = call_http_pb(server.addr, "Heartbeat", &beat).await;
     assert_eq!(error_code(&response), Some("1005"), "then the version");
     beat.version = 5;
-    let response = call_raw(server.addr, "Heartbeat", &beat).await;
+    let response = call_http_pb(server.addr, "Heartbeat", &beat).await;
     assert_eq!(error_code(&response), Some("1004"));
     assert!(
         response
@@ -113,7 +113,7 @@ async fn the_token_is_checked_before_anything_else() {
     let mut wait = wait_request(20_000, 0, 0);
     wait.env_desc = None;
     wait.token = "outsider".into();
-    let response = call_raw(server.addr, "WaitForStartingTask", &wait).await;
+    let response = call_http_pb(server.addr, "WaitForStartingTask", &wait).await;
     assert_eq!(error_code(&response), Some("1003"));
     server.stop().await;
 }
@@ -142,7 +142,7 @@ async fn get_running_tasks_lists_live_grants_of_trusted_servants_without_grant_i
     // The servant reports our task and one this scheduler never granted.
     let mut beat = heartbeat(&servant_location("127.0.0.1", 8335), 4);
     beat.running_tasks = vec![task(id, 1), task(12_345, 2)];
-    let reply: pb::HeartbeatResponse = call_raw(server.addr, "Heartbeat", &beat).await.decode();
+    let reply: pb::HeartbeatResponse = call_http_pb(server.addr, "Heartbeat", &beat).await.decode();
     assert_eq!(reply.expired_tasks, [12_345]);
     // A servant behind NAT (reports 127.0.0.9, seen as 127.0.0.2) and one
     // with only a user token report tasks too.
@@ -164,7 +164,7 @@ async fn get_running_tasks_lists_live_grants_of_trusted_servants_without_grant_i
         200
     );
 
-    let running: pb::GetRunningTasksResponse = call_raw(
+    let running: pb::GetRunningTasksResponse = call_http_pb(
         server.addr,
         "GetRunningTasks",
         &pb::GetRunningTasksRequest {},
@@ -218,14 +218,14 @@ async fn another_machine_can_neither_renew_nor_free_a_grant() {
 
 /// Starts a long poll from `from` on its own connection; returns once the
 /// engine counts `queued` waiters.
-async fn long_poll_from(server: &Server, from: &str, queued: usize) -> RawConnection {
-    let mut connection = RawConnection::open_from(server.addr, Some(ip(from))).await;
+async fn long_poll_from(server: &Server, from: &str, queued: usize) -> Connection {
+    let mut connection = Connection::open_from(server.addr, Some(ip(from))).await;
     connection
-        .send(&http_pb_request(
+        .send(&daemon_request(
             "WaitForStartingTask",
             1,
             &wait_request(8000, 1, 0).encode_to_vec(),
-            &[],
+            None,
         ))
         .await;
     assert!(eventually(|| server.engine.snapshot().totals.waiters == queued).await);
@@ -292,7 +292,7 @@ async fn after_a_restart_running_tasks_are_adopted_quietly() {
         task_grant_ids: vec![id],
         next_keep_alive_in_ms: 10_000,
     };
-    let reply: pb::KeepTaskAliveResponse = call_raw(second.addr, "KeepTaskAlive", &renew)
+    let reply: pb::KeepTaskAliveResponse = call_http_pb(second.addr, "KeepTaskAlive", &renew)
         .await
         .decode();
     assert_eq!(reply.statuses, [true]);
@@ -304,13 +304,13 @@ async fn after_a_restart_running_tasks_are_adopted_quietly() {
         servant_location: String::new(),
         task_digest: "d".into(),
     }];
-    let reply: pb::HeartbeatResponse = call_raw(second.addr, "Heartbeat", &beat).await.decode();
+    let reply: pb::HeartbeatResponse = call_http_pb(second.addr, "Heartbeat", &beat).await.decode();
     assert!(reply.expired_tasks.is_empty());
     let grants = second.engine.snapshot().grants;
     assert_eq!(grants.len(), 1);
     assert!(grants[0].adopted);
     assert_eq!(grants[0].requester, Some(ip("127.0.0.1")));
-    let reply: pb::KeepTaskAliveResponse = call_raw(second.addr, "KeepTaskAlive", &renew)
+    let reply: pb::KeepTaskAliveResponse = call_http_pb(second.addr, "KeepTaskAlive", &renew)
         .await
         .decode();
     assert_eq!(reply.statuses, [true]);

@@ -5,18 +5,12 @@
 use std::time::Duration;
 
 use prost::Message;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
-    time::Instant,
-};
+use tokio::time::Instant;
 use yadcc_scheduler::{
     engine,
     http::state::HttpSettings,
-    pb::{
-        self,
-        flare::rpc::{MethodType, RpcMeta, RpcRequestMeta},
-    },
+    pb::{self, flare::rpc::RpcMeta},
+    sim::wire,
 };
 
 use crate::{fixtures::saturated_server, support::*};
@@ -47,160 +41,13 @@ fn hex(text: &str) -> Vec<u8> {
         .collect()
 }
 
-/// A request meta as the daemons' framework writes it.
-fn request_meta(id: u64, full_method: &str, timeout_ms: u32) -> RpcMeta {
-    RpcMeta {
-        correlation_id: id,
-        method_type: MethodType::Single as i32,
-        request_meta: Some(RpcRequestMeta {
-            method_name: full_method.to_owned(),
-            timeout: Some(timeout_ms),
-            acceptable_compression_algorithms: Some(62),
-            ..RpcRequestMeta::default()
-        }),
-        ..RpcMeta::default()
-    }
-}
-
-/// A request frame of `SchedulerService.<method>`.
-pub fn request_frame(id: u64, method: &str, timeout_ms: u32, payload: &[u8]) -> Vec<u8> {
-    let meta = request_meta(id, &format!("{SERVICE}.{method}"), timeout_ms);
-    frame_with(&meta, payload, &[])
-}
-
-fn frame_with(meta: &RpcMeta, payload: &[u8], attachment: &[u8]) -> Vec<u8> {
-    let meta = meta.encode_to_vec();
-    let mut frame = b"CPRF".to_vec();
-    for size in [meta.len(), payload.len(), attachment.len()] {
-        frame.extend_from_slice(&(size as u32).to_le_bytes());
-    }
-    frame.extend_from_slice(&meta);
-    frame.extend_from_slice(payload);
-    frame.extend_from_slice(attachment);
-    frame
-}
-
-/// A tiny client of the binary protocol.
-pub struct FlareConnection {
-    stream: TcpStream,
-    buffer: Vec<u8>,
-}
-
-/// One answer frame: its raw bytes, decoded meta and payload.
-#[derive(Debug)]
-pub struct Answer {
-    pub raw: Vec<u8>,
-    pub meta: RpcMeta,
-    pub payload: Vec<u8>,
-}
-
-impl Answer {
-    pub fn status(&self) -> i32 {
-        self.meta
-            .response_meta
-            .as_ref()
-            .expect("response meta")
-            .status
-    }
-
-    pub fn description(&self) -> &str {
-        self.meta
-            .response_meta
-            .as_ref()
-            .and_then(|meta| meta.description.as_deref())
-            .unwrap_or("")
-    }
-}
-
-impl FlareConnection {
-    pub async fn open(server: &Server) -> FlareConnection {
-        let stream = tokio::time::timeout(STEP, TcpStream::connect(server.addr))
-            .await
-            .expect("connect in time")
-            .expect("connect");
-        FlareConnection {
-            stream,
-            buffer: Vec::new(),
-        }
-    }
-
-    pub async fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.expect("write");
-    }
-
-    /// Sends call `id` with the meta `timeout` a daemon would set, without
-    /// waiting for its answer (calls on one connection overlap).
-    pub async fn send_call(
-        &mut self,
-        id: u64,
-        method: &str,
-        timeout_ms: u32,
-        message: &impl Message,
-    ) {
-        self.send(&request_frame(
-            id,
-            method,
-            timeout_ms,
-            &message.encode_to_vec(),
-        ))
-        .await;
-    }
-
-    pub async fn call(&mut self, id: u64, method: &str, message: &impl Message) -> Answer {
-        self.send_call(id, method, 2000, message).await;
-        self.answer().await
-    }
-
-    async fn fill(&mut self) -> bool {
-        let mut chunk = [0u8; 8192];
-        match self.stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => false,
-            Ok(read) => {
-                self.buffer.extend_from_slice(&chunk[..read]);
-                true
-            }
-        }
-    }
-
-    pub async fn answer(&mut self) -> Answer {
-        tokio::time::timeout(STEP, async {
-            while self.buffer.len() < 16 {
-                assert!(self.fill().await, "closed before an answer");
-            }
-            assert_eq!(&self.buffer[..4], b"CPRF", "answers start with the magic");
-            let size = |at: usize| {
-                u32::from_le_bytes(self.buffer[at..at + 4].try_into().unwrap()) as usize
-            };
-            let (meta_size, msg_size, att_size) = (size(4), size(8), size(12));
-            assert_eq!(att_size, 0, "answers carry no attachment");
-            let total = 16 + meta_size + msg_size;
-            while self.buffer.len() < total {
-                assert!(self.fill().await, "closed in the middle of an answer");
-            }
-            let raw: Vec<u8> = self.buffer.drain(..total).collect();
-            let meta = RpcMeta::decode(&raw[16..16 + meta_size]).expect("answer meta decodes");
-            assert_eq!(meta.method_type, MethodType::Single as i32);
-            assert!(meta.response_meta.is_some(), "response_meta always present");
-            Answer {
-                payload: raw[16 + meta_size..].to_vec(),
-                raw,
-                meta,
-            }
-        })
-        .await
-        .expect("answer in time")
-    }
-
-    /// The server closes the connection (without answering).
-    pub async fn expect_closed(&mut self) {
-        let mut chunk = [0u8; 1024];
-        let read = tokio::time::timeout(STEP, self.stream.read(&mut chunk))
-            .await
-            .expect("the server closes the connection in time");
-        if let Ok(read) = read {
-            assert_eq!(read, 0, "expected a close, got {:02x?}", &chunk[..read]);
-        }
-    }
+/// A request meta of `full_method` as the daemons' framework writes it.
+fn request_meta(id: u64, full_method: &str, timeout_ms: u64) -> RpcMeta {
+    wire::daemon_request_meta(
+        id,
+        full_method.to_owned(),
+        Duration::from_millis(timeout_ms),
+    )
 }
 
 fn server_for_vectors() -> engine::Config {
@@ -214,11 +61,11 @@ fn server_for_vectors() -> engine::Config {
 async fn the_documented_heartbeat_is_decoded_and_answered_in_the_documented_form() {
     let server =
         Server::start_with(server_for_vectors(), HttpSettings::default(), "127.0.0.1:0").await;
-    let mut connection = FlareConnection::open(&server).await;
+    let mut connection = Connection::open(server.addr).await;
     let request = hex(HEARTBEAT_VECTOR);
     assert_eq!(request.len(), 144);
     connection.send(&request).await;
-    let answer = connection.answer().await;
+    let answer = connection.read_flare().await;
     assert_eq!(answer.meta.correlation_id, 1);
     assert_eq!(answer.status(), 0);
     // Header, then exactly the meta bytes of the 55-byte vector, then the payload.
@@ -226,8 +73,8 @@ async fn the_documented_heartbeat_is_decoded_and_answered_in_the_documented_form
     expected.extend_from_slice(&(answer.payload.len() as u32).to_le_bytes());
     expected.extend_from_slice(&hex("00 00 00 00 08 01 32 02 08 00 38 01"));
     expected.extend_from_slice(&answer.payload);
-    assert_eq!(answer.raw, expected);
-    let reply = pb::HeartbeatResponse::decode(answer.payload.as_slice()).expect("payload");
+    assert_eq!(answer.frame, expected);
+    let reply = pb::HeartbeatResponse::decode(answer.payload.clone()).expect("payload");
     assert!(
         !reply.acceptable_tokens.is_empty(),
         "the serving-daemon tokens"
@@ -250,13 +97,13 @@ async fn the_documented_heartbeat_is_decoded_and_answered_in_the_documented_form
 #[tokio::test]
 async fn the_smallest_success_and_access_denied_are_byte_for_byte_the_originals() {
     let server = Server::start().await;
-    let mut connection = FlareConnection::open(&server).await;
+    let mut connection = Connection::open(server.addr).await;
     let free = pb::FreeTaskRequest {
         token: USER_TOKEN.into(),
         task_grant_ids: vec![],
     };
     assert_eq!(
-        connection.call(1, "FreeTask", &free).await.raw,
+        connection.flare_call(1, "FreeTask", &free).await.frame,
         hex(SMALLEST_SUCCESS)
     );
     let denied = pb::FreeTaskRequest {
@@ -264,23 +111,30 @@ async fn the_smallest_success_and_access_denied_are_byte_for_byte_the_originals(
         task_grant_ids: vec![],
     };
     assert_eq!(
-        connection.call(1, "FreeTask", &denied).await.raw,
+        connection.flare_call(1, "FreeTask", &denied).await.frame,
         hex(ACCESS_DENIED)
     );
     // The connection is still usable after an error answer.
-    assert_eq!(connection.call(2, "FreeTask", &free).await.status(), 0);
+    assert_eq!(
+        connection.flare_call(2, "FreeTask", &free).await.status(),
+        0
+    );
     server.stop().await;
 }
 
 #[tokio::test]
 async fn framework_errors_are_answered_and_the_connection_stays_usable() {
     let server = Server::start().await;
-    let mut connection = FlareConnection::open(&server).await;
+    let mut connection = Connection::open(server.addr).await;
     let config = pb::GetConfigRequest {
         token: USER_TOKEN.into(),
     };
 
-    let unknown = connection.call(7, "NoSuchMethod", &config).await;
+    let no_such_method = request_meta(7, &format!("{SERVICE}.NoSuchMethod"), 2000);
+    connection
+        .send(&flare_frame(&no_such_method, &config.encode_to_vec(), &[]))
+        .await;
+    let unknown = connection.read_flare().await;
     assert_eq!((unknown.meta.correlation_id, unknown.status()), (7, 10));
     assert_eq!(
         unknown.description(),
@@ -290,14 +144,14 @@ async fn framework_errors_are_answered_and_the_connection_stays_usable() {
 
     let other_service = request_meta(8, "other.Service.GetConfig", 2000);
     connection
-        .send(&frame_with(&other_service, &config.encode_to_vec(), &[]))
+        .send(&flare_frame(&other_service, &config.encode_to_vec(), &[]))
         .await;
-    assert_eq!(connection.answer().await.status(), 9);
+    assert_eq!(connection.read_flare().await.status(), 9);
 
     connection
-        .send(&request_frame(9, "GetConfig", 2000, &[0x0a, 0x05, b'a']))
+        .send(&flare_request(9, "GetConfig", 2000, &[0x0a, 0x05, b'a']))
         .await;
-    let unparsable = connection.answer().await;
+    let unparsable = connection.read_flare().await;
     assert_eq!(
         (unparsable.meta.correlation_id, unparsable.status()),
         (9, 5)
@@ -308,9 +162,9 @@ async fn framework_errors_are_answered_and_the_connection_stays_usable() {
         ..request_meta(10, &format!("{SERVICE}.GetConfig"), 2000)
     };
     connection
-        .send(&frame_with(&gzip, &config.encode_to_vec(), &[]))
+        .send(&flare_frame(&gzip, &config.encode_to_vec(), &[]))
         .await;
-    let compressed = connection.answer().await;
+    let compressed = connection.read_flare().await;
     assert_eq!(
         (compressed.meta.correlation_id, compressed.status()),
         (10, 101)
@@ -319,15 +173,15 @@ async fn framework_errors_are_answered_and_the_connection_stays_usable() {
     // An attachment is consumed, not mistaken for the next frame.
     let with_attachment = request_meta(11, &format!("{SERVICE}.GetConfig"), 2000);
     connection
-        .send(&frame_with(
+        .send(&flare_frame(
             &with_attachment,
             &config.encode_to_vec(),
             b"opaque bytes",
         ))
         .await;
-    let answered = connection.answer().await;
+    let answered = connection.read_flare().await;
     assert_eq!((answered.meta.correlation_id, answered.status()), (11, 0));
-    let reply = pb::GetConfigResponse::decode(answered.payload.as_slice()).unwrap();
+    let reply = pb::GetConfigResponse::decode(answered.payload.clone()).unwrap();
     assert!(!reply.serving_daemon_token.is_empty());
     server.stop().await;
 }
@@ -337,19 +191,22 @@ async fn bad_magic_unparsable_meta_and_oversize_frames_close_the_connection() {
     let server = Server::start().await;
 
     // Bad magic after a good first frame (the first bytes chose the protocol).
-    let mut connection = FlareConnection::open(&server).await;
+    let mut connection = Connection::open(server.addr).await;
     let free = pb::FreeTaskRequest {
         token: USER_TOKEN.into(),
         task_grant_ids: vec![],
     };
-    assert_eq!(connection.call(1, "FreeTask", &free).await.status(), 0);
+    assert_eq!(
+        connection.flare_call(1, "FreeTask", &free).await.status(),
+        0
+    );
     connection
         .send(b"CPRX\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00")
         .await;
     connection.expect_closed().await;
 
     // A meta that is not protobuf.
-    let mut connection = FlareConnection::open(&server).await;
+    let mut connection = Connection::open(server.addr).await;
     let mut frame = b"CPRF".to_vec();
     frame.extend_from_slice(&3u32.to_le_bytes());
     frame.extend_from_slice(&0u32.to_le_bytes());
@@ -359,7 +216,7 @@ async fn bad_magic_unparsable_meta_and_oversize_frames_close_the_connection() {
     connection.expect_closed().await;
 
     // Over 4 MiB announced: closed without waiting for the bytes.
-    let mut connection = FlareConnection::open(&server).await;
+    let mut connection = Connection::open(server.addr).await;
     let mut frame = b"CPRF".to_vec();
     frame.extend_from_slice(&16u32.to_le_bytes());
     frame.extend_from_slice(&((4 << 20) as u32).to_le_bytes());
@@ -368,22 +225,27 @@ async fn bad_magic_unparsable_meta_and_oversize_frames_close_the_connection() {
     connection.expect_closed().await;
 
     // Still serving everyone else.
-    let mut connection = FlareConnection::open(&server).await;
-    assert_eq!(connection.call(1, "FreeTask", &free).await.status(), 0);
+    let mut connection = Connection::open(server.addr).await;
+    assert_eq!(
+        connection.flare_call(1, "FreeTask", &free).await.status(),
+        0
+    );
     server.stop().await;
 }
 
 #[tokio::test]
 async fn a_heartbeat_behind_a_long_poll_on_the_same_connection_is_answered_at_once() {
     let server = saturated_server().await;
-    let mut connection = FlareConnection::open(&server).await;
+    let mut connection = Connection::open(server.addr).await;
     let started = Instant::now();
     connection
-        .send_call(1, "WaitForStartingTask", 10_000, &wait_request(3000, 1, 0))
+        .send_flare_call(1, "WaitForStartingTask", 10_000, &wait_request(3000, 1, 0))
         .await;
     let heartbeat = heartbeat(&servant_location("127.0.0.1", 8335), 1);
-    connection.send_call(2, "Heartbeat", 2000, &heartbeat).await;
-    let first = connection.answer().await;
+    connection
+        .send_flare_call(2, "Heartbeat", 2000, &heartbeat)
+        .await;
+    let first = connection.read_flare().await;
     assert_eq!((first.meta.correlation_id, first.status()), (2, 0));
     assert!(
         started.elapsed() < Duration::from_secs(1),
@@ -391,7 +253,7 @@ async fn a_heartbeat_behind_a_long_poll_on_the_same_connection_is_answered_at_on
         started.elapsed()
     );
     // The long poll is still there, and answered "no quota" when its wait ends.
-    let waited = connection.answer().await;
+    let waited = connection.read_flare().await;
     assert_eq!((waited.meta.correlation_id, waited.status()), (1, 1001));
     assert!(started.elapsed() >= Duration::from_millis(2500));
     server.stop().await;
@@ -400,20 +262,20 @@ async fn a_heartbeat_behind_a_long_poll_on_the_same_connection_is_answered_at_on
 #[tokio::test]
 async fn a_heartbeat_behind_a_long_poll_on_the_same_http_pb_connection_is_answered_at_once() {
     let server = saturated_server().await;
-    let mut connection = RawConnection::open(server.addr).await;
+    let mut connection = Connection::open(server.addr).await;
     let started = Instant::now();
-    let mut burst = http_pb_request(
+    let mut burst = daemon_request(
         "WaitForStartingTask",
         1,
         &wait_request(3000, 1, 0).encode_to_vec(),
-        &[("Rpc-Timeout", "10000")],
+        Some(10000),
     );
     let heartbeat = heartbeat(&servant_location("127.0.0.1", 8335), 1);
-    burst.extend(http_pb_request(
+    burst.extend(daemon_request(
         "Heartbeat",
         2,
         &heartbeat.encode_to_vec(),
-        &[("Rpc-Timeout", "2000")],
+        Some(2000),
     ));
     connection.send(&burst).await;
     let first = connection.read_response().await;
@@ -432,12 +294,12 @@ async fn a_heartbeat_behind_a_long_poll_on_the_same_http_pb_connection_is_answer
 #[tokio::test]
 async fn the_meta_timeout_is_the_calls_deadline() {
     let server = saturated_server().await;
-    let mut connection = FlareConnection::open(&server).await;
+    let mut connection = Connection::open(server.addr).await;
     let started = Instant::now();
     connection
-        .send_call(3, "WaitForStartingTask", 300, &wait_request(8000, 1, 0))
+        .send_flare_call(3, "WaitForStartingTask", 300, &wait_request(8000, 1, 0))
         .await;
-    let answer = connection.answer().await;
+    let answer = connection.read_flare().await;
     assert_eq!((answer.meta.correlation_id, answer.status()), (3, 1001));
     assert!(
         started.elapsed() < Duration::from_millis(2000),
@@ -450,19 +312,19 @@ async fn the_meta_timeout_is_the_calls_deadline() {
 async fn calls_over_the_in_flight_cap_are_answered_overloaded() {
     use yadcc_scheduler::limits::MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
     let server = saturated_server().await;
-    let mut connection = FlareConnection::open(&server).await;
+    let mut connection = Connection::open(server.addr).await;
     let extra = 3;
     let total = MAX_CALLS_IN_FLIGHT_PER_CONNECTION + extra;
     let wait = wait_request(1500, 1, 0).encode_to_vec();
     let mut burst = Vec::new();
     for id in 0..total as u64 {
-        burst.extend(request_frame(id, "WaitForStartingTask", 5000, &wait));
+        burst.extend(flare_request(id, "WaitForStartingTask", 5000, &wait));
     }
     connection.send(&burst).await;
     let mut overloaded = Vec::new();
     let mut no_quota = 0;
     for _ in 0..total {
-        let answer = connection.answer().await;
+        let answer = connection.read_flare().await;
         match answer.status() {
             11 => overloaded.push(answer.meta.correlation_id),
             1001 => no_quota += 1,
@@ -477,9 +339,9 @@ async fn calls_over_the_in_flight_cap_are_answered_overloaded() {
 #[tokio::test]
 async fn shutdown_answers_a_waiting_flare_call_and_drains_its_connection() {
     let server = saturated_server().await;
-    let mut connection = FlareConnection::open(&server).await;
+    let mut connection = Connection::open(server.addr).await;
     connection
-        .send_call(4, "WaitForStartingTask", 10_000, &wait_request(8000, 1, 0))
+        .send_flare_call(4, "WaitForStartingTask", 10_000, &wait_request(8000, 1, 0))
         .await;
     let queued = Instant::now() + STEP;
     while server.engine.snapshot().totals.waiters == 0 {
@@ -488,7 +350,7 @@ async fn shutdown_answers_a_waiting_flare_call_and_drains_its_connection() {
     }
     let started = Instant::now();
     let stopping = tokio::spawn(server.stop());
-    let answer = connection.answer().await;
+    let answer = connection.read_flare().await;
     assert_eq!((answer.meta.correlation_id, answer.status()), (4, 1001));
     connection.expect_closed().await;
     stopping.await.unwrap();

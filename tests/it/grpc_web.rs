@@ -20,8 +20,8 @@ async fn grpc_web_call(
     content_type: &str,
     extra: &str,
     body: &[u8],
-) -> RawResponse {
-    let mut connection = RawConnection::open(addr).await;
+) -> HttpResponse {
+    let mut connection = Connection::open(addr).await;
     let mut request = format!(
         "POST /{SERVICE}/GetConfig HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\nX-Grpc-Web: 1\r\n{extra}Content-Length: {}\r\n\r\n",
         body.len()
@@ -81,7 +81,7 @@ async fn grpc_web_binary_ends_with_a_trailer_frame() {
     );
 
     // Headers promise a body that never comes: the deadline still holds.
-    let mut stalled = RawConnection::open(server.addr).await;
+    let mut stalled = Connection::open(server.addr).await;
     stalled
         .send(
             format!(

@@ -23,14 +23,14 @@ async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
 
 /// Starts a long `WaitForStartingTask` on its own connection and returns
 /// once the engine has queued it.
-async fn queue_a_wait(server: &Server) -> RawConnection {
-    let mut waiting = RawConnection::open(server.addr).await;
+async fn queue_a_wait(server: &Server) -> Connection {
+    let mut waiting = Connection::open(server.addr).await;
     waiting
-        .send(&http_pb_request(
+        .send(&daemon_request(
             "WaitForStartingTask",
             1,
             &wait_request(8000, 1, 0).encode_to_vec(),
-            &[],
+            None,
         ))
         .await;
     assert!(eventually(|| server.engine.snapshot().totals.waiters == 1).await);
@@ -43,7 +43,7 @@ async fn a_long_poll_does_not_block_other_connections() {
     let _waiting = queue_a_wait(&server).await;
 
     let started = Instant::now();
-    let config = call_raw(
+    let config = call_http_pb(
         server.addr,
         "GetConfig",
         &pb::GetConfigRequest {
@@ -64,11 +64,11 @@ async fn a_freed_slot_goes_to_the_waiting_call() {
     let server = Server::start().await;
     register_servant(&server, 8335, 1).await;
     let first: pb::WaitForStartingTaskResponse =
-        call_raw(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0))
+        call_http_pb(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0))
             .await
             .decode();
     let mut waiting = queue_a_wait(&server).await;
-    let freed = call_raw(
+    let freed = call_http_pb(
         server.addr,
         "FreeTask",
         &pb::FreeTaskRequest {
@@ -110,13 +110,13 @@ async fn a_client_that_disconnects_leaves_the_queue_without_leaking_a_grant() {
 async fn rpc_timeout_shortens_a_long_poll_to_a_no_quota_answer_in_time() {
     let server = saturated_server().await;
     let started = Instant::now();
-    let mut connection = RawConnection::open(server.addr).await;
+    let mut connection = Connection::open(server.addr).await;
     connection
-        .send(&http_pb_request(
+        .send(&daemon_request(
             "WaitForStartingTask",
             5,
             &wait_request(8000, 1, 0).encode_to_vec(),
-            &[("Rpc-Timeout", "300")],
+            Some(300),
         ))
         .await;
     let response = connection.read_response().await;

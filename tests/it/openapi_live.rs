@@ -238,18 +238,18 @@ async fn endpoints_that_are_not_rpcs_answer_as_documented() {
 /// that is not one is refused and not echoed, on the daemons' path too.
 #[tokio::test]
 async fn one_connection_serves_daemon_calls_and_other_endpoints() {
-    use crate::support::{RawConnection, Server, http_pb_request};
+    use crate::support::{Connection, Server, daemon_request};
     let server = Server::start().await;
-    let mut connection = RawConnection::open(server.addr).await;
+    let mut connection = Connection::open(server.addr).await;
     let config = pb::GetConfigRequest {
         token: crate::support::USER_TOKEN.into(),
     };
     connection
-        .send(&http_pb_request(
+        .send(&daemon_request(
             "GetConfig",
             7,
             &config.encode_to_vec(),
-            &[],
+            None,
         ))
         .await;
     let answer = connection.read_response().await;
@@ -266,22 +266,23 @@ async fn one_connection_serves_daemon_calls_and_other_endpoints() {
         "{:?}",
         String::from_utf8_lossy(&health.body)
     );
-    assert_eq!(health.body, b"ok\n");
+    assert_eq!(&health.body[..], b"ok\n");
 
-    connection
-        .send(&http_pb_request(
-            "GetConfig",
-            8,
-            &config.encode_to_vec(),
-            &[("Rpc-Timeout", "abc")],
-        ))
-        .await;
+    let bad_timeout = String::from_utf8(daemon_request(
+        "GetConfig",
+        8,
+        &config.encode_to_vec(),
+        Some(1),
+    ))
+    .unwrap()
+    .replace("Rpc-Timeout: 1\r\n", "Rpc-Timeout: abc\r\n");
+    connection.send(bad_timeout.as_bytes()).await;
     let refused = connection.read_response().await;
     assert_eq!(refused.status, 400);
     assert_eq!(refused.header("rpc-error-code"), Some("5"));
 
-    let mut fresh = RawConnection::open(server.addr).await;
-    let bad_seq_no = String::from_utf8(http_pb_request("GetConfig", 9, &[], &[]))
+    let mut fresh = Connection::open(server.addr).await;
+    let bad_seq_no = String::from_utf8(daemon_request("GetConfig", 9, &[], None))
         .unwrap()
         .replace("Rpc-SeqNo: 9", "Rpc-SeqNo: nine");
     fresh.send(bad_seq_no.as_bytes()).await;

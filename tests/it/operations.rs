@@ -19,9 +19,9 @@ async fn health_and_readiness_answer() {
 async fn metrics_count_requests_and_show_the_cluster() {
     let server = Server::start().await;
     register_servant(&server, 8335, 4).await;
-    let granted = call_raw(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
+    let granted = call_http_pb(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
     assert_eq!(granted.status, 200);
-    let denied = call_raw(
+    let denied = call_http_pb(
         server.addr,
         "GetConfig",
         &pb::GetConfigRequest { token: "x".into() },

@@ -34,42 +34,35 @@ async fn each_peer_shows_the_protocol_of_its_latest_call() {
     // The overview is an inspection page: open it as `--debugging_no_inspect_auth` does.
     let server = Server::start_inspectable().await;
     // Connect from 127.0.0.2, the /rpc/ route from 127.0.0.3.
-    let mut connect =
-        RawConnection::open_from(server.addr, Some("127.0.0.2".parse().unwrap())).await;
+    let mut connect = Connection::open_from(server.addr, Some("127.0.0.2".parse().unwrap())).await;
     let body = heartbeat(&servant_location("127.0.0.2", 8335), 2).encode_to_vec();
-    let mut request = format!(
-        "POST /{SERVICE}/Heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/proto\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    request.extend_from_slice(&body);
+    let headers = [("Host", "x"), ("Content-Type", "application/proto")];
+    let request = http_request(&format!("/{SERVICE}/Heartbeat"), &headers, &body);
     connect.send(&request).await;
     assert_eq!(connect.read_response().await.status, 200);
     // A script's JSON call on the /rpc/ route from 127.0.0.3.
-    let mut script =
-        RawConnection::open_from(server.addr, Some("127.0.0.3".parse().unwrap())).await;
+    let mut script = Connection::open_from(server.addr, Some("127.0.0.3".parse().unwrap())).await;
     let body = format!(r#"{{"token":"{USER_TOKEN}"}}"#);
+    let headers = [("Host", "x"), ("Content-Type", "application/json")];
     script
-        .send(
-            format!(
-                "POST /rpc/{SERVICE}.GetConfig HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            )
-            .as_bytes(),
-        )
+        .send(&http_request(
+            rpc("GetConfig").rpc_path(),
+            &headers,
+            body.as_bytes(),
+        ))
         .await;
     assert_eq!(script.read_response().await.status, 200);
 
     // The daemons' binary protocol from 127.0.0.4, their http+pb from 127.0.0.5.
-    let mut flare = RawConnection::open_from(server.addr, Some("127.0.0.4".parse().unwrap())).await;
+    let mut flare = Connection::open_from(server.addr, Some("127.0.0.4".parse().unwrap())).await;
     let config = pb::GetConfigRequest {
         token: USER_TOKEN.into(),
     }
     .encode_to_vec();
     flare
-        .send(&crate::flare::request_frame(1, "GetConfig", 2000, &config))
+        .send(&flare_request(1, "GetConfig", 2000, &config))
         .await;
-    flare.read_exact(24).await;
+    assert_eq!(flare.read_flare().await.status(), 0);
     heartbeat_from(
         &server,
         "127.0.0.5",

@@ -1,5 +1,6 @@
 //! A real server on a real socket, and clients that speak to it the way the
-//! daemons, scripts and browsers do.
+//! daemons, scripts and browsers do: the daemons' wire is the simulator's
+//! (`sim::wire`, `sim::client::SerialConn`), so there is one raw client.
 
 use std::{
     io::{BufRead, BufReader},
@@ -8,18 +9,20 @@ use std::{
     time::Duration,
 };
 
+use bytes::BytesMut;
 use prost::Message;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::{TcpListener, TcpSocket, TcpStream},
-    sync::oneshot,
-    task::JoinHandle,
-};
+use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+pub use yadcc_scheduler::sim::wire::{FlareResponse, HttpResponse};
 use yadcc_scheduler::{
     AppState, app,
     engine::{self, Scheduler},
     http::state::HttpSettings,
-    net, pb,
+    net,
+    pb::{self, Method, flare::rpc::RpcMeta},
+    sim::{
+        client::{CallError, SerialConn},
+        wire::{self, Protocol},
+    },
 };
 
 pub const USER_TOKEN: &str = "user-token";
@@ -145,193 +148,170 @@ pub fn wait_request(wait_ms: u32, immediate: u32, prefetch: u32) -> pb::WaitForS
     }
 }
 
-/// One HTTP/1.1 response as read off the socket.
-#[derive(Debug)]
-pub struct RawResponse {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+/// The RPC of `SchedulerService` called `method` (`Heartbeat`).
+pub fn rpc(method: &str) -> Method {
+    Method::from_name(method).unwrap_or_else(|| panic!("{method} is not an RPC of {SERVICE}"))
 }
 
-impl RawResponse {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.as_str())
-    }
-
-    pub fn decode<T: Message + Default>(&self) -> T {
-        T::decode(self.body.as_slice()).expect("response is valid protobuf")
-    }
+/// `method`'s request as a stock daemon's `http+pb` client writes it (no
+/// Host header, sequence number, binary body), with `Rpc-Timeout` if given.
+pub fn daemon_request(method: &str, seq_no: u64, body: &[u8], timeout_ms: Option<u64>) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    wire::encode_http_pb(
+        &mut out,
+        rpc(method).rpc_path(),
+        seq_no,
+        timeout_ms.map(Duration::from_millis),
+        body,
+    );
+    out.to_vec()
 }
 
-/// A raw TCP connection, for writing requests byte for byte as the original
-/// `http+pb` client does.
-pub struct RawConnection {
-    stream: TcpStream,
-    buffer: Vec<u8>,
+/// `POST path` as any HTTP/1.1 client writes it: `headers`, then
+/// `Content-Length` and `body`.
+pub fn http_request(path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let headers: Vec<(&str, String)> = headers
+        .iter()
+        .map(|(name, value)| (*name, (*value).to_owned()))
+        .collect();
+    let mut out = BytesMut::new();
+    wire::encode_http_request(&mut out, path, &headers, body);
+    out.to_vec()
 }
 
-impl RawConnection {
-    pub async fn open(addr: SocketAddr) -> RawConnection {
-        RawConnection::open_from(addr, None).await
+/// Call `id` of `method` in a flare frame as a stock daemon writes it.
+pub fn flare_request(id: u64, method: &str, timeout_ms: u64, payload: &[u8]) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    wire::encode_flare_request(
+        &mut out,
+        id,
+        rpc(method),
+        Duration::from_millis(timeout_ms),
+        payload,
+    );
+    out.to_vec()
+}
+
+/// One flare frame of any meta (a test's odd one), with `attachment`.
+pub fn flare_frame(meta: &RpcMeta, payload: &[u8], attachment: &[u8]) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    wire::encode_flare_frame(&mut out, meta, payload, attachment);
+    out.to_vec()
+}
+
+/// The simulator's raw connection ([`SerialConn`]), with every step bounded
+/// by [`STEP`] and every failure a panic that says what went wrong.
+pub struct Connection(SerialConn);
+
+impl Connection {
+    pub async fn open(addr: SocketAddr) -> Connection {
+        Connection::open_from(addr, None).await
     }
 
     /// Connects from a chosen local address (127.0.0.x), so one test can play
     /// several machines.
-    pub async fn open_from(addr: SocketAddr, local: Option<IpAddr>) -> RawConnection {
-        let socket = if addr.is_ipv4() {
-            TcpSocket::new_v4()
-        } else {
-            TcpSocket::new_v6()
-        }
-        .expect("socket");
-        if let Some(local) = local {
-            socket.bind(SocketAddr::new(local, 0)).expect("bind local");
-        }
-        let stream = tokio::time::timeout(STEP, socket.connect(addr))
-            .await
-            .expect("connect in time")
-            .expect("connect");
-        RawConnection {
-            stream,
-            buffer: Vec::new(),
-        }
+    pub async fn open_from(addr: SocketAddr, local: Option<IpAddr>) -> Connection {
+        // The protocol only matters to `exchange`, which tests do not use.
+        let connecting = SerialConn::connect(local, addr, Protocol::HttpPb);
+        Connection(
+            tokio::time::timeout(STEP, connecting)
+                .await
+                .expect("connect in time")
+                .expect("connect"),
+        )
     }
 
     pub async fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.expect("write");
+        self.0.send(bytes).await.expect("write");
+    }
+
+    /// The next HTTP answer, whole.
+    pub async fn read_response(&mut self) -> HttpResponse {
+        step("an HTTP answer", self.0.read_http()).await
     }
 
     /// Sends `bytes` (ignoring a write the server cuts short) while reading
     /// the answer, for answers that come before the request is all sent.
-    pub async fn read_response_while_sending(&mut self, bytes: &[u8]) -> RawResponse {
-        let (mut read, mut write) = self.stream.split();
-        let mut buffer = std::mem::take(&mut self.buffer);
-        let sending = async {
-            let _ = write.write_all(bytes).await;
-        };
-        let reading = async {
-            let mut chunk = [0u8; 8192];
-            while !buffer.windows(4).any(|w| w == b"\r\n\r\n") {
-                let got = read.read(&mut chunk).await.expect("read");
-                assert!(got > 0, "closed before an answer");
-                buffer.extend_from_slice(&chunk[..got]);
-            }
-        };
-        tokio::time::timeout(STEP, async {
-            tokio::select! {
-                () = reading => {}
-                () = async { sending.await; std::future::pending::<()>().await } => {}
-            }
-        })
-        .await
-        .expect("answer in time");
-        self.buffer = buffer;
-        self.read_response().await
+    pub async fn read_response_while_sending(&mut self, bytes: &[u8]) -> HttpResponse {
+        step("an early HTTP answer", self.0.send_reading_http(bytes)).await
     }
 
-    /// Reads exactly `len` bytes (for protocols other than HTTP).
-    pub async fn read_exact(&mut self, len: usize) -> Vec<u8> {
-        tokio::time::timeout(STEP, async {
-            while self.buffer.len() < len {
-                self.fill().await;
-            }
-        })
-        .await
-        .expect("bytes in time");
-        self.buffer.drain(..len).collect()
+    /// The next flare answer frame, whole.
+    pub async fn read_flare(&mut self) -> FlareResponse {
+        step("a flare answer", self.0.read_flare()).await
     }
 
-    pub async fn read_response(&mut self) -> RawResponse {
-        tokio::time::timeout(STEP, self.read_response_inner())
+    /// Sends call `id` of `method` in a flare frame with the meta timeout a
+    /// daemon would set, without waiting for its answer (calls overlap).
+    pub async fn send_flare_call(
+        &mut self,
+        id: u64,
+        method: &str,
+        timeout_ms: u64,
+        message: &impl Message,
+    ) {
+        self.send(&flare_request(
+            id,
+            method,
+            timeout_ms,
+            &message.encode_to_vec(),
+        ))
+        .await;
+    }
+
+    /// One flare call and the next answer.
+    pub async fn flare_call(
+        &mut self,
+        id: u64,
+        method: &str,
+        message: &impl Message,
+    ) -> FlareResponse {
+        self.send_flare_call(id, method, 2000, message).await;
+        self.read_flare().await
+    }
+
+    /// The server closes the connection without sending anything more.
+    pub async fn expect_closed(&mut self) {
+        let closed = tokio::time::timeout(STEP, self.0.wait_closed())
             .await
-            .expect("response in time")
-    }
-
-    async fn fill(&mut self) {
-        let mut chunk = [0u8; 8192];
-        let read = self.stream.read(&mut chunk).await.expect("read");
-        assert!(read > 0, "connection closed before a full response");
-        self.buffer.extend_from_slice(&chunk[..read]);
-    }
-
-    async fn read_response_inner(&mut self) -> RawResponse {
-        let head_end = loop {
-            if let Some(at) = self.buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                break at;
-            }
-            self.fill().await;
-        };
-        let head = String::from_utf8(self.buffer[..head_end].to_vec()).expect("ascii head");
-        self.buffer.drain(..head_end + 4);
-        let mut lines = head.split("\r\n");
-        let status_line = lines.next().expect("status line");
-        assert!(status_line.starts_with("HTTP/1.1 "), "{status_line}");
-        let status = status_line[9..12].parse().expect("status code");
-        let headers: Vec<(String, String)> = lines
-            .map(|line| {
-                let (name, value) = line.split_once(':').expect("header line");
-                (name.trim().to_owned(), value.trim().to_owned())
-            })
-            .collect();
-        let response = RawResponse {
-            status,
-            headers,
-            body: Vec::new(),
-        };
-        assert!(
-            response.header("transfer-encoding").is_none(),
-            "unary answers are never chunked: {:?}",
-            response.headers
-        );
-        let length: usize = response
-            .header("content-length")
-            .expect("every answer has Content-Length")
-            .parse()
-            .expect("numeric Content-Length");
-        while self.buffer.len() < length {
-            self.fill().await;
+            .expect("the server closes the connection in time");
+        if let Err(sent) = closed {
+            panic!("expected a close, got {sent:02x?}");
         }
-        let body = self.buffer.drain(..length).collect();
-        RawResponse { body, ..response }
     }
 }
 
-/// A request exactly as the original `http+pb` client writes it: no Host
-/// header, sequence number, binary body.
-pub fn http_pb_request(
-    method: &str,
-    seq_no: u64,
-    body: &[u8],
-    extra_headers: &[(&str, &str)],
-) -> Vec<u8> {
-    let mut head = format!(
-        "POST /rpc/{SERVICE}.{method} HTTP/1.1\r\nRpc-SeqNo: {seq_no}\r\nContent-Type: application/x-protobuf\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in extra_headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    let mut bytes = head.into_bytes();
-    bytes.extend_from_slice(body);
-    bytes
+/// `what`, within [`STEP`].
+async fn step<T>(what: &str, future: impl Future<Output = Result<T, CallError>>) -> T {
+    tokio::time::timeout(STEP, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} in time"))
+        .unwrap_or_else(|error| panic!("{what}: {error}"))
 }
 
-/// One raw `http+pb` call on a fresh connection.
-pub async fn call_raw(addr: SocketAddr, method: &str, message: &impl Message) -> RawResponse {
-    let mut connection = RawConnection::open(addr).await;
+/// An answer's body as the message it must be.
+pub trait DecodeBody {
+    fn decode<T: Message + Default>(&self) -> T;
+}
+
+impl DecodeBody for HttpResponse {
+    fn decode<T: Message + Default>(&self) -> T {
+        T::decode(self.body.clone()).expect("response is valid protobuf")
+    }
+}
+
+/// One `http+pb` call on a fresh connection.
+pub async fn call_http_pb(addr: SocketAddr, method: &str, message: &impl Message) -> HttpResponse {
+    let mut connection = Connection::open(addr).await;
     connection
-        .send(&http_pb_request(method, 1, &message.encode_to_vec(), &[]))
+        .send(&daemon_request(method, 1, &message.encode_to_vec(), None))
         .await;
     connection.read_response().await
 }
 
 /// Registers one servant on 127.0.0.1 with the given capacity.
 pub async fn register_servant(server: &Server, port: u16, capacity: u32) {
-    let response = call_raw(
+    let response = call_http_pb(
         server.addr,
         "Heartbeat",
         &heartbeat(&servant_location("127.0.0.1", port), capacity),
@@ -351,7 +331,7 @@ pub async fn acquire(
     immediate: u32,
     prefetch: u32,
 ) -> pb::WaitForStartingTaskResponse {
-    let response = call_raw(
+    let response = call_http_pb(
         server.addr,
         "WaitForStartingTask",
         &wait_request(1000, immediate, prefetch),
@@ -368,10 +348,10 @@ pub async fn acquire(
 
 /// A heartbeat sent from the local address `ip`, as the machine at `ip` would.
 pub async fn heartbeat_from(server: &Server, ip: &str, location: &str, capacity: u32) {
-    let mut connection = RawConnection::open_from(server.addr, Some(ip.parse().unwrap())).await;
+    let mut connection = Connection::open_from(server.addr, Some(ip.parse().unwrap())).await;
     let body = heartbeat(location, capacity).encode_to_vec();
     connection
-        .send(&http_pb_request("Heartbeat", 1, &body, &[]))
+        .send(&daemon_request("Heartbeat", 1, &body, None))
         .await;
     assert_eq!(connection.read_response().await.status, 200);
 }

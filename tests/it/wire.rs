@@ -1,23 +1,19 @@
 //! The `http+pb` wire rules the yadcc daemons depend on, written byte for
 //! byte as their framework's client writes them.
 
+use bytes::BytesMut;
 use prost::Message;
-use yadcc_scheduler::{engine, http::state::HttpSettings, pb};
+use yadcc_scheduler::{engine, http::state::HttpSettings, pb, sim::wire};
 
 use crate::support::*;
 
 #[tokio::test]
 async fn original_client_request_without_host_gets_length_seq_no_and_protobuf() {
     let server = Server::start().await;
-    let mut connection = RawConnection::open(server.addr).await;
+    let mut connection = Connection::open(server.addr).await;
     let body = heartbeat(&servant_location("127.0.0.1", 8335), 8).encode_to_vec();
     connection
-        .send(&http_pb_request(
-            "Heartbeat",
-            17,
-            &body,
-            &[("Rpc-Timeout", "10000")],
-        ))
+        .send(&daemon_request("Heartbeat", 17, &body, Some(10000)))
         .await;
     let response = connection.read_response().await;
 
@@ -44,7 +40,7 @@ async fn original_client_request_without_host_gets_length_seq_no_and_protobuf() 
 #[tokio::test]
 async fn pipelined_requests_on_one_connection_are_each_answered_with_their_seq_no() {
     let server = Server::start().await;
-    let mut connection = RawConnection::open(server.addr).await;
+    let mut connection = Connection::open(server.addr).await;
     let config = pb::GetConfigRequest {
         token: USER_TOKEN.into(),
     };
@@ -52,24 +48,24 @@ async fn pipelined_requests_on_one_connection_are_each_answered_with_their_seq_n
         token: "wrong".into(),
     };
     let heartbeat = heartbeat(&servant_location("127.0.0.1", 8335), 8);
-    let mut burst = http_pb_request("GetConfig", 1, &config.encode_to_vec(), &[]);
-    burst.extend(http_pb_request(
+    let mut burst = daemon_request("GetConfig", 1, &config.encode_to_vec(), None);
+    burst.extend(daemon_request(
         "Heartbeat",
         2,
         &heartbeat.encode_to_vec(),
-        &[],
+        None,
     ));
-    burst.extend(http_pb_request(
+    burst.extend(daemon_request(
         "GetConfig",
         3,
         &denied.encode_to_vec(),
-        &[],
+        None,
     ));
-    burst.extend(http_pb_request(
+    burst.extend(daemon_request(
         "GetConfig",
         4,
         &config.encode_to_vec(),
-        &[],
+        None,
     ));
     connection.send(&burst).await;
 
@@ -98,7 +94,7 @@ async fn pipelined_requests_on_one_connection_are_each_answered_with_their_seq_n
 #[tokio::test]
 async fn failures_are_non_200_with_rpc_error_code_and_a_one_line_reason() {
     let server = Server::start().await;
-    let denied = call_raw(
+    let denied = call_http_pb(
         server.addr,
         "GetConfig",
         &pb::GetConfigRequest {
@@ -115,12 +111,13 @@ async fn failures_are_non_200_with_rpc_error_code_and_a_one_line_reason() {
         "tokens never echo back: {reason}"
     );
 
-    let unknown_method = call_raw(
-        server.addr,
-        "NotifyTaskStart",
-        &pb::GetConfigRequest::default(),
-    )
-    .await;
+    // A method the service does not have (the daemons' NotifyTaskStart).
+    let mut connection = Connection::open(server.addr).await;
+    let path = format!("/rpc/{SERVICE}.NotifyTaskStart");
+    let mut request = BytesMut::new();
+    wire::encode_http_pb(&mut request, &path, 1, None, &[]);
+    connection.send(&request).await;
+    let unknown_method = connection.read_response().await;
     assert_eq!(unknown_method.status, 404);
     assert_eq!(unknown_method.header("rpc-error-code"), Some("10"));
     server.stop().await;
@@ -162,13 +159,15 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
         servant_location: "127.0.0.1:8335".into(),
         task_digest: "task-a".into(),
     }];
-    let reply: pb::HeartbeatResponse = call_raw(server.addr, "Heartbeat", &servant).await.decode();
+    let reply: pb::HeartbeatResponse = call_http_pb(server.addr, "Heartbeat", &servant)
+        .await
+        .decode();
     assert!(
         reply.expired_tasks.is_empty(),
         "a granted task is not expired"
     );
 
-    let running: pb::GetRunningTasksResponse = call_raw(
+    let running: pb::GetRunningTasksResponse = call_http_pb(
         server.addr,
         "GetRunningTasks",
         &pb::GetRunningTasksRequest {},
@@ -184,7 +183,7 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
         "grant ids stay out of the open RPC"
     );
 
-    let renewed: pb::KeepTaskAliveResponse = call_raw(
+    let renewed: pb::KeepTaskAliveResponse = call_http_pb(
         server.addr,
         "KeepTaskAlive",
         &pb::KeepTaskAliveRequest {
@@ -197,7 +196,7 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
     .decode();
     assert_eq!(renewed.statuses, vec![true, false, true]);
 
-    let freed = call_raw(
+    let freed = call_http_pb(
         server.addr,
         "FreeTask",
         &pb::FreeTaskRequest {
@@ -209,7 +208,7 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
     assert_eq!(freed.status, 200);
     assert!(freed.body.is_empty(), "FreeTaskResponse has no fields");
 
-    let after_free: pb::KeepTaskAliveResponse = call_raw(
+    let after_free: pb::KeepTaskAliveResponse = call_http_pb(
         server.addr,
         "KeepTaskAlive",
         &pb::KeepTaskAliveRequest {
@@ -234,11 +233,10 @@ async fn self_avoidance_and_nat_use_the_observed_socket_address() {
     heartbeat_from(&server, "127.0.0.4", "10.20.30.40:8335", 4).await;
 
     // The delegate on 127.0.0.2 is sent to the other machine.
-    let mut delegate =
-        RawConnection::open_from(server.addr, Some("127.0.0.2".parse().unwrap())).await;
+    let mut delegate = Connection::open_from(server.addr, Some("127.0.0.2".parse().unwrap())).await;
     let body = wait_request(1000, 1, 0).encode_to_vec();
     delegate
-        .send(&http_pb_request("WaitForStartingTask", 1, &body, &[]))
+        .send(&daemon_request("WaitForStartingTask", 1, &body, None))
         .await;
     let granted: pb::WaitForStartingTaskResponse = delegate.read_response().await.decode();
     assert_eq!(granted.grants.len(), 1);
@@ -265,9 +263,9 @@ async fn ipv6_servants_and_delegates_work() {
     };
     drop(probe);
     let server = Server::start_with(engine_config(), Default::default(), "[::1]:0").await;
-    let reply = call_raw(server.addr, "Heartbeat", &heartbeat("[::1]:8335", 2)).await;
+    let reply = call_http_pb(server.addr, "Heartbeat", &heartbeat("[::1]:8335", 2)).await;
     assert_eq!(reply.status, 200);
-    let granted: pb::WaitForStartingTaskResponse = call_raw(
+    let granted: pb::WaitForStartingTaskResponse = call_http_pb(
         server.addr,
         "WaitForStartingTask",
         &wait_request(1000, 1, 0),

@@ -79,12 +79,6 @@ impl SerialConn {
         self.read_with(wire::decode_flare_response).await
     }
 
-    /// Reads exactly `len` bytes, whatever they are.
-    pub async fn read_exact(&mut self, len: usize) -> Result<Bytes, CallError> {
-        self.read_with(|buffer| Ok((buffer.len() >= len).then(|| buffer.split_to(len).freeze())))
-            .await
-    }
-
     /// Writes `bytes` while reading the HTTP answer, for a server that answers
     /// (and may stop reading) before the request is all sent; a write it cuts
     /// short is not an error.

@@ -120,7 +120,13 @@ fn partial_frames_wait_and_bad_frames_fail() {
     ));
     // A request meta where a response meta must be.
     let mut request = BytesMut::new();
-    encode_flare_request(&mut request, 3, Method::FreeTask, Duration::from_secs(5), &[]);
+    encode_flare_request(
+        &mut request,
+        3,
+        Method::FreeTask,
+        Duration::from_secs(5),
+        &[],
+    );
     assert!(matches!(
         decode_flare_answer(&mut request),
         Err(WireError::BadMeta(_))
