@@ -74,16 +74,24 @@
 //!   (history), `format.js`, `dom.js`, `store.js`, and `views/` (servants,
 //!   grants, environments, requesters, summary cards, tabs, connection status).
 //! - [`metrics`]: Prometheus exposition.
-//! - [`config`]: the command line (`src/main.rs` starts and stops the server);
-//!   [`config::gflags`] first rewrites the original's gflags habits
+//! - [`config`]: the command line (`src/main.rs` starts and stops the server):
+//!   `server.rs` (the scheduler's flags), `demo.rs` (`--demo`, and with the
+//!   `bench-route` cargo feature the hidden `--bench_bare_route`),
+//!   `settings.rs` (value parsers, checks across flags, [`config::Settings`]);
+//!   every flag's kebab alias and `YADCC_*` variable are added in one place,
+//!   and [`config::gflags`] first rewrites the original's gflags habits
 //!   (`--flagfile`, `-name=value`, `--noflag`, glog and `--flare_*` flags).
 //! - [`sim`]: a simulated cluster of stock daemons (each machine servant and
 //!   delegate, at most two shared connections, the daemons' timeouts) speaking
-//!   `flare://`, `http+pb` or JSON from the outside: its client side of the
-//!   wire (`sim::wire`, `sim::client`) uses [`pb`] only, never the server's
-//!   modules. Used by `--demo`, the load generator (`src/bin/loadgen.rs`),
-//!   `tests/it/daemons.rs`, `tests/it/restart.rs` (SIGKILL and restart of the
-//!   real binary under load) and `scripts/bench.sh`.
+//!   `flare://`, `http+pb` or JSON from the outside; it imports [`pb`] only,
+//!   never the server's modules. `sim::wire` (`flare.rs`, `http.rs`: encoders,
+//!   and decoders giving a daemon's answer or the whole response) and
+//!   `sim::client` (`serial.rs`, `mux.rs`, `endpoint.rs`: one exchange at a
+//!   time, many calls per connection, a machine's pool) are also the raw
+//!   client of `tests/it/`. Used by `--demo`, the load generator
+//!   (`src/bin/loadgen.rs`; its P1 baseline route is served only by a
+//!   `bench-route` build), `tests/it/daemons.rs`, `tests/it/restart.rs`
+//!   (SIGKILL and restart of the real binary under load) and `scripts/bench.sh`.
 //!
 //! Tests: unit tests beside the code (the engine's in `engine/tests/`, with
 //! paused time), integration tests over real sockets and real Chromium in

@@ -336,9 +336,9 @@ mod tests {
             next_heartbeat_in_ms: 10_000,
             leave_on_stop: true,
         };
-        let delegate = super::super::delegate::DelegateBehaviour::new(
+        let delegate = crate::sim::delegate::DelegateBehaviour::new(
             "user-secret",
-            super::super::delegate::Workload::Rate {
+            crate::sim::delegate::Workload::Rate {
                 jobs_per_second: 1.0,
             },
         );

@@ -114,11 +114,7 @@ fn parse_answer(
             .map_err(|_| WireError::BadHttp(format!("header {name} is not text")))?
             .trim();
         if name.eq_ignore_ascii_case("content-length") {
-            length = Some(
-                value
-                    .parse::<usize>()
-                    .map_err(|_| WireError::BadHttp(format!("Content-Length: {value:?}")))?,
-            );
+            length = Some(header_number("Content-Length", value)?);
         } else if name.eq_ignore_ascii_case("connection") {
             close = value.eq_ignore_ascii_case("close");
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
@@ -146,6 +142,13 @@ fn parse_answer(
     }))
 }
 
+/// The number header `name` must carry.
+fn header_number<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, WireError> {
+    value
+        .parse()
+        .map_err(|_| WireError::BadHttp(format!("{name}: {value:?}")))
+}
+
 /// Takes one HTTP/1.1 answer off the front of `buffer`, if it is all there,
 /// as a daemon reads it: its `Rpc-SeqNo`, `Rpc-Error-Code` and reason.
 pub fn decode_http_answer(buffer: &mut BytesMut) -> Result<Option<Answer>, WireError> {
@@ -154,17 +157,9 @@ pub fn decode_http_answer(buffer: &mut BytesMut) -> Result<Option<Answer>, WireE
     let mut reason = String::new();
     let parsed = parse_answer(buffer, |name, value| {
         if name.eq_ignore_ascii_case("rpc-seqno") {
-            id = Some(
-                value
-                    .parse::<u64>()
-                    .map_err(|_| WireError::BadHttp(format!("Rpc-SeqNo: {value:?}")))?,
-            );
+            id = Some(header_number("Rpc-SeqNo", value)?);
         } else if name.eq_ignore_ascii_case("rpc-error-code") {
-            code = Some(
-                value
-                    .parse::<i32>()
-                    .map_err(|_| WireError::BadHttp(format!("Rpc-Error-Code: {value:?}")))?,
-            );
+            code = Some(header_number("Rpc-Error-Code", value)?);
         } else if name.eq_ignore_ascii_case("rpc-error-reason") {
             value.clone_into(&mut reason);
         }
