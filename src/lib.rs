@@ -52,16 +52,18 @@
 //! [`limits`], one flag each; every protocol obeys them.
 //!
 //! Beside the request path, never in it:
-//! - [`contract`]: what a request must satisfy (engine limits, required
-//!   fields, the `location` and header grammars), as data: the service and the
-//!   transport check with it, the OpenAPI document states it.
+//! - [`contract`]: what a request's fields must satisfy (engine limits,
+//!   required fields), as data the OpenAPI document states; [`grammar`]: the
+//!   `location` and header-integer grammars, each a parser (the engine and the
+//!   transports check with it) and the pattern the document states.
 //! - [`pb`]: generated types and the descriptor pool (`build.rs` compiles
 //!   `proto/`), and the names every protocol and the simulator share:
 //!   [`pb::Method`] (each RPC's name, full name, `/rpc/` and Connect paths)
 //!   and [`pb::Encoding`].
 //! - [`http::reflection`]: gRPC server reflection from that descriptor set.
 //! - [`openapi`]: the OpenAPI document built from the descriptor pool (one
-//!   file per part: paths, schemas, errors, security, examples, prose), served
+//!   file per part: paths, schemas, errors, security, examples, prose and
+//!   comments), served
 //!   at `/openapi.json` with Swagger UI at `/docs`; committed in `openapi/`.
 //! - [`dashboard`] (`src/dashboard/`): `views.rs` the JSON over the engine
 //!   snapshot, `history.rs` the history ring, `vars.rs` the original's dump at
@@ -107,6 +109,7 @@ pub mod contract;
 pub mod dashboard;
 pub mod engine;
 pub mod flare;
+pub mod grammar;
 pub mod http;
 pub mod limits;
 pub mod metrics;

@@ -48,10 +48,10 @@ pub(crate) fn effective_processors(num_processors: u32, capacity: u32) -> u32 {
 }
 
 /// Rule "location": `location` must be `a.b.c.d:port` or `[v6]:port`, as
-/// [`crate::contract::parse_location`] reads it (the grammar the OpenAPI
+/// [`crate::grammar::parse_location`] reads it (the grammar the OpenAPI
 /// document states).
 pub(crate) fn parse_location(location: &str) -> Result<SocketAddr, Rejection> {
-    crate::contract::parse_location(location).ok_or_else(|| {
+    crate::grammar::parse_location(location).ok_or_else(|| {
         Rejection::InvalidArgument(format!(
             "location {location:?} is not IP:port (a.b.c.d:port or [v6]:port)"
         ))

@@ -28,7 +28,7 @@ use super::{
     state::AppState,
 };
 use crate::{
-    contract,
+    grammar,
     pb::{Encoding, Method, SCHEDULER_SERVICE},
     protocol::Protocol,
     rpc,
@@ -120,13 +120,13 @@ fn check_seq_no(value: &HeaderValue) -> Result<(), ApiError> {
     value
         .to_str()
         .ok()
-        .and_then(|text| contract::header_integer(text, &contract::SEQ_NO))
+        .and_then(|text| grammar::header_integer(text, &grammar::SEQ_NO))
         .map(|_| ())
         .ok_or_else(|| {
             ApiError::malformed(format!(
                 "{RPC_SEQ_NO} must be a decimal integer from {} to {}",
-                contract::SEQ_NO.start(),
-                contract::SEQ_NO.end()
+                grammar::SEQ_NO.start(),
+                grammar::SEQ_NO.end()
             ))
         })
 }
@@ -307,11 +307,11 @@ fn deadline(
     let Some(value) = headers.get(&name) else {
         return Ok(None);
     };
-    let range = contract::TIMEOUT_MS;
+    let range = grammar::TIMEOUT_MS;
     let millis = value
         .to_str()
         .ok()
-        .and_then(|text| contract::header_integer(text, &range))
+        .and_then(|text| grammar::header_integer(text, &range))
         .ok_or_else(|| {
             ApiError::malformed(format!(
                 "{name} must be a whole number of milliseconds from {} to {}",

@@ -4,7 +4,7 @@
 
 use super::{
     CONNECT_TIMEOUT_MS, RPC_ERROR_CODE, RPC_TIMEOUT,
-    prose::{member_comment, table_cell},
+    comments::{member_comment, table_cell},
 };
 use crate::{
     http::error::ErrorKind,

@@ -16,8 +16,9 @@
 //!   [`crate::service::failure_statuses`];
 //! - [`security`]: the inspection API's basic auth;
 //! - [`examples`]: values that work against `--demo`;
-//! - [`prose`]: the overview, the route styles' descriptions, and the proto's
-//!   comments every description starts from.
+//! - [`prose`]: the overview and the route styles' descriptions;
+//! - [`comments`]: the proto's comments every description starts from, and
+//!   the Markdown helpers they are written with.
 //!
 //! Endpoints that are not RPCs are documented where they are served, with
 //! `#[utoipa::path]` on their handlers: [`crate::http::operations`],
@@ -56,6 +57,7 @@ use crate::{
     pb,
 };
 
+pub mod comments;
 pub mod errors;
 pub mod examples;
 pub mod paths;

@@ -18,11 +18,12 @@ use utoipa::openapi::{
 use super::{
     CONNECT_TIMEOUT_MS, JSON_MEDIA_TYPE, PROTOBUF_MEDIA_TYPE, RPC_ERROR_CODE, RPC_ERROR_REASON,
     RPC_SEQ_NO, RPC_TIMEOUT, TAG_CONNECT, TAG_HTTP_PB,
+    comments::{comment, first_sentence, push_paragraph},
     errors::{error_table, operation_errors},
-    prose::{comment, first_sentence, push_paragraph},
 };
 use crate::{
-    contract::{self, FieldRule, Rule},
+    contract::{FieldRule, Rule},
+    grammar,
     http::{codec::MEDIA_TYPES, dialect::Dialect, error::ErrorKind},
     pb::{Encoding, Method},
 };
@@ -230,18 +231,18 @@ pub(super) fn header_parameters() -> Vec<(&'static str, utoipa::openapi::path::P
             .schema_type(SchemaType::from_iter([Type::Integer, Type::String]))
             .minimum(Some(*range.start()))
             .maximum(Some(*range.end()))
-            .pattern(Some(contract::integer_pattern(
+            .pattern(Some(grammar::integer_pattern(
                 (*range.start()).into(),
                 (*range.end()).into(),
             )))
     };
-    let millis = || integer(&contract::TIMEOUT_MS).examples([10000]);
+    let millis = || integer(&grammar::TIMEOUT_MS).examples([10000]);
     vec![
         header(
             RPC_SEQ_NO,
             "Sequence number of the call; echoed in the answer so that pipelined \
              answers can be matched to their calls.",
-            integer(&contract::SEQ_NO).examples([17]),
+            integer(&grammar::SEQ_NO).examples([17]),
         ),
         header(
             RPC_TIMEOUT,
@@ -266,11 +267,11 @@ pub(super) fn response_headers() -> Vec<(&'static str, utoipa::openapi::Header)>
                 .schema(Some(
                     ObjectBuilder::new()
                         .schema_type(SchemaType::from_iter([Type::Integer, Type::String]))
-                        .minimum(Some(*contract::SEQ_NO.start()))
-                        .maximum(Some(*contract::SEQ_NO.end()))
-                        .pattern(Some(contract::integer_pattern(
-                            (*contract::SEQ_NO.start()).into(),
-                            (*contract::SEQ_NO.end()).into(),
+                        .minimum(Some(*grammar::SEQ_NO.start()))
+                        .maximum(Some(*grammar::SEQ_NO.end()))
+                        .pattern(Some(grammar::integer_pattern(
+                            (*grammar::SEQ_NO.start()).into(),
+                            (*grammar::SEQ_NO.end()).into(),
                         ))),
                 ))
                 .description(Some("The request's `Rpc-SeqNo`, when it had one."))

@@ -11,11 +11,12 @@ use prost_reflect::{DescriptorPool, EnumDescriptor, FieldDescriptor, Kind, Messa
 use serde_json::{Map, Value, json};
 
 use super::{
+    comments::{comment, member_comment, push_paragraph, table_cell},
     examples::field_example,
-    prose::{comment, member_comment, push_paragraph, table_cell},
 };
 use crate::{
     contract::{self, FieldRule, Rule},
+    grammar,
     http::json::IntegerKind,
 };
 
@@ -256,7 +257,7 @@ fn value_schema(kind: &Kind, own: &[Rule]) -> Value {
                 match rule {
                     Rule::NonEmpty => schema["minLength"] = json!(1),
                     Rule::MaxLength(most) => schema["maxLength"] = json!(most),
-                    Rule::Location => schema["pattern"] = json!(contract::location_pattern()),
+                    Rule::Location => schema["pattern"] = json!(grammar::location_pattern()),
                     _ => {}
                 }
             }
@@ -301,7 +302,7 @@ fn integer_schema(low: i128, high: i128) -> Value {
         "type": ["integer", "string"],
         "minimum": number(low),
         "maximum": number(high),
-        "pattern": contract::integer_pattern(low, high),
+        "pattern": grammar::integer_pattern(low, high),
     })
 }
 
@@ -468,7 +469,7 @@ mod tests {
         assert_eq!(memory["maximum"], json!(u64::MAX));
         assert_eq!(
             memory["pattern"],
-            contract::integer_pattern(0, u64::MAX.into())
+            grammar::integer_pattern(0, u64::MAX.into())
         );
         assert_eq!(heartbeat["numProcessors"]["maximum"], json!(u32::MAX));
         assert_eq!(
@@ -505,7 +506,7 @@ mod tests {
         assert_eq!(heartbeat["required"], json!(["location"]));
         assert_eq!(
             heartbeat["properties"]["location"]["pattern"],
-            contract::location_pattern()
+            grammar::location_pattern()
         );
         assert_eq!(
             heartbeat["properties"]["nextHeartbeatInMs"]["maximum"],
@@ -544,6 +545,6 @@ mod tests {
         assert_eq!(config_path["post"]["requestBody"]["required"], false);
         let timeout = &json["components"]["parameters"][RPC_TIMEOUT]["schema"];
         assert_eq!(timeout["type"], json!(["integer", "string"]));
-        assert_eq!(timeout["maximum"], json!(contract::TIMEOUT_MS.end()));
+        assert_eq!(timeout["maximum"], json!(grammar::TIMEOUT_MS.end()));
     }
 }
