@@ -557,3 +557,21 @@ async fn job(
         stats.events.tasks_completed.fetch_add(1, Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn behaviour_debug_redacts_the_token() {
+        let delegate = DelegateBehaviour::new(
+            "user-secret",
+            Workload::Rate {
+                jobs_per_second: 1.0,
+            },
+        );
+        let printed = format!("{delegate:?}");
+        assert!(!printed.contains("-secret"), "{printed}");
+        assert!(printed.contains("token: <redacted>"), "{printed}");
+    }
+}

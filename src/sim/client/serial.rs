@@ -134,3 +134,71 @@ impl SerialConn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A server that answers after the first bytes of a large request and
+    /// stops reading: the answer is read while the write is still blocked,
+    /// then the close is seen.
+    #[tokio::test]
+    async fn an_early_answer_is_read_while_sending_then_the_close() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut first = [0u8; 16];
+            stream.read_exact(&mut first).await.unwrap();
+            stream
+                .write_all(b"HTTP/1.1 413 Payload Too Large\r\nRpc-SeqNo: 7\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            // Unread bytes make the kernel reset the connection: either way
+            // the client sees it closed.
+            drop(stream);
+        });
+        let mut connection = SerialConn::connect(None, addr, Protocol::HttpPb)
+            .await
+            .unwrap();
+        // Far more than the socket buffers hold, so the write cannot finish.
+        let request = vec![b'x'; 16 << 20];
+        let answer = connection.send_reading_http(&request).await.unwrap();
+        assert_eq!(
+            (answer.status, answer.header("rpc-seqno")),
+            (413, Some("7"))
+        );
+        assert!(answer.close);
+        server.await.unwrap();
+        assert_eq!(connection.wait_closed().await, Ok(()));
+    }
+
+    /// Answers written back to back are read one at a time, each whole;
+    /// bytes that are not an answer are an error, not a hang.
+    #[tokio::test]
+    async fn pipelined_answers_are_read_one_by_one() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nabHTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\nnot an answer\r\n\r\n")
+                .await
+                .unwrap();
+            std::future::pending::<()>().await;
+        });
+        let mut connection = SerialConn::connect(None, addr, Protocol::HttpPb)
+            .await
+            .unwrap();
+        let first = connection.read_http().await.unwrap();
+        assert_eq!((first.status, &first.body[..]), (200, &b"ab"[..]));
+        assert_eq!(connection.read_http().await.unwrap().status, 204);
+        let garbage = connection.read_http().await;
+        assert!(
+            matches!(garbage, Err(CallError::Protocol(_))),
+            "{garbage:?}"
+        );
+    }
+}
