@@ -223,6 +223,9 @@ pub async fn run(
         // Grants are renewed (30 s leases) before each phase, not during it.
         return Err("--duration is at most 25 s per phase".to_owned());
     }
+    if config.targets.contains(&Target::Bare) {
+        check_bare_route(config.target).await?;
+    }
     let addressing = Addressing::detect(config.target);
     let stats = Arc::new(Stats::default());
     let behaviour = ServantBehaviour {
@@ -427,6 +430,24 @@ pub async fn run(
         let _ = plain_heartbeat(machine, 0).await;
     }
     Ok(results)
+}
+
+/// Only a scheduler built with the `bench-route` feature and started with
+/// `--bench_bare_route` serves the bare route: say so at once rather than
+/// measure a phase of 404s.
+async fn check_bare_route(target: SocketAddr) -> Result<(), String> {
+    let mut connection = SerialConn::connect(None, target, Protocol::HttpPb)
+        .await
+        .map_err(|error| format!("cannot connect to {target}: {error}"))?;
+    let request = encode_target(Target::Bare, &pb::HeartbeatRequest::default(), "");
+    match connection.exchange(&request).await {
+        Ok(answer) if matches!(answer.outcome, Outcome::Ok(_)) => Ok(()),
+        answered => Err(format!(
+            "the scheduler does not serve POST {BARE_PATH} ({answered:?}): build it with \
+             `--features bench-route` and start it with --bench_bare_route, or leave \
+             `bare` out of --targets"
+        )),
+    }
 }
 
 async fn renew(delegate: &Endpoint, token: &str, grants: &[u64]) -> Result<(), String> {

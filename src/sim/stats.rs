@@ -21,7 +21,8 @@ use crate::pb::Method;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Call {
     Rpc(Method),
-    /// `POST /bench/bare` (scheduler started with `--bench_bare_route`).
+    /// `POST /bench/bare` (a scheduler built with the `bench-route` feature,
+    /// started with `--bench_bare_route`).
     Bare,
 }
 
