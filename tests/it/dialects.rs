@@ -12,10 +12,11 @@ enum Route {
     Connect,
 }
 
-fn path(route: Route, method: &str) -> String {
+fn path(route: Route, method: &str) -> &'static str {
+    let method = pb::Method::from_name(method).expect("an RPC of the service");
     match route {
-        Route::HttpPb => format!("/rpc/{SERVICE}.{method}"),
-        Route::Connect => format!("/{SERVICE}/{method}"),
+        Route::HttpPb => method.rpc_path(),
+        Route::Connect => method.connect_path(),
     }
 }
 
@@ -29,7 +30,7 @@ async fn post(
     body: Vec<u8>,
 ) -> (u16, String, bytes::Bytes) {
     let response = http_client()
-        .post(server.url(&path(route, method)))
+        .post(server.url(path(route, method)))
         .header("content-type", content_type)
         .body(body)
         .send()
