@@ -13,6 +13,7 @@ parent's items, are one module's private business.
     scripts/module_graph.py            # the edges, then the cycles
     scripts/module_graph.py --check    # exit 1 if there is a cycle
     scripts/module_graph.py --ignore engine  # cycles outside engine's private files
+    scripts/module_graph.py --no-tests       # without unit-test modules' imports
 
 Python's standard library only.
 """
@@ -107,7 +108,7 @@ def inline_modules(code):
     return at
 
 
-def referenced_paths(module, text):
+def referenced_paths(module, text, tests=True):
     code = strip_comments(text)
     inline = inline_modules(code)
     paths = []
@@ -122,7 +123,10 @@ def referenced_paths(module, text):
         paths.append((match.start(), match.group(1) + match.group(2)))
     resolved = []
     for offset, path in paths:
-        here = (module.split("::") if module else []) + inline(offset)
+        around = inline(offset)
+        if not tests and any("test" in name for name in around):
+            continue
+        here = (module.split("::") if module else []) + around
         parts = path.split("::")
         if parts[0] == "crate":
             resolved.append(parts[1:])
@@ -137,18 +141,20 @@ def referenced_paths(module, text):
     return resolved
 
 
-def graph(ignore):
+def graph(ignore, tests=True):
     files = {}
     for path in sorted(SRC.rglob("*.rs")):
         module = module_of(path)
         if module is None:
+            continue
+        if not tests and any("test" in part for part in module.split("::")):
             continue
         files[module] = path.read_text()
     modules = set(files)
     edges = {}
     for module, text in files.items():
         targets = set()
-        for parts in referenced_paths(module, text):
+        for parts in referenced_paths(module, text, tests):
             target = None
             for n in range(len(parts), 0, -1):
                 candidate = "::".join(parts[:n])
@@ -220,8 +226,11 @@ def main():
     parser.add_argument(
         "--ignore", action="append", default=[], help="treat this module's files as one"
     )
+    parser.add_argument(
+        "--no-tests", action="store_true", help="leave out unit-test modules' imports"
+    )
     args = parser.parse_args()
-    edges = graph(args.ignore)
+    edges = graph(args.ignore, tests=not args.no_tests)
     if not args.check:
         for module in sorted(edges):
             print(f"{module or 'crate'} -> {', '.join(sorted(edges[module])) or '(nothing)'}")
