@@ -54,7 +54,7 @@ async fn get_config_status(server: &Server) -> u16 {
     let request = pb::GetConfigRequest {
         token: USER_TOKEN.into(),
     };
-    call_http_pb(server.addr, "GetConfig", &request)
+    call_http_pb(server.addr, Method::GetConfig, &request)
         .await
         .status
 }

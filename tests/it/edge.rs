@@ -81,8 +81,8 @@ async fn half_sent_requests_are_closed_after_the_header_timeout_while_others_are
         token: USER_TOKEN.into(),
     }
     .encode_to_vec();
-    let daemon_call = daemon_request("GetConfig", 1, &config, None);
-    let flare_call = flare_request(1, "GetConfig", 2000, &config);
+    let daemon_call = daemon_request(Method::GetConfig, 1, &config, None);
+    let flare_call = flare_request(1, Method::GetConfig, 2000, &config);
     let mut stalled = Vec::new();
     for round in 0..60 {
         // A first head that never completes (daemon http+pb or anything else).
@@ -158,7 +158,7 @@ async fn flare_call_from(addr: SocketAddr, local: &str) -> bool {
         let mut connection = SerialConn::connect(local, addr, Protocol::Flare)
             .await
             .ok()?;
-        let request = flare_request(1, "GetConfig", 2000, &config);
+        let request = flare_request(1, Method::GetConfig, 2000, &config);
         let answer = connection.exchange(&request).await.ok()?;
         Some(answer.id == Some(1) && matches!(answer.outcome, Outcome::Ok(_)))
     };
@@ -193,7 +193,7 @@ async fn a_flood_from_one_address_does_not_lock_out_another_with_1024_descriptor
     };
     daemon
         .send(&daemon_request(
-            "GetConfig",
+            Method::GetConfig,
             1,
             &config.encode_to_vec(),
             None,
@@ -250,7 +250,7 @@ async fn stalled_large_bodies_grow_the_server_by_less_than_150_mib() {
                 )
                 .into_bytes(),
                 _ => {
-                    let mut frame = flare_request(1, "Heartbeat", 60_000, &[]);
+                    let mut frame = flare_request(1, Method::Heartbeat, 60_000, &[]);
                     let meta_size = u32::from_le_bytes(frame[4..8].try_into().unwrap()) as usize;
                     let payload = (BODY - meta_size) as u32;
                     frame[8..12].copy_from_slice(&payload.to_le_bytes());
@@ -282,7 +282,7 @@ async fn an_oversize_daemon_body_is_answered_before_the_connection_closes() {
     let server = Server::start().await;
     let mut connection = Connection::open(server.addr).await;
     let body = vec![0u8; 5 << 20];
-    let request = daemon_request("Heartbeat", 77, &body, None);
+    let request = daemon_request(Method::Heartbeat, 77, &body, None);
     // Write while reading: the server answers before the body is all there.
     let answer = connection.read_response_while_sending(&request).await;
     assert_eq!(answer.status, 413);
@@ -299,7 +299,7 @@ async fn daemon_heads_trickled_byte_by_byte_are_served() {
     let mut connection = Connection::open(server.addr).await;
     let body = heartbeat(&servant_location("127.0.0.1", 8334), 2).encode_to_vec();
     for seq_no in [5u64, 6] {
-        let request = daemon_request("Heartbeat", seq_no, &body, None);
+        let request = daemon_request(Method::Heartbeat, seq_no, &body, None);
         for byte in &request {
             connection.send(std::slice::from_ref(byte)).await;
         }
@@ -336,7 +336,12 @@ async fn idle_daemon_connections_close_after_the_idle_timeout_but_not_during_a_l
     })
     .await;
     register_servant(&server, 8335, 1).await;
-    let taken = call_http_pb(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
+    let taken = call_http_pb(
+        server.addr,
+        Method::WaitForStartingTask,
+        &wait_request(0, 1, 0),
+    )
+    .await;
     assert_eq!(taken.status, 200);
 
     let config = pb::GetConfigRequest {
@@ -346,7 +351,7 @@ async fn idle_daemon_connections_close_after_the_idle_timeout_but_not_during_a_l
     // Idle after one call: closed near the idle timeout.
     let mut quiet = TcpStream::connect(server.addr).await.unwrap();
     quiet
-        .write_all(&flare_request(1, "GetConfig", 2000, &config))
+        .write_all(&flare_request(1, Method::GetConfig, 2000, &config))
         .await
         .unwrap();
     assert_eq!(&read_some(&mut quiet).await[..4], b"CPRF");
@@ -360,7 +365,7 @@ async fn idle_daemon_connections_close_after_the_idle_timeout_but_not_during_a_l
     let mut waiting = TcpStream::connect(server.addr).await.unwrap();
     let wait = wait_request(1500, 1, 0).encode_to_vec();
     waiting
-        .write_all(&flare_request(2, "WaitForStartingTask", 5000, &wait))
+        .write_all(&flare_request(2, Method::WaitForStartingTask, 5000, &wait))
         .await
         .unwrap();
     let answer = read_some(&mut waiting).await;
@@ -421,13 +426,13 @@ async fn stalled_bodies_are_cut_at_the_body_read_timeout_on_every_protocol() {
     let started = Instant::now();
 
     // Binary protocol: header and meta arrive, the payload stalls: closed.
-    let frame = flare_request(1, "GetConfig", 60_000, &config);
+    let frame = flare_request(1, Method::GetConfig, 60_000, &config);
     let mut flare = TcpStream::connect(server.addr).await.unwrap();
     flare.write_all(&frame[..frame.len() - 2]).await.unwrap();
 
     // Daemon http+pb and a script: answered "deadline" (code 3), then closed.
     let mut daemon = Connection::open(server.addr).await;
-    let request = daemon_request("GetConfig", 5, &config, None);
+    let request = daemon_request(Method::GetConfig, 5, &config, None);
     daemon.send(&request[..request.len() - 2]).await;
     let mut script = Connection::open(server.addr).await;
     script

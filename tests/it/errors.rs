@@ -109,9 +109,14 @@ fn trigger(kind: ErrorKind, path: &str) -> Option<Vec<u8>> {
 async fn every_reachable_error_row_is_what_the_table_says() {
     let server = server().await;
     // Capacity for exactly one grant, taken, so "no quota" is reachable.
-    let taken = call_http_pb(server.addr, "Heartbeat", &servant(5)).await;
+    let taken = call_http_pb(server.addr, Method::Heartbeat, &servant(5)).await;
     assert_eq!(taken.status, 200);
-    let grant = call_http_pb(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
+    let grant = call_http_pb(
+        server.addr,
+        Method::WaitForStartingTask,
+        &wait_request(0, 1, 0),
+    )
+    .await;
     assert_eq!(grant.status, 200);
 
     let mut checked = 0;

@@ -32,7 +32,7 @@ fn ip(s: &str) -> IpAddr {
 async fn call_from(
     server: &Server,
     from: &str,
-    method: &str,
+    method: Method,
     message: &impl Message,
 ) -> HttpResponse {
     let mut connection = Connection::open_from(server.addr, Some(ip(from))).await;
@@ -53,7 +53,7 @@ async fn a_call_asking_for_more_than_the_per_call_limit_is_capped_not_refused() 
     // A delegate running `make -j1100`.
     let response = call_http_pb(
         server.addr,
-        "WaitForStartingTask",
+        Method::WaitForStartingTask,
         &wait_request(1000, 1100, 1),
     )
     .await;
@@ -70,10 +70,10 @@ async fn a_prefetch_only_call_for_an_environment_nobody_offers_gets_no_quota() {
     idle_prefetch.env_desc = Some(pb::EnvironmentDesc {
         compiler_digest: "nobody-offers-this".into(),
     });
-    let response = call_http_pb(server.addr, "WaitForStartingTask", &idle_prefetch).await;
+    let response = call_http_pb(server.addr, Method::WaitForStartingTask, &idle_prefetch).await;
     assert_eq!(error_code(&response), Some("1001"));
     idle_prefetch.immediate_reqs = 1;
-    let response = call_http_pb(server.addr, "WaitForStartingTask", &idle_prefetch).await;
+    let response = call_http_pb(server.addr, Method::WaitForStartingTask, &idle_prefetch).await;
     assert_eq!(error_code(&response), Some("1006"));
     server.stop().await;
 }
@@ -93,13 +93,13 @@ async fn the_token_is_checked_before_anything_else() {
     beat.version = 1;
     beat.next_heartbeat_in_ms = 40_000;
     beat.token = "outsider".into();
-    let response = call_http_pb(server.addr, "Heartbeat", &beat).await;
+    let response = call_http_pb(server.addr, Method::Heartbeat, &beat).await;
     assert_eq!(error_code(&response), Some("1003"), "access denied first");
     beat.token = SERVANT_TOKEN.into();
-    let response = call_http_pb(server.addr, "Heartbeat", &beat).await;
+    let response = call_http_pb(server.addr, Method::Heartbeat, &beat).await;
     assert_eq!(error_code(&response), Some("1005"), "then the version");
     beat.version = 5;
-    let response = call_http_pb(server.addr, "Heartbeat", &beat).await;
+    let response = call_http_pb(server.addr, Method::Heartbeat, &beat).await;
     assert_eq!(error_code(&response), Some("1004"));
     assert!(
         response
@@ -113,7 +113,7 @@ async fn the_token_is_checked_before_anything_else() {
     let mut wait = wait_request(20_000, 0, 0);
     wait.env_desc = None;
     wait.token = "outsider".into();
-    let response = call_http_pb(server.addr, "WaitForStartingTask", &wait).await;
+    let response = call_http_pb(server.addr, Method::WaitForStartingTask, &wait).await;
     assert_eq!(error_code(&response), Some("1003"));
     server.stop().await;
 }
@@ -142,14 +142,16 @@ async fn get_running_tasks_lists_live_grants_of_trusted_servants_without_grant_i
     // The servant reports our task and one this scheduler never granted.
     let mut beat = heartbeat(&servant_location("127.0.0.1", 8335), 4);
     beat.running_tasks = vec![task(id, 1), task(12_345, 2)];
-    let reply: pb::HeartbeatResponse = call_http_pb(server.addr, "Heartbeat", &beat).await.decode();
+    let reply: pb::HeartbeatResponse = call_http_pb(server.addr, Method::Heartbeat, &beat)
+        .await
+        .decode();
     assert_eq!(reply.expired_tasks, [12_345]);
     // A servant behind NAT (reports 127.0.0.9, seen as 127.0.0.2) and one
     // with only a user token report tasks too.
     let mut nat = heartbeat(&servant_location("127.0.0.9", 8336), 4);
     nat.running_tasks = vec![task(id, 3)];
     assert_eq!(
-        call_from(&server, "127.0.0.2", "Heartbeat", &nat)
+        call_from(&server, "127.0.0.2", Method::Heartbeat, &nat)
             .await
             .status,
         200
@@ -158,7 +160,7 @@ async fn get_running_tasks_lists_live_grants_of_trusted_servants_without_grant_i
     unverified.token = USER_TOKEN.into();
     unverified.running_tasks = vec![task(id, 4)];
     assert_eq!(
-        call_from(&server, "127.0.0.3", "Heartbeat", &unverified)
+        call_from(&server, "127.0.0.3", Method::Heartbeat, &unverified)
             .await
             .status,
         200
@@ -166,7 +168,7 @@ async fn get_running_tasks_lists_live_grants_of_trusted_servants_without_grant_i
 
     let running: pb::GetRunningTasksResponse = call_http_pb(
         server.addr,
-        "GetRunningTasks",
+        Method::GetRunningTasks,
         &pb::GetRunningTasksRequest {},
     )
     .await
@@ -197,19 +199,21 @@ async fn another_machine_can_neither_renew_nor_free_a_grant() {
         token: USER_TOKEN.into(),
         task_grant_ids: vec![id],
     };
-    let reply: pb::KeepTaskAliveResponse = call_from(&server, "127.0.0.2", "KeepTaskAlive", &renew)
-        .await
-        .decode();
+    let reply: pb::KeepTaskAliveResponse =
+        call_from(&server, "127.0.0.2", Method::KeepTaskAlive, &renew)
+            .await
+            .decode();
     assert_eq!(reply.statuses, [false]);
     assert_eq!(
-        call_from(&server, "127.0.0.2", "FreeTask", &free)
+        call_from(&server, "127.0.0.2", Method::FreeTask, &free)
             .await
             .status,
         200
     );
-    let reply: pb::KeepTaskAliveResponse = call_from(&server, "127.0.0.1", "KeepTaskAlive", &renew)
-        .await
-        .decode();
+    let reply: pb::KeepTaskAliveResponse =
+        call_from(&server, "127.0.0.1", Method::KeepTaskAlive, &renew)
+            .await
+            .decode();
     assert_eq!(reply.statuses, [true], "still there, still the owner's");
     let counters = server.engine.snapshot().counters;
     assert_eq!((counters.renewals_refused, counters.frees_refused), (1, 1));
@@ -222,7 +226,7 @@ async fn long_poll_from(server: &Server, from: &str, queued: usize) -> Connectio
     let mut connection = Connection::open_from(server.addr, Some(ip(from))).await;
     connection
         .send(&daemon_request(
-            "WaitForStartingTask",
+            Method::WaitForStartingTask,
             1,
             &wait_request(8000, 1, 0).encode_to_vec(),
             None,
@@ -267,9 +271,9 @@ async fn a_freed_slot_goes_to_the_machine_served_least_recently() {
         token: USER_TOKEN.into(),
         task_grant_ids: vec![id],
     };
-    call_from(&server, "127.0.0.1", "FreeTask", &free(held)).await;
+    call_from(&server, "127.0.0.1", Method::FreeTask, &free(held)).await;
     let first = grant_of(&server, "127.0.0.11").await;
-    call_from(&server, "127.0.0.11", "FreeTask", &free(first)).await;
+    call_from(&server, "127.0.0.11", Method::FreeTask, &free(first)).await;
     // The second slot goes to the colleague, not to the build's next poll.
     let second = grant_of(&server, "127.0.0.12").await;
     let answer: pb::WaitForStartingTaskResponse = colleague.read_response().await.decode();
@@ -292,7 +296,7 @@ async fn after_a_restart_running_tasks_are_adopted_quietly() {
         task_grant_ids: vec![id],
         next_keep_alive_in_ms: 10_000,
     };
-    let reply: pb::KeepTaskAliveResponse = call_http_pb(second.addr, "KeepTaskAlive", &renew)
+    let reply: pb::KeepTaskAliveResponse = call_http_pb(second.addr, Method::KeepTaskAlive, &renew)
         .await
         .decode();
     assert_eq!(reply.statuses, [true]);
@@ -304,13 +308,15 @@ async fn after_a_restart_running_tasks_are_adopted_quietly() {
         servant_location: String::new(),
         task_digest: "d".into(),
     }];
-    let reply: pb::HeartbeatResponse = call_http_pb(second.addr, "Heartbeat", &beat).await.decode();
+    let reply: pb::HeartbeatResponse = call_http_pb(second.addr, Method::Heartbeat, &beat)
+        .await
+        .decode();
     assert!(reply.expired_tasks.is_empty());
     let grants = second.engine.snapshot().grants;
     assert_eq!(grants.len(), 1);
     assert!(grants[0].adopted);
     assert_eq!(grants[0].requester, Some(ip("127.0.0.1")));
-    let reply: pb::KeepTaskAliveResponse = call_http_pb(second.addr, "KeepTaskAlive", &renew)
+    let reply: pb::KeepTaskAliveResponse = call_http_pb(second.addr, Method::KeepTaskAlive, &renew)
         .await
         .decode();
     assert_eq!(reply.statuses, [true]);

@@ -13,7 +13,7 @@ pub async fn take_the_only_slot(server: &Server, daemon_version: u32) {
         version: daemon_version,
         ..heartbeat(&servant_location("127.0.0.1", 8335), 1)
     };
-    let registered = call_http_pb(server.addr, "Heartbeat", &beat).await;
+    let registered = call_http_pb(server.addr, Method::Heartbeat, &beat).await;
     assert_eq!(
         registered.status,
         200,

@@ -103,7 +103,10 @@ async fn the_smallest_success_and_access_denied_are_byte_for_byte_the_originals(
         task_grant_ids: vec![],
     };
     assert_eq!(
-        connection.flare_call(1, "FreeTask", &free).await.frame,
+        connection
+            .flare_call(1, Method::FreeTask, &free)
+            .await
+            .frame,
         hex(SMALLEST_SUCCESS)
     );
     let denied = pb::FreeTaskRequest {
@@ -111,12 +114,18 @@ async fn the_smallest_success_and_access_denied_are_byte_for_byte_the_originals(
         task_grant_ids: vec![],
     };
     assert_eq!(
-        connection.flare_call(1, "FreeTask", &denied).await.frame,
+        connection
+            .flare_call(1, Method::FreeTask, &denied)
+            .await
+            .frame,
         hex(ACCESS_DENIED)
     );
     // The connection is still usable after an error answer.
     assert_eq!(
-        connection.flare_call(2, "FreeTask", &free).await.status(),
+        connection
+            .flare_call(2, Method::FreeTask, &free)
+            .await
+            .status(),
         0
     );
     server.stop().await;
@@ -149,7 +158,12 @@ async fn framework_errors_are_answered_and_the_connection_stays_usable() {
     assert_eq!(connection.read_flare().await.status(), 9);
 
     connection
-        .send(&flare_request(9, "GetConfig", 2000, &[0x0a, 0x05, b'a']))
+        .send(&flare_request(
+            9,
+            Method::GetConfig,
+            2000,
+            &[0x0a, 0x05, b'a'],
+        ))
         .await;
     let unparsable = connection.read_flare().await;
     assert_eq!(
@@ -197,7 +211,10 @@ async fn bad_magic_unparsable_meta_and_oversize_frames_close_the_connection() {
         task_grant_ids: vec![],
     };
     assert_eq!(
-        connection.flare_call(1, "FreeTask", &free).await.status(),
+        connection
+            .flare_call(1, Method::FreeTask, &free)
+            .await
+            .status(),
         0
     );
     connection
@@ -227,7 +244,10 @@ async fn bad_magic_unparsable_meta_and_oversize_frames_close_the_connection() {
     // Still serving everyone else.
     let mut connection = Connection::open(server.addr).await;
     assert_eq!(
-        connection.flare_call(1, "FreeTask", &free).await.status(),
+        connection
+            .flare_call(1, Method::FreeTask, &free)
+            .await
+            .status(),
         0
     );
     server.stop().await;
@@ -239,11 +259,16 @@ async fn a_heartbeat_behind_a_long_poll_on_the_same_connection_is_answered_at_on
     let mut connection = Connection::open(server.addr).await;
     let started = Instant::now();
     connection
-        .send_flare_call(1, "WaitForStartingTask", 10_000, &wait_request(3000, 1, 0))
+        .send_flare_call(
+            1,
+            Method::WaitForStartingTask,
+            10_000,
+            &wait_request(3000, 1, 0),
+        )
         .await;
     let heartbeat = heartbeat(&servant_location("127.0.0.1", 8335), 1);
     connection
-        .send_flare_call(2, "Heartbeat", 2000, &heartbeat)
+        .send_flare_call(2, Method::Heartbeat, 2000, &heartbeat)
         .await;
     let first = connection.read_flare().await;
     assert_eq!((first.meta.correlation_id, first.status()), (2, 0));
@@ -265,14 +290,14 @@ async fn a_heartbeat_behind_a_long_poll_on_the_same_http_pb_connection_is_answer
     let mut connection = Connection::open(server.addr).await;
     let started = Instant::now();
     let mut burst = daemon_request(
-        "WaitForStartingTask",
+        Method::WaitForStartingTask,
         1,
         &wait_request(3000, 1, 0).encode_to_vec(),
         Some(10000),
     );
     let heartbeat = heartbeat(&servant_location("127.0.0.1", 8335), 1);
     burst.extend(daemon_request(
-        "Heartbeat",
+        Method::Heartbeat,
         2,
         &heartbeat.encode_to_vec(),
         Some(2000),
@@ -297,7 +322,12 @@ async fn the_meta_timeout_is_the_calls_deadline() {
     let mut connection = Connection::open(server.addr).await;
     let started = Instant::now();
     connection
-        .send_flare_call(3, "WaitForStartingTask", 300, &wait_request(8000, 1, 0))
+        .send_flare_call(
+            3,
+            Method::WaitForStartingTask,
+            300,
+            &wait_request(8000, 1, 0),
+        )
         .await;
     let answer = connection.read_flare().await;
     assert_eq!((answer.meta.correlation_id, answer.status()), (3, 1001));
@@ -318,7 +348,7 @@ async fn calls_over_the_in_flight_cap_are_answered_overloaded() {
     let wait = wait_request(1500, 1, 0).encode_to_vec();
     let mut burst = Vec::new();
     for id in 0..total as u64 {
-        burst.extend(flare_request(id, "WaitForStartingTask", 5000, &wait));
+        burst.extend(flare_request(id, Method::WaitForStartingTask, 5000, &wait));
     }
     connection.send(&burst).await;
     let mut overloaded = Vec::new();
@@ -341,7 +371,12 @@ async fn shutdown_answers_a_waiting_flare_call_and_drains_its_connection() {
     let server = saturated_server().await;
     let mut connection = Connection::open(server.addr).await;
     connection
-        .send_flare_call(4, "WaitForStartingTask", 10_000, &wait_request(8000, 1, 0))
+        .send_flare_call(
+            4,
+            Method::WaitForStartingTask,
+            10_000,
+            &wait_request(8000, 1, 0),
+        )
         .await;
     let queued = Instant::now() + STEP;
     while server.engine.snapshot().totals.waiters == 0 {

@@ -27,7 +27,7 @@ async fn queue_a_wait(server: &Server) -> Connection {
     let mut waiting = Connection::open(server.addr).await;
     waiting
         .send(&daemon_request(
-            "WaitForStartingTask",
+            Method::WaitForStartingTask,
             1,
             &wait_request(8000, 1, 0).encode_to_vec(),
             None,
@@ -45,7 +45,7 @@ async fn a_long_poll_does_not_block_other_connections() {
     let started = Instant::now();
     let config = call_http_pb(
         server.addr,
-        "GetConfig",
+        Method::GetConfig,
         &pb::GetConfigRequest {
             token: USER_TOKEN.into(),
         },
@@ -63,14 +63,17 @@ async fn a_long_poll_does_not_block_other_connections() {
 async fn a_freed_slot_goes_to_the_waiting_call() {
     let server = Server::start().await;
     register_servant(&server, 8335, 1).await;
-    let first: pb::WaitForStartingTaskResponse =
-        call_http_pb(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0))
-            .await
-            .decode();
+    let first: pb::WaitForStartingTaskResponse = call_http_pb(
+        server.addr,
+        Method::WaitForStartingTask,
+        &wait_request(0, 1, 0),
+    )
+    .await
+    .decode();
     let mut waiting = queue_a_wait(&server).await;
     let freed = call_http_pb(
         server.addr,
-        "FreeTask",
+        Method::FreeTask,
         &pb::FreeTaskRequest {
             token: USER_TOKEN.into(),
             task_grant_ids: vec![first.grants[0].task_grant_id],
@@ -113,7 +116,7 @@ async fn rpc_timeout_shortens_a_long_poll_to_a_no_quota_answer_in_time() {
     let mut connection = Connection::open(server.addr).await;
     connection
         .send(&daemon_request(
-            "WaitForStartingTask",
+            Method::WaitForStartingTask,
             5,
             &wait_request(8000, 1, 0).encode_to_vec(),
             Some(300),

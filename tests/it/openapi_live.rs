@@ -246,7 +246,7 @@ async fn one_connection_serves_daemon_calls_and_other_endpoints() {
     };
     connection
         .send(&daemon_request(
-            "GetConfig",
+            Method::GetConfig,
             7,
             &config.encode_to_vec(),
             None,
@@ -269,7 +269,7 @@ async fn one_connection_serves_daemon_calls_and_other_endpoints() {
     assert_eq!(&health.body[..], b"ok\n");
 
     let bad_timeout = String::from_utf8(daemon_request(
-        "GetConfig",
+        Method::GetConfig,
         8,
         &config.encode_to_vec(),
         Some(1),
@@ -282,7 +282,7 @@ async fn one_connection_serves_daemon_calls_and_other_endpoints() {
     assert_eq!(refused.header("rpc-error-code"), Some("5"));
 
     let mut fresh = Connection::open(server.addr).await;
-    let bad_seq_no = String::from_utf8(daemon_request("GetConfig", 9, &[], None))
+    let bad_seq_no = String::from_utf8(daemon_request(Method::GetConfig, 9, &[], None))
         .unwrap()
         .replace("Rpc-SeqNo: 9", "Rpc-SeqNo: nine");
     fresh.send(bad_seq_no.as_bytes()).await;

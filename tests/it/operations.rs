@@ -19,11 +19,16 @@ async fn health_and_readiness_answer() {
 async fn metrics_count_requests_and_show_the_cluster() {
     let server = Server::start().await;
     register_servant(&server, 8335, 4).await;
-    let granted = call_http_pb(server.addr, "WaitForStartingTask", &wait_request(0, 1, 0)).await;
+    let granted = call_http_pb(
+        server.addr,
+        Method::WaitForStartingTask,
+        &wait_request(0, 1, 0),
+    )
+    .await;
     assert_eq!(granted.status, 200);
     let denied = call_http_pb(
         server.addr,
-        "GetConfig",
+        Method::GetConfig,
         &pb::GetConfigRequest { token: "x".into() },
     )
     .await;

@@ -46,7 +46,7 @@ async fn each_peer_shows_the_protocol_of_its_latest_call() {
     let headers = [("Host", "x"), ("Content-Type", "application/json")];
     script
         .send(&http_request(
-            rpc("GetConfig").rpc_path(),
+            Method::GetConfig.rpc_path(),
             &headers,
             body.as_bytes(),
         ))
@@ -60,7 +60,7 @@ async fn each_peer_shows_the_protocol_of_its_latest_call() {
     }
     .encode_to_vec();
     flare
-        .send(&flare_request(1, "GetConfig", 2000, &config))
+        .send(&flare_request(1, Method::GetConfig, 2000, &config))
         .await;
     assert_eq!(flare.read_flare().await.status(), 0);
     heartbeat_from(

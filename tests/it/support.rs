@@ -12,17 +12,20 @@ use std::{
 use bytes::BytesMut;
 use prost::Message;
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
-pub use yadcc_scheduler::sim::wire::{FlareResponse, HttpResponse};
 use yadcc_scheduler::{
     AppState, app,
     engine::{self, Scheduler},
     http::state::HttpSettings,
     net,
-    pb::{self, Method, flare::rpc::RpcMeta},
+    pb::{self, flare::rpc::RpcMeta},
     sim::{
         client::{CallError, SerialConn},
         wire::{self, Protocol},
     },
+};
+pub use yadcc_scheduler::{
+    pb::Method,
+    sim::wire::{FlareResponse, HttpResponse},
 };
 
 pub const USER_TOKEN: &str = "user-token";
@@ -148,18 +151,18 @@ pub fn wait_request(wait_ms: u32, immediate: u32, prefetch: u32) -> pb::WaitForS
     }
 }
 
-/// The RPC of `SchedulerService` called `method` (`Heartbeat`).
-pub fn rpc(method: &str) -> Method {
-    Method::from_name(method).unwrap_or_else(|| panic!("{method} is not an RPC of {SERVICE}"))
-}
-
 /// `method`'s request as a stock daemon's `http+pb` client writes it (no
 /// Host header, sequence number, binary body), with `Rpc-Timeout` if given.
-pub fn daemon_request(method: &str, seq_no: u64, body: &[u8], timeout_ms: Option<u64>) -> Vec<u8> {
+pub fn daemon_request(
+    method: Method,
+    seq_no: u64,
+    body: &[u8],
+    timeout_ms: Option<u64>,
+) -> Vec<u8> {
     let mut out = BytesMut::new();
     wire::encode_http_pb(
         &mut out,
-        rpc(method).rpc_path(),
+        method.rpc_path(),
         seq_no,
         timeout_ms.map(Duration::from_millis),
         body,
@@ -180,12 +183,12 @@ pub fn http_request(path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8
 }
 
 /// Call `id` of `method` in a flare frame as a stock daemon writes it.
-pub fn flare_request(id: u64, method: &str, timeout_ms: u64, payload: &[u8]) -> Vec<u8> {
+pub fn flare_request(id: u64, method: Method, timeout_ms: u64, payload: &[u8]) -> Vec<u8> {
     let mut out = BytesMut::new();
     wire::encode_flare_request(
         &mut out,
         id,
-        rpc(method),
+        method,
         Duration::from_millis(timeout_ms),
         payload,
     );
@@ -246,7 +249,7 @@ impl Connection {
     pub async fn send_flare_call(
         &mut self,
         id: u64,
-        method: &str,
+        method: Method,
         timeout_ms: u64,
         message: &impl Message,
     ) {
@@ -263,7 +266,7 @@ impl Connection {
     pub async fn flare_call(
         &mut self,
         id: u64,
-        method: &str,
+        method: Method,
         message: &impl Message,
     ) -> FlareResponse {
         self.send_flare_call(id, method, 2000, message).await;
@@ -301,7 +304,11 @@ impl DecodeBody for HttpResponse {
 }
 
 /// One `http+pb` call on a fresh connection.
-pub async fn call_http_pb(addr: SocketAddr, method: &str, message: &impl Message) -> HttpResponse {
+pub async fn call_http_pb(
+    addr: SocketAddr,
+    method: Method,
+    message: &impl Message,
+) -> HttpResponse {
     let mut connection = Connection::open(addr).await;
     connection
         .send(&daemon_request(method, 1, &message.encode_to_vec(), None))
@@ -313,7 +320,7 @@ pub async fn call_http_pb(addr: SocketAddr, method: &str, message: &impl Message
 pub async fn register_servant(server: &Server, port: u16, capacity: u32) {
     let response = call_http_pb(
         server.addr,
-        "Heartbeat",
+        Method::Heartbeat,
         &heartbeat(&servant_location("127.0.0.1", port), capacity),
     )
     .await;
@@ -333,7 +340,7 @@ pub async fn acquire(
 ) -> pb::WaitForStartingTaskResponse {
     let response = call_http_pb(
         server.addr,
-        "WaitForStartingTask",
+        Method::WaitForStartingTask,
         &wait_request(1000, immediate, prefetch),
     )
     .await;
@@ -351,7 +358,7 @@ pub async fn heartbeat_from(server: &Server, ip: &str, location: &str, capacity:
     let mut connection = Connection::open_from(server.addr, Some(ip.parse().unwrap())).await;
     let body = heartbeat(location, capacity).encode_to_vec();
     connection
-        .send(&daemon_request("Heartbeat", 1, &body, None))
+        .send(&daemon_request(Method::Heartbeat, 1, &body, None))
         .await;
     assert_eq!(connection.read_response().await.status, 200);
 }

@@ -13,7 +13,7 @@ async fn original_client_request_without_host_gets_length_seq_no_and_protobuf() 
     let mut connection = Connection::open(server.addr).await;
     let body = heartbeat(&servant_location("127.0.0.1", 8335), 8).encode_to_vec();
     connection
-        .send(&daemon_request("Heartbeat", 17, &body, Some(10000)))
+        .send(&daemon_request(Method::Heartbeat, 17, &body, Some(10000)))
         .await;
     let response = connection.read_response().await;
 
@@ -48,21 +48,21 @@ async fn pipelined_requests_on_one_connection_are_each_answered_with_their_seq_n
         token: "wrong".into(),
     };
     let heartbeat = heartbeat(&servant_location("127.0.0.1", 8335), 8);
-    let mut burst = daemon_request("GetConfig", 1, &config.encode_to_vec(), None);
+    let mut burst = daemon_request(Method::GetConfig, 1, &config.encode_to_vec(), None);
     burst.extend(daemon_request(
-        "Heartbeat",
+        Method::Heartbeat,
         2,
         &heartbeat.encode_to_vec(),
         None,
     ));
     burst.extend(daemon_request(
-        "GetConfig",
+        Method::GetConfig,
         3,
         &denied.encode_to_vec(),
         None,
     ));
     burst.extend(daemon_request(
-        "GetConfig",
+        Method::GetConfig,
         4,
         &config.encode_to_vec(),
         None,
@@ -96,7 +96,7 @@ async fn failures_are_non_200_with_rpc_error_code_and_a_one_line_reason() {
     let server = Server::start().await;
     let denied = call_http_pb(
         server.addr,
-        "GetConfig",
+        Method::GetConfig,
         &pb::GetConfigRequest {
             token: "wrong".into(),
         },
@@ -159,7 +159,7 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
         servant_location: "127.0.0.1:8335".into(),
         task_digest: "task-a".into(),
     }];
-    let reply: pb::HeartbeatResponse = call_http_pb(server.addr, "Heartbeat", &servant)
+    let reply: pb::HeartbeatResponse = call_http_pb(server.addr, Method::Heartbeat, &servant)
         .await
         .decode();
     assert!(
@@ -169,7 +169,7 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
 
     let running: pb::GetRunningTasksResponse = call_http_pb(
         server.addr,
-        "GetRunningTasks",
+        Method::GetRunningTasks,
         &pb::GetRunningTasksRequest {},
     )
     .await
@@ -185,7 +185,7 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
 
     let renewed: pb::KeepTaskAliveResponse = call_http_pb(
         server.addr,
-        "KeepTaskAlive",
+        Method::KeepTaskAlive,
         &pb::KeepTaskAliveRequest {
             token: USER_TOKEN.into(),
             task_grant_ids: vec![ids[0], 12345, ids[1]],
@@ -198,7 +198,7 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
 
     let freed = call_http_pb(
         server.addr,
-        "FreeTask",
+        Method::FreeTask,
         &pb::FreeTaskRequest {
             token: USER_TOKEN.into(),
             task_grant_ids: ids.clone(),
@@ -210,7 +210,7 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
 
     let after_free: pb::KeepTaskAliveResponse = call_http_pb(
         server.addr,
-        "KeepTaskAlive",
+        Method::KeepTaskAlive,
         &pb::KeepTaskAliveRequest {
             token: USER_TOKEN.into(),
             task_grant_ids: ids,
@@ -236,7 +236,7 @@ async fn self_avoidance_and_nat_use_the_observed_socket_address() {
     let mut delegate = Connection::open_from(server.addr, Some("127.0.0.2".parse().unwrap())).await;
     let body = wait_request(1000, 1, 0).encode_to_vec();
     delegate
-        .send(&daemon_request("WaitForStartingTask", 1, &body, None))
+        .send(&daemon_request(Method::WaitForStartingTask, 1, &body, None))
         .await;
     let granted: pb::WaitForStartingTaskResponse = delegate.read_response().await.decode();
     assert_eq!(granted.grants.len(), 1);
@@ -263,11 +263,11 @@ async fn ipv6_servants_and_delegates_work() {
     };
     drop(probe);
     let server = Server::start_with(engine_config(), Default::default(), "[::1]:0").await;
-    let reply = call_http_pb(server.addr, "Heartbeat", &heartbeat("[::1]:8335", 2)).await;
+    let reply = call_http_pb(server.addr, Method::Heartbeat, &heartbeat("[::1]:8335", 2)).await;
     assert_eq!(reply.status, 200);
     let granted: pb::WaitForStartingTaskResponse = call_http_pb(
         server.addr,
-        "WaitForStartingTask",
+        Method::WaitForStartingTask,
         &wait_request(1000, 1, 0),
     )
     .await
