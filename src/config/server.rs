@@ -103,7 +103,8 @@ pub struct ServerFlags {
     #[arg(long, default_value_t = 0)]
     pub max_connections: usize,
 
-    /// Open connections from one IP address at most; more are closed at once.
+    /// Open connections from one IP address (an IPv6 client: its /64) at
+    /// most; more are closed at once.
     /// A --trusted_proxies address is exempt (everyone behind it shares it).
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections_per_ip: u32,
