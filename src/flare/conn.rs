@@ -2,17 +2,24 @@
 //! reader with the edge's timeouts, one writer task that writes answers in the
 //! order calls finish, and the cap on calls in flight.
 
-use std::{io, sync::Arc, time::Duration};
+use std::{
+    collections::VecDeque,
+    io,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{
         TcpStream,
         tcp::{OwnedReadHalf, OwnedWriteHalf},
     },
-    sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch},
+    sync::{Notify, OwnedSemaphorePermit, Semaphore, watch},
     task::{JoinHandle, JoinSet},
+    time::{Instant, Sleep},
 };
 
 use crate::limits::MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
@@ -126,22 +133,33 @@ impl InFlight {
 }
 
 /// One daemon connection's life, the same for both daemon protocols: read
-/// requests, run each call in its own task, let the one writer send answers
-/// as calls finish; when the caller leaves, drop its calls; when the server
-/// stops or the line idles, let the calls in flight finish and drain.
+/// requests, run each call that may wait in its own task (the others on the
+/// reader, see [`Connection::spawn_call`]), send answers as calls finish;
+/// when the caller leaves, drop its calls; when the server stops or the line
+/// idles, let the calls in flight finish and drain.
 #[derive(Debug)]
 pub struct Connection {
     pub reader: Reader,
     /// Where calls send their encoded answers, in the order they finish.
-    pub answers: mpsc::Sender<Bytes>,
+    pub answers: Answers,
     writer: JoinHandle<()>,
     in_flight: InFlight,
     calls: JoinSet<()>,
+    idle_timeout: Duration,
+    /// Fires at the earliest moment the connection may have idled out. One
+    /// timer for the connection's life, moved only when it fires: arming a
+    /// fresh one per request cost a timer-wheel insert and removal per call.
+    idle: Pin<Box<Sleep>>,
 }
 
 impl Connection {
     /// `already_read`: what the listener read to recognise the protocol.
-    pub fn open(stream: TcpStream, already_read: BytesMut, write_timeout: Duration) -> Self {
+    pub fn open(
+        stream: TcpStream,
+        already_read: BytesMut,
+        idle_timeout: Duration,
+        write_timeout: Duration,
+    ) -> Self {
         let (read, write) = stream.into_split();
         let (answers, writer) = spawn_writer(write, write_timeout);
         Self {
@@ -150,24 +168,60 @@ impl Connection {
             writer,
             in_flight: InFlight::default(),
             calls: JoinSet::new(),
+            idle_timeout,
+            idle: Box::pin(tokio::time::sleep(idle_timeout)),
         }
     }
 
     /// Waits for the next request. On [`Next::Closed`] the caller is gone:
     /// its calls' answers have nowhere to go, and a grant made for it would
     /// only wait to expire, so its calls and the writer are stopped here.
-    pub async fn next_request(
-        &mut self,
-        idle_timeout: Duration,
-        stop: &mut watch::Receiver<bool>,
-    ) -> Next {
+    pub async fn next_request(&mut self, stop: &mut watch::Receiver<bool>) -> Next {
         while self.calls.try_join_next().is_some() {}
-        let next = next_request(&mut self.reader, idle_timeout, &self.in_flight, stop).await;
+        let next = self.wait_for_request(stop).await;
         if next == Next::Closed {
             self.calls.abort_all();
             self.writer.abort();
         }
         next
+    }
+
+    /// Waits for the first byte of the next request. The idle timeout only
+    /// closes a connection with nothing in flight: a daemon's long poll may
+    /// legitimately keep the line quiet.
+    async fn wait_for_request(&mut self, stop: &mut watch::Receiver<bool>) -> Next {
+        if !self.reader.buf.is_empty() {
+            return Next::Request;
+        }
+        let quiet_until = Instant::now() + self.idle_timeout;
+        loop {
+            if *stop.borrow() {
+                return Next::Stopping;
+            }
+            tokio::select! {
+                read = self.reader.read_more() => {
+                    return match read {
+                        Ok(0) | Err(_) => Next::Closed,
+                        Ok(_) => Next::Request,
+                    };
+                }
+                () = self.idle.as_mut() => {
+                    let now = Instant::now();
+                    if now < quiet_until {
+                        self.idle.as_mut().reset(quiet_until);
+                    } else if self.in_flight.is_empty() {
+                        return Next::Idle;
+                    } else {
+                        self.idle.as_mut().reset(now + self.idle_timeout);
+                    }
+                }
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        return Next::Stopping;
+                    }
+                }
+            }
+        }
     }
 
     /// A place for one more call, or None at the connection's cap of calls
@@ -177,6 +231,9 @@ impl Connection {
     }
 
     /// Runs `call` in its own task, holding its place until it is done.
+    /// Only for calls that may wait: a call that cannot is cheaper run on the
+    /// reader (no task, no hand-over) and delays the next request by no more
+    /// than reading it would.
     pub fn spawn_call(
         &mut self,
         slot: OwnedSemaphorePermit,
@@ -193,9 +250,8 @@ impl Connection {
         self.writer.abort();
     }
 
-    /// Lets the calls in flight finish and their answers go out (the writer
-    /// ends once every call has dropped its sender), then gives the reader
-    /// back for whatever the protocol still does with the socket.
+    /// Lets the calls in flight finish and their answers go out, then gives
+    /// the reader back for whatever the protocol still does with the socket.
     pub async fn finish(self) -> Reader {
         let Self {
             reader,
@@ -204,80 +260,188 @@ impl Connection {
             mut calls,
             ..
         } = self;
-        drop(answers);
         while calls.join_next().await.is_some() {}
+        answers.outbox.lock().finishing = true;
+        answers.outbox.work.notify_one();
         let _ = writer.await;
+        // Every other holder of the write side is gone: close it, so the
+        // caller reads the answers and then the end of the stream.
+        if let Ok(outbox) = Arc::try_unwrap(answers.outbox) {
+            let mut write = outbox.write;
+            let _ = write.shutdown().await;
+        }
         reader
     }
 }
 
-/// Waits for the first byte of the next request. The idle timeout only
-/// closes a connection with nothing in flight: a daemon's long poll may
-/// legitimately keep the line quiet.
-async fn next_request(
-    reader: &mut Reader,
-    idle_timeout: Duration,
-    in_flight: &InFlight,
-    stop: &mut watch::Receiver<bool>,
-) -> Next {
-    if !reader.buf.is_empty() {
-        return Next::Request;
+/// Where a connection's answers go, in the order they are sent. The task that
+/// finishes a call writes its answer to the socket itself when nothing is
+/// queued before it (one non-blocking write, no hand-over to another task);
+/// what the socket does not take at once is queued for the connection's
+/// writer task, which writes the queue in order, gathered into large writes.
+#[derive(Debug, Clone)]
+pub struct Answers {
+    outbox: Arc<Outbox>,
+}
+
+#[derive(Debug)]
+struct Outbox {
+    write: OwnedWriteHalf,
+    queue: Mutex<Queue>,
+    /// Wakes the writer task when answers are queued (or the connection finishes).
+    work: Notify,
+    /// Wakes senders waiting for room in a full queue.
+    room: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    answers: VecDeque<Bytes>,
+    /// The writer task owns the socket's write side: answers are queued or
+    /// being written, so a new answer must queue behind them.
+    writing: bool,
+    /// The socket failed, or the caller stopped reading: nothing more is written.
+    broken: bool,
+    /// No answer follows: the writer ends once the queue is written.
+    finishing: bool,
+}
+
+impl Outbox {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-    loop {
-        if *stop.borrow() {
-            return Next::Stopping;
-        }
-        tokio::select! {
-            read = reader.read_more() => {
-                return match read {
-                    Ok(0) | Err(_) => Next::Closed,
-                    Ok(_) => Next::Request,
-                };
-            }
-            () = tokio::time::sleep(idle_timeout) => {
-                if in_flight.is_empty() {
-                    return Next::Idle;
+
+    fn break_off(&self, queue: &mut Queue) {
+        queue.broken = true;
+        queue.answers.clear();
+        self.room.notify_waiters();
+        self.work.notify_one();
+    }
+}
+
+/// The connection can take no more answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Broken;
+
+impl Answers {
+    /// Sends one answer; waits while [`ANSWER_QUEUE`] answers are queued.
+    pub async fn send(&self, mut answer: Bytes) -> Result<(), Broken> {
+        let outbox = &*self.outbox;
+        loop {
+            let room = outbox.room.notified();
+            tokio::pin!(room);
+            {
+                let mut queue = outbox.lock();
+                if queue.broken {
+                    return Err(Broken);
                 }
-            }
-            changed = stop.changed() => {
-                if changed.is_err() || *stop.borrow() {
-                    return Next::Stopping;
+                if !queue.writing {
+                    match outbox.write.try_write(&answer) {
+                        Ok(written) if written == answer.len() => return Ok(()),
+                        Ok(written) => answer.advance(written),
+                        Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(_) => {
+                            outbox.break_off(&mut queue);
+                            return Err(Broken);
+                        }
+                    }
+                    queue.writing = true;
+                    queue.answers.push_back(answer);
+                    outbox.work.notify_one();
+                    return Ok(());
                 }
+                if queue.answers.len() < ANSWER_QUEUE {
+                    queue.answers.push_back(answer);
+                    return Ok(());
+                }
+                // Registered before the lock is released, so the writer's
+                // next "room" cannot be missed.
+                room.as_mut().enable();
             }
+            room.await;
         }
     }
 }
 
-/// Starts the connection's one writer. Answers are written in the order they
-/// are queued, that is as their calls finish. The writer ends when every
-/// sender is gone (after writing what was queued), or when a write makes no
-/// progress for `write_timeout` (a client that stops reading).
-fn spawn_writer(
-    mut write: OwnedWriteHalf,
-    write_timeout: Duration,
-) -> (mpsc::Sender<Bytes>, JoinHandle<()>) {
-    let (answers, mut queue) = mpsc::channel::<Bytes>(ANSWER_QUEUE);
-    let task = tokio::spawn(async move {
-        let mut batch = BytesMut::new();
-        while let Some(first) = queue.recv().await {
-            let bytes = match queue.try_recv() {
-                Err(_) => first,
-                Ok(second) => {
+/// Starts the connection's writer task. It writes what senders queued, in
+/// order; it ends when the connection finishes (after writing the queue), or
+/// when a write makes no progress for `write_timeout` (a client that stops
+/// reading).
+fn spawn_writer(write: OwnedWriteHalf, write_timeout: Duration) -> (Answers, JoinHandle<()>) {
+    let outbox = Arc::new(Outbox {
+        write,
+        queue: Mutex::new(Queue::default()),
+        work: Notify::new(),
+        room: Notify::new(),
+    });
+    let task = tokio::spawn(write_queued(Arc::clone(&outbox), write_timeout));
+    (Answers { outbox }, task)
+}
+
+async fn write_queued(outbox: Arc<Outbox>, write_timeout: Duration) {
+    let mut batch = BytesMut::new();
+    loop {
+        let next = {
+            let mut queue = outbox.lock();
+            if queue.broken {
+                return;
+            }
+            match queue.answers.pop_front() {
+                None => {
+                    queue.writing = false;
+                    if queue.finishing {
+                        return;
+                    }
+                    None
+                }
+                Some(first) if queue.answers.is_empty() => Some(first),
+                Some(first) => {
                     batch.extend_from_slice(&first);
-                    batch.extend_from_slice(&second);
                     while batch.len() < WRITE_BATCH {
-                        let Ok(next) = queue.try_recv() else { break };
+                        let Some(next) = queue.answers.pop_front() else {
+                            break;
+                        };
                         batch.extend_from_slice(&next);
                     }
-                    batch.split().freeze()
+                    Some(batch.split().freeze())
                 }
-            };
-            match tokio::time::timeout(write_timeout, write.write_all(&bytes)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => return,
             }
+        };
+        let Some(bytes) = next else {
+            outbox.work.notified().await;
+            continue;
+        };
+        outbox.room.notify_waiters();
+        if write_all(&outbox.write, &bytes, write_timeout)
+            .await
+            .is_err()
+        {
+            outbox.break_off(&mut outbox.lock());
+            return;
         }
-        let _ = write.shutdown().await;
-    });
-    (answers, task)
+    }
+}
+
+/// Writes all of `bytes`; fails when the socket does, or takes nothing for
+/// `stall_timeout`.
+async fn write_all(
+    write: &OwnedWriteHalf,
+    mut bytes: &[u8],
+    stall_timeout: Duration,
+) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match write.try_write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => bytes = &bytes[written..],
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                tokio::time::timeout(stall_timeout, write.writable())
+                    .await
+                    .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
 }

@@ -17,7 +17,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::{net::TcpStream, sync::watch, time::Instant};
 use tower::ServiceExt;
 
-use super::conn::{Connection, Next, Reader};
+use super::{
+    conn::{Connection, Next, Reader},
+    may_wait,
+};
 use crate::{
     http::{
         dialect::{self, Dialect, RPC_SEQ_NO},
@@ -48,10 +51,15 @@ pub async fn serve_http(
     mut stop: watch::Receiver<bool>,
 ) {
     let edge = state.settings.edge.clone();
-    let mut connection = Connection::open(stream, already_read, edge.body_read_timeout);
+    let mut connection = Connection::open(
+        stream,
+        already_read,
+        edge.idle_timeout,
+        edge.body_read_timeout,
+    );
     let mut unread_rest = false;
     loop {
-        match connection.next_request(edge.idle_timeout, &mut stop).await {
+        match connection.next_request(&mut stop).await {
             Next::Request => {}
             Next::Idle | Next::Stopping => break,
             Next::Closed => return,
@@ -76,6 +84,21 @@ pub async fn serve_http(
             // other endpoints. The router answers it, as on any connection.
             let answer = route_plain(&router, plain, request.body, peer).await;
             drop(request.budget);
+            if connection.answers.send(answer).await.is_err() || close_after {
+                break;
+            }
+            continue;
+        }
+        if !may_wait(&request.head.method) {
+            let Request {
+                head,
+                seq_no,
+                body,
+                budget,
+                ..
+            } = request;
+            let answer = run(&state, head, seq_no, body).await;
+            drop(budget);
             if connection.answers.send(answer).await.is_err() || close_after {
                 break;
             }
