@@ -4,7 +4,7 @@
 //! cluster's state is read from the engine snapshot at scrape time, so there
 //! is no second copy of it to drift.
 
-use std::{fmt, time::Duration};
+use std::{fmt, sync::OnceLock, time::Duration};
 
 use axum::{
     http::header,
@@ -77,6 +77,28 @@ struct OutcomeLabels {
 
 type HistogramFamily = Family<MethodLabels, Histogram, fn() -> Histogram>;
 
+const METHODS: usize = Method::ALL.len();
+const PROTOCOLS: usize = Protocol::ALL.len();
+const ENCODINGS: usize = 2;
+
+/// The series every answered call writes, per protocol, method and
+/// encoding, looked up in their families once, at first use: a family lookup
+/// hashes the whole label set under a lock, once per call and series.
+/// Filled lazily so the exposition lists only series that were used.
+struct Resolved {
+    answered: [OnceLock<Counter>; PROTOCOLS * METHODS * ENCODINGS],
+    latency: [OnceLock<Histogram>; METHODS],
+}
+
+impl Default for Resolved {
+    fn default() -> Self {
+        Self {
+            answered: [const { OnceLock::new() }; PROTOCOLS * METHODS * ENCODINGS],
+            latency: [const { OnceLock::new() }; METHODS],
+        }
+    }
+}
+
 /// The registry and the families the transport writes to.
 pub struct Metrics {
     registry: Registry,
@@ -86,6 +108,7 @@ pub struct Metrics {
     connections_accepted: Family<ProtocolLabels, Counter>,
     connections_open: Family<ProtocolLabels, Gauge>,
     connections_refused: Family<ReasonLabels, Counter>,
+    resolved: Resolved,
 }
 
 /// An open connection, counted in `connections_open` until dropped.
@@ -160,6 +183,7 @@ impl Metrics {
             connections_accepted,
             connections_open,
             connections_refused,
+            resolved: Resolved::default(),
         }
     }
 
@@ -178,17 +202,38 @@ impl Metrics {
             CallEnd::Failed { http_status, .. } => http_status,
         };
         let label = method.map_or("unknown", Method::name);
-        self.requests
-            .get_or_create(&RequestLabels {
-                protocol: protocol.label(),
-                method: label,
-                encoding: encoding.label(),
-                code,
-            })
-            .inc();
-        self.latency
-            .get_or_create(&MethodLabels { method: label })
-            .observe(elapsed.as_secs_f64());
+        let labels = || RequestLabels {
+            protocol: protocol.label(),
+            method: label,
+            encoding: encoding.label(),
+            code,
+        };
+        match (method, end) {
+            (Some(known), CallEnd::Answered) => {
+                let series =
+                    (protocol as usize * METHODS + known as usize) * ENCODINGS + encoding as usize;
+                self.resolved.answered[series]
+                    .get_or_init(|| self.requests.get_or_create(&labels()).clone())
+                    .inc();
+            }
+            _ => {
+                self.requests.get_or_create(&labels()).inc();
+            }
+        }
+        let seconds = elapsed.as_secs_f64();
+        match method {
+            Some(known) => self.resolved.latency[known as usize]
+                .get_or_init(|| {
+                    self.latency
+                        .get_or_create(&MethodLabels { method: label })
+                        .clone()
+                })
+                .observe(seconds),
+            None => self
+                .latency
+                .get_or_create(&MethodLabels { method: label })
+                .observe(seconds),
+        }
         if method == Some(Method::WaitForStartingTask) {
             let outcome = match end {
                 CallEnd::Answered => "granted",
@@ -200,7 +245,7 @@ impl Metrics {
             };
             self.grant_wait
                 .get_or_create(&OutcomeLabels { outcome })
-                .observe(elapsed.as_secs_f64());
+                .observe(seconds);
         }
     }
 
