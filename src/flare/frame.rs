@@ -77,22 +77,53 @@ pub fn encode(meta: &RpcMeta, payload: &[u8]) -> Bytes {
 /// The answer to call `correlation_id`: the payload with status 0, or an
 /// error status, its description and no payload. `method_type` is always 1 and
 /// `status` is always on the wire, even when 0 (proto2 `required`).
+///
+/// Written field by field into the frame's one buffer, in the order prost
+/// writes [`RpcMeta`] (a test holds the two equal): every call pays for its
+/// answer's meta, and building the message, sizing it and encoding it again
+/// cost about as much as the rest of the frame.
 pub fn response(correlation_id: u64, outcome: Result<&[u8], (i32, &str)>) -> Bytes {
+    use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
     let (status, description, payload) = match outcome {
         Ok(payload) => (0, None, payload),
-        Err((status, description)) => (status, Some(description.to_owned()), &[][..]),
+        Err((status, description)) => (status, Some(description), &[][..]),
     };
-    let meta = RpcMeta {
-        correlation_id,
-        method_type: MethodType::Single as i32,
-        response_meta: Some(RpcResponseMeta {
-            status,
-            description,
-            trace_forcibly_sampled: None,
-        }),
-        ..RpcMeta::default()
-    };
-    encode(&meta, payload)
+    // int32 on the wire: a negative status is sign-extended to 64 bits.
+    let status = i64::from(status) as u64;
+    // Keys of fields 1 to 15 take one byte.
+    let description_len = description.map_or(0, |text| {
+        1 + encoded_len_varint(text.len() as u64) + text.len()
+    });
+    let response_meta_len = 1 + encoded_len_varint(status) + description_len;
+    let method_type = MethodType::Single as u64;
+    let meta_size = 1
+        + encoded_len_varint(correlation_id)
+        + 1
+        + encoded_len_varint(response_meta_len as u64)
+        + response_meta_len
+        + 1
+        + encoded_len_varint(method_type);
+    let mut frame = BytesMut::with_capacity(HEADER_LEN + meta_size + payload.len());
+    frame.put_slice(&MAGIC);
+    // Both are bounded far below u32::MAX: answers are encoded scheduler messages.
+    frame.put_u32_le(meta_size as u32);
+    frame.put_u32_le(payload.len() as u32);
+    frame.put_u32_le(0);
+    encode_key(1, WireType::Varint, &mut frame);
+    encode_varint(correlation_id, &mut frame);
+    encode_key(6, WireType::LengthDelimited, &mut frame);
+    encode_varint(response_meta_len as u64, &mut frame);
+    encode_key(1, WireType::Varint, &mut frame);
+    encode_varint(status, &mut frame);
+    if let Some(text) = description {
+        encode_key(2, WireType::LengthDelimited, &mut frame);
+        encode_varint(text.len() as u64, &mut frame);
+        frame.put_slice(text.as_bytes());
+    }
+    encode_key(7, WireType::Varint, &mut frame);
+    encode_varint(method_type, &mut frame);
+    frame.put_slice(payload);
+    frame.freeze()
 }
 
 #[cfg(test)]
@@ -157,6 +188,53 @@ mod tests {
         // header, 8 bytes of meta and the 39-byte (0x27) payload.
         assert_eq!(expected.len(), 16 + 8 + 0x27);
         assert_eq!(&response(1, Ok(&payload))[..], expected);
+    }
+
+    /// What prost writes for the same answer: the reference `response` must match.
+    fn response_by_prost(correlation_id: u64, outcome: Result<&[u8], (i32, &str)>) -> Vec<u8> {
+        let (status, description, payload) = match outcome {
+            Ok(payload) => (0, None, payload),
+            Err((status, description)) => (status, Some(description.to_owned()), &[][..]),
+        };
+        let meta = RpcMeta {
+            correlation_id,
+            method_type: MethodType::Single as i32,
+            response_meta: Some(RpcResponseMeta {
+                status,
+                description,
+                trace_forcibly_sampled: None,
+            }),
+            ..RpcMeta::default()
+        };
+        encode(&meta, payload).to_vec()
+    }
+
+    #[test]
+    fn answers_are_what_prost_writes_for_their_meta() {
+        let long = "d".repeat(300);
+        let outcomes: [Result<&[u8], (i32, &str)>; 7] = [
+            Ok(&[]),
+            Ok(b"payload"),
+            Err((1001, "")),
+            Err((11, "too many calls in flight on this connection")),
+            Err((-1, "negative")),
+            Err((i32::MIN, &long)),
+            Err((i32::MAX, "x")),
+        ];
+        for id in [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX] {
+            for outcome in outcomes {
+                let ours = response(id, outcome);
+                assert_eq!(
+                    &ours[..],
+                    response_by_prost(id, outcome),
+                    "{id} {outcome:?}"
+                );
+                let header = FrameHeader::parse(ours[..HEADER_LEN].try_into().unwrap()).unwrap();
+                let meta =
+                    RpcMeta::decode(&ours[HEADER_LEN..HEADER_LEN + header.meta_size]).unwrap();
+                assert_eq!(meta.correlation_id, id);
+            }
+        }
     }
 
     #[test]

@@ -130,18 +130,12 @@ struct Frame {
 /// a bad header the stream cannot be resynchronised.
 async fn read_frame(reader: &mut Reader, state: &AppState) -> Result<Frame, String> {
     let edge = &state.settings.edge;
-    let head_deadline = Instant::now() + edge.header_read_timeout;
-    let filled =
-        |done: Result<std::io::Result<bool>, tokio::time::error::Elapsed>, what: &str| match done {
-            Ok(Ok(true)) => Ok(()),
-            Ok(Ok(false)) => Err(format!("closed in the middle of a frame's {what}")),
-            Ok(Err(error)) => Err(format!("read failed: {error}")),
-            Err(_) => Err(format!("the frame's {what} did not arrive in time")),
-        };
-    filled(
-        tokio::time::timeout_at(head_deadline, reader.fill_to(HEADER_LEN)).await,
-        "header",
-    )?;
+    // Set when the first wait starts: a heartbeat usually arrives whole with
+    // the read that woke the connection, and then no timer is armed at all.
+    let mut head_deadline = None;
+    let mut head_deadline =
+        || *head_deadline.get_or_insert_with(|| Instant::now() + edge.header_read_timeout);
+    fill_by(reader, HEADER_LEN, &mut head_deadline, "header").await?;
     let header_bytes: [u8; HEADER_LEN] = reader.buf[..HEADER_LEN]
         .try_into()
         .map_err(|_| "short header".to_owned())?;
@@ -151,15 +145,15 @@ async fn read_frame(reader: &mut Reader, state: &AppState) -> Result<Frame, Stri
         .reserve(header.body_len())
         .ok_or_else(|| "the budget for buffered bodies is exhausted".to_owned())?;
     let meta_end = HEADER_LEN + header.meta_size;
-    filled(
-        tokio::time::timeout_at(head_deadline, reader.fill_to(meta_end)).await,
-        "meta",
-    )?;
+    fill_by(reader, meta_end, &mut head_deadline, "meta").await?;
     let frame_end = meta_end + header.msg_size + header.att_size;
-    filled(
-        tokio::time::timeout(edge.body_read_timeout, reader.fill_to(frame_end)).await,
+    fill_by(
+        reader,
+        frame_end,
+        &mut || Instant::now() + edge.body_read_timeout,
         "payload",
-    )?;
+    )
+    .await?;
     let frame = reader.buf.split_to(frame_end).freeze();
     let meta = RpcMeta::decode(&frame[HEADER_LEN..meta_end])
         .map_err(|error| format!("unparsable meta: {error}"))?;
@@ -174,6 +168,25 @@ async fn read_frame(reader: &mut Reader, state: &AppState) -> Result<Frame, Stri
         payload,
         budget,
     })
+}
+
+/// Reads until `len` bytes are buffered, by the deadline `deadline` gives
+/// when a wait is needed.
+async fn fill_by(
+    reader: &mut Reader,
+    len: usize,
+    deadline: &mut impl FnMut() -> Instant,
+    what: &str,
+) -> Result<(), String> {
+    if reader.buf.len() >= len {
+        return Ok(());
+    }
+    match tokio::time::timeout_at(deadline(), reader.fill_to(len)).await {
+        Ok(Ok(true)) => Ok(()),
+        Ok(Ok(false)) => Err(format!("closed in the middle of a frame's {what}")),
+        Ok(Err(error)) => Err(format!("read failed: {error}")),
+        Err(_) => Err(format!("the frame's {what} did not arrive in time")),
+    }
 }
 
 /// What the transport knows about a call: the meta's `timeout` is its deadline.
