@@ -137,7 +137,6 @@ impl InFlight {
 /// reader, see [`Connection::spawn_call`]), send answers as calls finish;
 /// when the caller leaves, drop its calls; when the server stops or the line
 /// idles, let the calls in flight finish and drain.
-#[derive(Debug)]
 pub struct Connection {
     pub reader: Reader,
     /// Where calls send their encoded answers, in the order they finish.
@@ -150,19 +149,41 @@ pub struct Connection {
     /// timer for the connection's life, moved only when it fires: arming a
     /// fresh one per request cost a timer-wheel insert and removal per call.
     idle: Pin<Box<Sleep>>,
+    stop: watch::Receiver<bool>,
+    /// Ends when the server starts stopping. Kept for the connection's life,
+    /// so waiting for a request does not register a new watcher each time.
+    stopping: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("reader", &self.reader)
+            .field("calls", &self.calls.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Connection {
-    /// `already_read`: what the listener read to recognise the protocol.
+    /// `already_read`: what the listener read to recognise the protocol;
+    /// `stop` turns true when the server stops.
     pub fn open(
         stream: TcpStream,
         already_read: BytesMut,
         idle_timeout: Duration,
         write_timeout: Duration,
+        stop: watch::Receiver<bool>,
     ) -> Self {
         let (read, write) = stream.into_split();
         let (answers, writer) = spawn_writer(write, write_timeout);
+        let mut stop_changes = stop.clone();
+        let stopping = Box::pin(async move {
+            // A dropped sender means the server is gone: stopping too.
+            let _ = stop_changes.wait_for(|stop| *stop).await;
+        });
         Self {
+            stop,
+            stopping,
             reader: Reader::new(read, already_read),
             answers,
             writer,
@@ -176,9 +197,9 @@ impl Connection {
     /// Waits for the next request. On [`Next::Closed`] the caller is gone:
     /// its calls' answers have nowhere to go, and a grant made for it would
     /// only wait to expire, so its calls and the writer are stopped here.
-    pub async fn next_request(&mut self, stop: &mut watch::Receiver<bool>) -> Next {
+    pub async fn next_request(&mut self) -> Next {
         while self.calls.try_join_next().is_some() {}
-        let next = self.wait_for_request(stop).await;
+        let next = self.wait_for_request().await;
         if next == Next::Closed {
             self.calls.abort_all();
             self.writer.abort();
@@ -189,22 +210,26 @@ impl Connection {
     /// Waits for the first byte of the next request. The idle timeout only
     /// closes a connection with nothing in flight: a daemon's long poll may
     /// legitimately keep the line quiet.
-    async fn wait_for_request(&mut self, stop: &mut watch::Receiver<bool>) -> Next {
+    async fn wait_for_request(&mut self) -> Next {
         if !self.reader.buf.is_empty() {
             return Next::Request;
         }
         let quiet_until = Instant::now() + self.idle_timeout;
         loop {
-            if *stop.borrow() {
+            if *self.stop.borrow() {
                 return Next::Stopping;
             }
+            // Biased, the read first: the usual wake-up is the next request,
+            // answered without polling the other two.
             tokio::select! {
+                biased;
                 read = self.reader.read_more() => {
                     return match read {
                         Ok(0) | Err(_) => Next::Closed,
                         Ok(_) => Next::Request,
                     };
                 }
+                () = self.stopping.as_mut() => return Next::Stopping,
                 () = self.idle.as_mut() => {
                     let now = Instant::now();
                     if now < quiet_until {
@@ -213,11 +238,6 @@ impl Connection {
                         return Next::Idle;
                     } else {
                         self.idle.as_mut().reset(now + self.idle_timeout);
-                    }
-                }
-                changed = stop.changed() => {
-                    if changed.is_err() || *stop.borrow() {
-                        return Next::Stopping;
                     }
                 }
             }

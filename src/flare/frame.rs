@@ -5,7 +5,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 
-use crate::pb::flare::rpc::{MethodType, RpcMeta, RpcResponseMeta};
+use crate::pb::flare::rpc::{MethodType, RpcMeta};
 
 /// The first four bytes of every frame (and so of every connection).
 pub const MAGIC: [u8; 4] = *b"CPRF";
@@ -129,6 +129,7 @@ pub fn response(correlation_id: u64, outcome: Result<&[u8], (i32, &str)>) -> Byt
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pb::flare::rpc::RpcResponseMeta;
 
     fn header(bytes: [u8; 16]) -> Result<FrameHeader, HeaderError> {
         FrameHeader::parse(&bytes)

@@ -48,7 +48,7 @@ pub async fn serve_http(
     stream: TcpStream,
     peer: SocketAddr,
     already_read: BytesMut,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let edge = state.settings.edge.clone();
     let mut connection = Connection::open(
@@ -56,10 +56,11 @@ pub async fn serve_http(
         already_read,
         edge.idle_timeout,
         edge.body_read_timeout,
+        stop,
     );
     let mut unread_rest = false;
     loop {
-        match connection.next_request(&mut stop).await {
+        match connection.next_request().await {
             Next::Request => {}
             Next::Idle | Next::Stopping => break,
             Next::Closed => return,

@@ -47,7 +47,7 @@ pub async fn serve_binary(
     stream: TcpStream,
     peer: SocketAddr,
     already_read: BytesMut,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let edge = state.settings.edge.clone();
     let mut connection = Connection::open(
@@ -55,9 +55,10 @@ pub async fn serve_binary(
         already_read,
         edge.idle_timeout,
         edge.body_read_timeout,
+        stop,
     );
     loop {
-        match connection.next_request(&mut stop).await {
+        match connection.next_request().await {
             Next::Request => {}
             Next::Idle | Next::Stopping => break,
             Next::Closed => return,
