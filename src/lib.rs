@@ -6,7 +6,7 @@
 //! ```text
 //! socket -> net             accept under the connection caps; the first bytes
 //!                           decide the protocol of the whole connection:
-//!    "CPRF"      -> flare          the daemons' binary frames, every call concurrent,
+//!    "CPRF"      -> flare          the daemons' binary frames, long polls concurrent,
 //!                                  answers written as they finish, matched by id
 //!    daemon http -> flare::http    the daemons' http+pb (`Rpc-SeqNo`), same rules
 //!    otherwise   -> hyper -> http::routes   wiring only; http::access_log, peer address

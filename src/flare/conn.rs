@@ -1,6 +1,7 @@
 //! What the daemons' two protocols share on one connection: a buffered
-//! reader with the edge's timeouts, one writer task that writes answers in the
-//! order calls finish, and the cap on calls in flight.
+//! reader with the edge's timeouts, answers written in the order calls finish
+//! (by the finishing task when the socket takes them at once, else by the
+//! connection's writer task), and the cap on calls in flight.
 
 use std::{
     collections::VecDeque,
@@ -464,4 +465,91 @@ async fn write_all(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A connection served here, and its caller's end of the socket.
+    async fn pair(write_timeout: Duration) -> (Connection, TcpStream, watch::Sender<bool>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let caller = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (served, _) = listener.accept().await.unwrap();
+        let (stop, stop_changes) = watch::channel(false);
+        let connection = Connection::open(
+            served,
+            BytesMut::new(),
+            Duration::from_secs(60),
+            write_timeout,
+            stop_changes,
+        );
+        (connection, caller, stop)
+    }
+
+    #[tokio::test]
+    async fn answers_arrive_whole_in_the_order_sent_then_the_end_of_stream() {
+        let (connection, mut caller, _stop) = pair(Duration::from_secs(10)).await;
+        // Small answers the socket takes at once, and answers larger than its
+        // buffer, which the writer task finishes while more queue behind them.
+        let answers: Vec<Bytes> = (0..300u32)
+            .map(|index| {
+                let len = if index % 50 == 7 {
+                    3 << 20
+                } else {
+                    40 + index as usize
+                };
+                Bytes::from(vec![(index % 251) as u8; len])
+            })
+            .collect();
+        let expected: Vec<u8> = answers.iter().flat_map(|answer| answer.to_vec()).collect();
+        let reading = tokio::spawn(async move {
+            let mut received = Vec::new();
+            caller.read_to_end(&mut received).await.unwrap();
+            received
+        });
+        let senders: Vec<Answers> = (0..3).map(|_| connection.answers.clone()).collect();
+        for (index, answer) in answers.into_iter().enumerate() {
+            senders[index % 3].send(answer).await.unwrap();
+        }
+        drop(senders);
+        connection.finish().await;
+        let received = tokio::time::timeout(Duration::from_secs(30), reading)
+            .await
+            .expect("the end of stream follows the last answer")
+            .unwrap();
+        assert_eq!(received.len(), expected.len());
+        assert!(received == expected, "answers arrived out of order or torn");
+    }
+
+    #[tokio::test]
+    async fn a_caller_that_stops_reading_is_cut_off_after_the_write_timeout() {
+        let (connection, _caller, _stop) = pair(Duration::from_millis(200)).await;
+        let answer = Bytes::from(vec![1u8; 1 << 20]);
+        let started = std::time::Instant::now();
+        let mut sent = 0;
+        let refused = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                if connection.answers.send(answer.clone()).await.is_err() {
+                    return;
+                }
+                sent += 1;
+            }
+        })
+        .await;
+        assert!(refused.is_ok(), "still sending after {sent} MiB unread");
+        assert!(
+            started.elapsed() >= Duration::from_millis(200),
+            "cut off only once a write made no progress for the timeout"
+        );
+        // Nothing more goes out on a connection that was cut off.
+        assert_eq!(
+            connection.answers.send(Bytes::from_static(b"x")).await,
+            Err(Broken)
+        );
+    }
 }

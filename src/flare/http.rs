@@ -1,6 +1,7 @@
 //! The daemons' `http+pb`, served as their framework's own server does: the
-//! requests pipelined on one connection run concurrently and each answer is
-//! written as soon as its call is done, carrying the request's `Rpc-SeqNo`,
+//! requests pipelined on one connection do not wait for each other (long
+//! polls wait concurrently) and each answer is written as soon as its call is
+//! done, carrying the request's `Rpc-SeqNo`,
 //! always with `Content-Length`. Heads are parsed with `httparse`; the checks,
 //! status codes, headers and bodies are those of the general HTTP path
 //! ([`crate::http::dialect`]), so a call answers the same on both.

@@ -1,12 +1,13 @@
 //! The daemons' own protocols, served the way their framework's server does:
-//! every call on a connection runs concurrently and its answer is written as
-//! soon as it is done, matched by id, so a long poll never delays a heartbeat.
+//! every call on a connection is answered as soon as it is done, matched by
+//! id, and calls that wait (long polls) wait concurrently, so a long poll
+//! never delays a heartbeat.
 //!
 //! - [`frame`] and this module: the binary protocol (`flare://`), frames
 //!   starting `CPRF` with a proto2 `RpcMeta`.
 //! - [`http`]: the daemons' `http+pb` (requests carrying `Rpc-SeqNo`),
 //!   answered out of order with `Rpc-SeqNo` echoed.
-//! - `conn`: the reader, the one writer per connection, calls in flight.
+//! - `conn`: the reader, the answers' way to the socket, calls in flight.
 //!
 //! Both end in [`crate::rpc::call`] like every other protocol.
 
