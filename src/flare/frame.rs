@@ -2,7 +2,7 @@
 //! sizes of meta, payload and attachment, little-endian), the `RpcMeta`, the
 //! payload and the attachment. Pure bytes in, bytes out; no I/O.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message;
 
 use crate::pb::flare::rpc::{MethodType, RpcMeta};
@@ -57,6 +57,88 @@ impl FrameHeader {
     pub fn body_len(&self) -> usize {
         self.meta_size + self.msg_size + self.att_size
     }
+}
+
+/// What the server acts on in a request frame's [`RpcMeta`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestMeta {
+    pub correlation_id: u64,
+    /// Whether `request_meta` was present: a request frame must carry one.
+    pub is_request: bool,
+    /// `request_meta.method_name`, a slice of the frame (checked UTF-8).
+    method_name: Bytes,
+    /// `request_meta.timeout`, in milliseconds.
+    pub timeout: Option<u32>,
+    pub compression_algorithm: Option<i32>,
+}
+
+impl RequestMeta {
+    pub fn method_name(&self) -> &str {
+        std::str::from_utf8(&self.method_name).unwrap_or_default()
+    }
+}
+
+/// Why a request meta is refused (the connection is then closed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetaError {
+    #[error(transparent)]
+    Wire(#[from] prost::DecodeError),
+    #[error("field {0} has the wrong wire type")]
+    WireType(u32),
+    #[error("a length runs past the end of the meta")]
+    Truncated,
+    #[error("the method name is not UTF-8")]
+    MethodNameNotUtf8,
+}
+
+/// Decodes a request's meta (the bytes after the frame header), reading the
+/// fields the server acts on and skipping the others the way prost does.
+/// Decoding the whole generated [`RpcMeta`] copied the method name into a
+/// new `String` on every call; here it stays a slice of the frame. A test
+/// holds the fields equal to prost's decoding.
+pub fn decode_request_meta(mut meta: Bytes) -> Result<RequestMeta, MetaError> {
+    use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
+    fn delimited(buf: &mut Bytes) -> Result<Bytes, MetaError> {
+        let len = decode_varint(buf)?;
+        if len > buf.remaining() as u64 {
+            return Err(MetaError::Truncated);
+        }
+        Ok(buf.split_to(len as usize))
+    }
+    let mut decoded = RequestMeta::default();
+    while meta.has_remaining() {
+        let (tag, wire_type) = decode_key(&mut meta)?;
+        match (tag, wire_type) {
+            (1, WireType::Varint) => decoded.correlation_id = decode_varint(&mut meta)?,
+            (5, WireType::LengthDelimited) => {
+                decoded.is_request = true;
+                let mut request = delimited(&mut meta)?;
+                while request.has_remaining() {
+                    let (tag, wire_type) = decode_key(&mut request)?;
+                    match (tag, wire_type) {
+                        (2, WireType::LengthDelimited) => {
+                            decoded.method_name = delimited(&mut request)?
+                        }
+                        // uint32, truncated from the varint as prost does.
+                        (4, WireType::Varint) => {
+                            decoded.timeout = Some(decode_varint(&mut request)? as u32)
+                        }
+                        (2 | 4, _) => return Err(MetaError::WireType(tag)),
+                        _ => skip_field(wire_type, tag, &mut request, DecodeContext::default())?,
+                    }
+                }
+            }
+            (9, WireType::Varint) => {
+                decoded.compression_algorithm = Some(decode_varint(&mut meta)? as i32)
+            }
+            (1 | 5 | 9, _) => return Err(MetaError::WireType(tag)),
+            _ => skip_field(wire_type, tag, &mut meta, DecodeContext::default())?,
+        }
+    }
+    if std::str::from_utf8(&decoded.method_name).is_err() {
+        return Err(MetaError::MethodNameNotUtf8);
+    }
+    Ok(decoded)
 }
 
 /// A frame: header, meta, payload, no attachment.
@@ -235,6 +317,98 @@ mod tests {
                     RpcMeta::decode(&ours[HEADER_LEN..HEADER_LEN + header.meta_size]).unwrap();
                 assert_eq!(meta.correlation_id, id);
             }
+        }
+    }
+
+    /// The request metas prost decodes, decoded by [`decode_request_meta`]:
+    /// the fields the server acts on must agree.
+    fn agrees_with_prost(bytes: &[u8]) {
+        let ours = decode_request_meta(Bytes::copy_from_slice(bytes));
+        let Ok(prost) = RpcMeta::decode(bytes) else {
+            return;
+        };
+        let ours = ours.unwrap_or_else(|error| panic!("{bytes:02x?}: {error}"));
+        let request = prost.request_meta.as_ref();
+        assert_eq!(ours.correlation_id, prost.correlation_id, "{bytes:02x?}");
+        assert_eq!(ours.is_request, request.is_some(), "{bytes:02x?}");
+        assert_eq!(
+            ours.method_name(),
+            request.map_or("", |request| request.method_name.as_str()),
+            "{bytes:02x?}"
+        );
+        assert_eq!(ours.timeout, request.and_then(|request| request.timeout));
+        assert_eq!(ours.compression_algorithm, prost.compression_algorithm);
+    }
+
+    #[test]
+    fn request_metas_decode_as_prost_decodes_them() {
+        use crate::pb::flare::rpc::RpcRequestMeta;
+        let request = |name: &str, timeout| RpcRequestMeta {
+            method_name: name.to_owned(),
+            request_id: Some(9),
+            timeout,
+            tracing_context: Some(vec![1, 2, 3]),
+            acceptable_compression_algorithms: Some(62),
+        };
+        let metas = [
+            RpcMeta::default(),
+            RpcMeta {
+                correlation_id: u64::MAX,
+                method_type: MethodType::Single as i32,
+                request_meta: Some(request(
+                    "yadcc.scheduler.SchedulerService.Heartbeat",
+                    Some(2000),
+                )),
+                compression_algorithm: Some(1),
+                flags: Some(5),
+                attachment_compressed: Some(false),
+                ..RpcMeta::default()
+            },
+            RpcMeta {
+                correlation_id: 300,
+                request_meta: Some(request("", None)),
+                response_meta: Some(RpcResponseMeta {
+                    status: -5,
+                    description: Some("x".into()),
+                    trace_forcibly_sampled: Some(true),
+                }),
+                compression_algorithm: Some(-1),
+                ..RpcMeta::default()
+            },
+        ];
+        let mut mutated = 0;
+        for meta in &metas {
+            let bytes = meta.encode_to_vec();
+            agrees_with_prost(&bytes);
+            // A field repeated is merged (the last scalar wins), as prost does.
+            agrees_with_prost(&[bytes.clone(), bytes.clone()].concat());
+            // Every truncation and every single-byte change: whenever prost
+            // still decodes, the fields agree.
+            for end in 0..bytes.len() {
+                agrees_with_prost(&bytes[..end]);
+            }
+            for at in 0..bytes.len() {
+                for value in [0x00, 0x01, 0x07, 0x0a, 0x12, 0x2a, 0x7f, 0x80, 0xff] {
+                    let mut changed = bytes.clone();
+                    changed[at] = value;
+                    agrees_with_prost(&changed);
+                    mutated += 1;
+                }
+            }
+        }
+        assert!(mutated > 500);
+        // Refused, as prost refuses them: a wrong wire type for a field read,
+        // a length past the end, a method name that is not UTF-8.
+        for bad in [
+            &[0x0a, 0x00][..],
+            &[0x2a, 0x05, 0x12],
+            &[0x2a, 0x03, 0x12, 0x01, 0xff],
+        ] {
+            assert!(RpcMeta::decode(bad).is_err(), "{bad:02x?}");
+            assert!(
+                decode_request_meta(Bytes::copy_from_slice(bad)).is_err(),
+                "{bad:02x?}"
+            );
         }
     }
 

@@ -18,22 +18,18 @@ pub mod http;
 use std::{future::ready, net::SocketAddr, time::Duration};
 
 use bytes::{Bytes, BytesMut};
-use prost::Message;
 use tokio::{net::TcpStream, sync::watch, time::Instant};
 
 use self::{
     conn::{Connection, Next, Reader},
-    frame::{FrameHeader, HEADER_LEN},
+    frame::{FrameHeader, HEADER_LEN, RequestMeta},
 };
 use crate::{
     http::{
         error::{ApiError, ErrorKind},
         state::AppState,
     },
-    pb::{
-        Encoding, Method, SCHEDULER_SERVICE,
-        flare::rpc::{CompressionAlgorithm, RpcMeta},
-    },
+    pb::{Encoding, Method, SCHEDULER_SERVICE, flare::rpc::CompressionAlgorithm},
     protocol::Protocol,
     rpc,
 };
@@ -121,7 +117,7 @@ pub(crate) fn may_wait(method: &Result<Method, ApiError>) -> bool {
 
 /// One request frame, read and checked.
 struct Frame {
-    meta: RpcMeta,
+    meta: RequestMeta,
     payload: Bytes,
     /// The frame's share of the global budget for large bodies.
     budget: crate::limits::Reservation,
@@ -157,9 +153,9 @@ async fn read_frame(reader: &mut Reader, state: &AppState) -> Result<Frame, Stri
     )
     .await?;
     let frame = reader.buf.split_to(frame_end).freeze();
-    let meta = RpcMeta::decode(&frame[HEADER_LEN..meta_end])
+    let meta = frame::decode_request_meta(frame.slice(HEADER_LEN..meta_end))
         .map_err(|error| format!("unparsable meta: {error}"))?;
-    if meta.request_meta.is_none() {
+    if !meta.is_request {
         return Err("a request frame without request meta".to_owned());
     }
     // The attachment (after the payload) is consumed and dropped: no scheduler
@@ -192,13 +188,9 @@ async fn fill_by(
 }
 
 /// What the transport knows about a call: the meta's `timeout` is its deadline.
-fn call_of(peer: SocketAddr, meta: &RpcMeta) -> rpc::Call {
+fn call_of(peer: SocketAddr, meta: &RequestMeta) -> rpc::Call {
     let started = Instant::now();
-    let timeout = meta
-        .request_meta
-        .as_ref()
-        .and_then(|request| request.timeout)
-        .filter(|&ms| ms > 0);
+    let timeout = meta.timeout.filter(|&ms| ms > 0);
     rpc::Call {
         protocol: Protocol::Flare,
         encoding: Encoding::Binary,
@@ -210,11 +202,8 @@ fn call_of(peer: SocketAddr, meta: &RpcMeta) -> rpc::Call {
 }
 
 /// The method a request names, or the framework's error for it.
-fn method_of(meta: &RpcMeta) -> Result<Method, ApiError> {
-    let name = meta
-        .request_meta
-        .as_ref()
-        .map_or("", |request| request.method_name.as_str());
+fn method_of(meta: &RequestMeta) -> Result<Method, ApiError> {
+    let name = meta.method_name();
     let compressed = meta.compression_algorithm.is_some_and(|algorithm| {
         algorithm != CompressionAlgorithm::None as i32
             && algorithm != CompressionAlgorithm::Unknown as i32
