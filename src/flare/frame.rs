@@ -2,7 +2,7 @@
 //! sizes of meta, payload and attachment, little-endian), the `RpcMeta`, the
 //! payload and the attachment. Pure bytes in, bytes out; no I/O.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 
 use crate::pb::flare::rpc::{MethodType, RpcMeta};
@@ -73,8 +73,9 @@ pub struct RequestMeta {
 }
 
 impl RequestMeta {
-    pub fn method_name(&self) -> &str {
-        std::str::from_utf8(&self.method_name).unwrap_or_default()
+    /// The method name's bytes (UTF-8, checked when decoded).
+    pub fn method_name(&self) -> &[u8] {
+        &self.method_name
     }
 }
 
@@ -96,29 +97,33 @@ pub enum MetaError {
 /// Decoding the whole generated [`RpcMeta`] copied the method name into a
 /// new `String` on every call; here it stays a slice of the frame. A test
 /// holds the fields equal to prost's decoding.
-pub fn decode_request_meta(mut meta: Bytes) -> Result<RequestMeta, MetaError> {
+pub fn decode_request_meta(meta: Bytes) -> Result<RequestMeta, MetaError> {
     use prost::encoding::{DecodeContext, WireType, decode_key, decode_varint, skip_field};
-    fn delimited(buf: &mut Bytes) -> Result<Bytes, MetaError> {
+    /// A length-delimited field's bytes, taken off `buf`.
+    fn delimited<'a>(buf: &mut &'a [u8]) -> Result<&'a [u8], MetaError> {
         let len = decode_varint(buf)?;
-        if len > buf.remaining() as u64 {
+        let bytes: &'a [u8] = buf;
+        if len > bytes.len() as u64 {
             return Err(MetaError::Truncated);
         }
-        Ok(buf.split_to(len as usize))
+        let (field, rest) = bytes.split_at(len as usize);
+        *buf = rest;
+        Ok(field)
     }
     let mut decoded = RequestMeta::default();
-    while meta.has_remaining() {
-        let (tag, wire_type) = decode_key(&mut meta)?;
+    let mut method_name: &[u8] = &[];
+    let mut buf: &[u8] = &meta;
+    while !buf.is_empty() {
+        let (tag, wire_type) = decode_key(&mut buf)?;
         match (tag, wire_type) {
-            (1, WireType::Varint) => decoded.correlation_id = decode_varint(&mut meta)?,
+            (1, WireType::Varint) => decoded.correlation_id = decode_varint(&mut buf)?,
             (5, WireType::LengthDelimited) => {
                 decoded.is_request = true;
-                let mut request = delimited(&mut meta)?;
-                while request.has_remaining() {
+                let mut request = delimited(&mut buf)?;
+                while !request.is_empty() {
                     let (tag, wire_type) = decode_key(&mut request)?;
                     match (tag, wire_type) {
-                        (2, WireType::LengthDelimited) => {
-                            decoded.method_name = delimited(&mut request)?
-                        }
+                        (2, WireType::LengthDelimited) => method_name = delimited(&mut request)?,
                         // uint32, truncated from the varint as prost does.
                         (4, WireType::Varint) => {
                             decoded.timeout = Some(decode_varint(&mut request)? as u32)
@@ -129,15 +134,16 @@ pub fn decode_request_meta(mut meta: Bytes) -> Result<RequestMeta, MetaError> {
                 }
             }
             (9, WireType::Varint) => {
-                decoded.compression_algorithm = Some(decode_varint(&mut meta)? as i32)
+                decoded.compression_algorithm = Some(decode_varint(&mut buf)? as i32)
             }
             (1 | 5 | 9, _) => return Err(MetaError::WireType(tag)),
-            _ => skip_field(wire_type, tag, &mut meta, DecodeContext::default())?,
+            _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())?,
         }
     }
-    if std::str::from_utf8(&decoded.method_name).is_err() {
+    if std::str::from_utf8(method_name).is_err() {
         return Err(MetaError::MethodNameNotUtf8);
     }
+    decoded.method_name = meta.slice_ref(method_name);
     Ok(decoded)
 }
 
@@ -333,7 +339,7 @@ mod tests {
         assert_eq!(ours.is_request, request.is_some(), "{bytes:02x?}");
         assert_eq!(
             ours.method_name(),
-            request.map_or("", |request| request.method_name.as_str()),
+            request.map_or(&b""[..], |request| request.method_name.as_bytes()),
             "{bytes:02x?}"
         );
         assert_eq!(ours.timeout, request.and_then(|request| request.timeout));

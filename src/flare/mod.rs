@@ -203,27 +203,24 @@ fn call_of(peer: SocketAddr, meta: &RequestMeta) -> rpc::Call {
 
 /// The method a request names, or the framework's error for it.
 fn method_of(meta: &RequestMeta) -> Result<Method, ApiError> {
-    let name = meta.method_name();
     let compressed = meta.compression_algorithm.is_some_and(|algorithm| {
         algorithm != CompressionAlgorithm::None as i32
             && algorithm != CompressionAlgorithm::Unknown as i32
     });
-    let not_implemented = || {
-        ApiError::new(
-            ErrorKind::MethodNotFound,
-            format!("Method [{name}] is not implemented."),
-        )
+    // Every daemon call names this service: match its bytes first, and spell
+    // the name out only for an error.
+    let known = meta
+        .method_name()
+        .strip_prefix(SCHEDULER_SERVICE.as_bytes())
+        .and_then(|rest| rest.strip_prefix(b"."))
+        .and_then(|method| {
+            Method::ALL
+                .into_iter()
+                .find(|known| known.name().as_bytes() == method)
+        });
+    let Some(method) = known else {
+        return Err(unknown_method(&String::from_utf8_lossy(meta.method_name())));
     };
-    let (service, method) = name.rsplit_once('.').ok_or_else(not_implemented)?;
-    if service != SCHEDULER_SERVICE {
-        return Err(ApiError::new(
-            ErrorKind::ServiceNotFound,
-            format!(
-                "Service [{service}] is not found; this server implements {SCHEDULER_SERVICE}."
-            ),
-        ));
-    }
-    let method = Method::from_name(method).ok_or_else(not_implemented)?;
     if compressed {
         return Err(ApiError::new(
             ErrorKind::CompressionNotSupported,
@@ -231,6 +228,25 @@ fn method_of(meta: &RequestMeta) -> Result<Method, ApiError> {
         ));
     }
     Ok(method)
+}
+
+/// The framework's error for a method name this server does not implement.
+fn unknown_method(name: &str) -> ApiError {
+    let not_implemented = || {
+        ApiError::new(
+            ErrorKind::MethodNotFound,
+            format!("Method [{name}] is not implemented."),
+        )
+    };
+    match name.rsplit_once('.') {
+        Some((service, _)) if service != SCHEDULER_SERVICE => ApiError::new(
+            ErrorKind::ServiceNotFound,
+            format!(
+                "Service [{service}] is not found; this server implements {SCHEDULER_SERVICE}."
+            ),
+        ),
+        _ => not_implemented(),
+    }
 }
 
 /// The answer frame of call `id`.
