@@ -6,7 +6,7 @@
 #   scripts/bench.sh            # full scale, as in BENCHMARKS.md (~20 min)
 #   scripts/bench.sh small      # a quick check that everything works (~2 min)
 #
-# Output: $OUT/p1.jsonl, p3.jsonl, p5.jsonl and p5.svg; full scale writes to
+# Output: $OUT/p1.jsonl, p1-daemon.jsonl, p3.jsonl, p5.jsonl and p5.svg; full scale writes to
 # benches/results/ and benches/p5.svg, small scale to target/bench-small/.
 # BENCH_ONLY="p1 p5" runs a subset; P1_PROTOCOL (how P1 sets up its servants),
 # P3_PROTOCOL, P5_PROTOCOLS and P5_SIZES override the defaults.
@@ -19,6 +19,8 @@ case "$scale" in
     out=${OUT:-benches/results}
     svg=${SVG:-benches/p5.svg}
     p1_args=(--connections 64 --duration 3 --warmup 1 --rounds 5)
+    # The daemons' habit: two shared connections, many calls in flight.
+    p1_daemon_args=(--connections 2 --pipeline 32 --duration 3 --warmup 1 --rounds 5)
     p3_args=(--servants 10000 --delegates 100 --cycles-per-second 2000
              --duration 60 --warmup 5 --running-tasks-interval-ms 0)
     p5_sizes=${P5_SIZES:-"250 500 1000 2000 4000"}
@@ -28,6 +30,7 @@ case "$scale" in
     out=${OUT:-target/bench-small}
     svg=${SVG:-$out/p5.svg}
     p1_args=(--connections 8 --duration 1 --warmup 1 --rounds 1 --tasks 4)
+    p1_daemon_args=(--connections 2 --pipeline 8 --duration 1 --warmup 1 --rounds 1 --tasks 4)
     p3_args=(--servants 200 --delegates 10 --cycles-per-second 40
              --duration 5 --warmup 1 --running-tasks-interval-ms 0)
     p5_sizes=${P5_SIZES:-"25 50 100"}
@@ -89,6 +92,12 @@ if [[ " $only " == *" p1 "* ]]; then
   loadgen --protocol "$p1_protocol" hammer "${p1_args[@]}" >"$out/p1.jsonl"
   stop_scheduler
   cat "$out/p1.jsonl"
+  echo "== P1, the daemons' habit: 2 connections, 32 calls in flight on each"
+  start_scheduler --bench_bare_route
+  loadgen --protocol "$p1_protocol" hammer "${p1_daemon_args[@]}" \
+    --targets flare,http+pb,bare >"$out/p1-daemon.jsonl"
+  stop_scheduler
+  cat "$out/p1-daemon.jsonl"
 fi
 
 if [[ " $only " == *" p3 "* ]]; then

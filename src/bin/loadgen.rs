@@ -153,9 +153,14 @@ struct MixArgs {
 
 #[derive(Debug, Args)]
 struct HammerArgs {
-    /// Connections, each one simulated servant with one request in flight.
+    /// Connections, each one simulated servant.
     #[arg(long, default_value_t = 64)]
     connections: usize,
+
+    /// Requests in flight per connection: written back to back, their
+    /// answers read before the next window (1: one at a time).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pipeline: u16,
 
     /// Measured seconds per target per round (at most 25).
     #[arg(long, default_value_t = 5)]
@@ -498,6 +503,7 @@ async fn run_hammer(
         user_token: cli.user_token.clone(),
         servant_token: cli.servant_token.clone(),
         connections: args.connections,
+        pipeline: usize::from(args.pipeline),
         duration: Duration::from_secs(args.duration),
         warmup: Duration::from_secs(args.warmup),
         rounds: args.rounds,
@@ -508,8 +514,8 @@ async fn run_hammer(
         setup_protocol: protocol,
     };
     eprintln!(
-        "hammer: {} connections, {} round(s) of {} s per target (after {} s warm-up), set up over {protocol}, against {target}",
-        args.connections, args.rounds, args.duration, args.warmup
+        "hammer: {} connections, {} request(s) in flight on each, {} round(s) of {} s per target (after {} s warm-up), set up over {protocol}, against {target}",
+        args.connections, args.pipeline, args.rounds, args.duration, args.warmup
     );
     let results = hammer::run(&config, |line| eprintln!("  {line}")).await?;
     eprintln!();
@@ -569,6 +575,7 @@ async fn run_hammer(
             fields.insert("bench".into(), json!("hammer"));
             fields.insert("target".into(), json!(result.target.name()));
             fields.insert("connections".into(), json!(args.connections));
+            fields.insert("pipeline".into(), json!(args.pipeline));
             fields.insert("request_bytes".into(), json!(result.request_bytes));
             fields.insert("vs_bare".into(), json!(versus(bare)));
             fields.insert("vs_http_pb".into(), json!(versus(http_pb)));

@@ -96,8 +96,12 @@ pub struct HammerConfig {
     pub target: SocketAddr,
     pub user_token: String,
     pub servant_token: String,
-    /// Connections (one simulated servant each), each with one request in flight.
+    /// Connections (one simulated servant each).
     pub connections: usize,
+    /// Requests each connection keeps in flight: 1 sends one and waits for
+    /// its answer; more are written back to back and their answers read
+    /// before the next window, as a daemon multiplexing its calls does.
+    pub pipeline: usize,
     /// Measured time per target per round.
     pub duration: Duration,
     /// Unmeasured time before each measured phase.
@@ -123,6 +127,7 @@ impl std::fmt::Debug for HammerConfig {
             .field("user_token", &format_args!("<redacted>"))
             .field("servant_token", &format_args!("<redacted>"))
             .field("connections", &self.connections)
+            .field("pipeline", &self.pipeline)
             .field("duration", &self.duration)
             .field("warmup", &self.warmup)
             .field("rounds", &self.rounds)
@@ -188,28 +193,39 @@ struct Machine {
 }
 
 /// The whole request of `target` carrying `heartbeat`.
-fn encode_target(target: Target, heartbeat: &pb::HeartbeatRequest, host: &str) -> Vec<u8> {
+/// `pipeline` whole requests back to back; the daemons' protocols number
+/// them 1, 2, ... as a daemon numbers the calls it has in flight.
+fn encode_target(
+    target: Target,
+    heartbeat: &pb::HeartbeatRequest,
+    host: &str,
+    pipeline: usize,
+) -> Vec<u8> {
     let binary = heartbeat.encode_to_vec();
+    // pbjson's Serialize cannot fail for generated messages.
+    let json = matches!(target, Target::HeartbeatJson)
+        .then(|| serde_json::to_vec(heartbeat).unwrap_or_default());
     let timeout = wire::client_timeout(Method::Heartbeat);
     let mut out = BytesMut::new();
-    match target {
-        Target::HeartbeatFlare => {
-            wire::encode_flare_request(&mut out, 1, Method::Heartbeat, timeout, &binary);
+    for id in 1..=pipeline.max(1) as u64 {
+        match target {
+            Target::HeartbeatFlare => {
+                wire::encode_flare_request(&mut out, id, Method::Heartbeat, timeout, &binary);
+            }
+            Target::HeartbeatHttpPb => {
+                wire::encode_http_pb_request(&mut out, id, Method::Heartbeat, timeout, &binary);
+            }
+            Target::HeartbeatJson => {
+                let json = json.as_deref().unwrap_or_default();
+                wire::encode_json_request(&mut out, host, Method::Heartbeat, json);
+            }
+            Target::Bare => wire::encode_http_request(
+                &mut out,
+                BARE_PATH,
+                &[("Content-Type", "application/x-protobuf".to_owned())],
+                &binary,
+            ),
         }
-        Target::HeartbeatHttpPb => {
-            wire::encode_http_pb_request(&mut out, 1, Method::Heartbeat, timeout, &binary);
-        }
-        Target::HeartbeatJson => {
-            // pbjson's Serialize cannot fail for generated messages.
-            let json = serde_json::to_vec(heartbeat).unwrap_or_default();
-            wire::encode_json_request(&mut out, host, Method::Heartbeat, &json);
-        }
-        Target::Bare => wire::encode_http_request(
-            &mut out,
-            BARE_PATH,
-            &[("Content-Type", "application/x-protobuf".to_owned())],
-            &binary,
-        ),
     }
     out.to_vec()
 }
@@ -359,14 +375,18 @@ pub async fn run(
         machine.requests = config
             .targets
             .iter()
-            .map(|&target| (target, encode_target(target, &request, &host)))
+            .map(|&target| {
+                let requests = encode_target(target, &request, &host, config.pipeline);
+                (target, requests)
+            })
             .collect();
     }
     let sizes: Vec<String> = config
         .targets
         .iter()
         .map(|target| {
-            let bytes = machines[0].requests.get(target).map_or(0, Vec::len);
+            let bytes =
+                machines[0].requests.get(target).map_or(0, Vec::len) / config.pipeline.max(1);
             format!("{} {bytes} bytes", target.name())
         })
         .collect();
@@ -384,7 +404,8 @@ pub async fn run(
         .iter()
         .map(|&target| TargetResult {
             target,
-            request_bytes: machines[0].requests.get(&target).map_or(0, Vec::len),
+            request_bytes: machines[0].requests.get(&target).map_or(0, Vec::len)
+                / config.pipeline.max(1),
             ok: 0,
             errors: BTreeMap::new(),
             elapsed: Duration::ZERO,
@@ -439,7 +460,7 @@ async fn check_bare_route(target: SocketAddr) -> Result<(), String> {
     let mut connection = SerialConn::connect(None, target, Protocol::HttpPb)
         .await
         .map_err(|error| format!("cannot connect to {target}: {error}"))?;
-    let request = encode_target(Target::Bare, &pb::HeartbeatRequest::default(), "");
+    let request = encode_target(Target::Bare, &pb::HeartbeatRequest::default(), "", 1);
     match connection.exchange(&request).await {
         Ok(answer) if matches!(answer.outcome, Outcome::Ok(_)) => Ok(()),
         answered => Err(format!(
@@ -490,6 +511,7 @@ async fn phase(
     target: Target,
 ) -> Result<Phase, String> {
     let protocol = target.protocol();
+    let pipeline = config.pipeline.max(1);
     let latency = Arc::new(Histogram::default());
     let measuring = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
@@ -527,7 +549,7 @@ async fn phase(
                     continue;
                 };
                 let started = Instant::now();
-                let result = connection.exchange(request).await;
+                let result = connection.exchange_pipelined(request, pipeline).await;
                 let elapsed = started.elapsed();
                 let measured = measuring.load(Relaxed) && !done.load(Relaxed);
                 let failure = match result {
@@ -542,7 +564,7 @@ async fn phase(
                 };
                 match failure {
                     None if measured => {
-                        ok.fetch_add(1, Relaxed);
+                        ok.fetch_add(pipeline as u64, Relaxed);
                         latency.record(elapsed);
                     }
                     None => {}
@@ -601,6 +623,7 @@ mod tests {
             user_token: "user-secret".into(),
             servant_token: "servant-secret".into(),
             connections: 1,
+            pipeline: 1,
             duration: Duration::from_secs(1),
             warmup: Duration::ZERO,
             rounds: 1,

@@ -16,7 +16,7 @@ use tokio::{
 };
 
 use super::{CallError, connect, decode_answer, fill};
-use crate::sim::wire::{self, Answer, FlareResponse, HttpResponse, Protocol, WireError};
+use crate::sim::wire::{self, Answer, FlareResponse, HttpResponse, Outcome, Protocol, WireError};
 
 #[derive(Debug)]
 pub struct SerialConn {
@@ -47,18 +47,56 @@ impl SerialConn {
 
     /// Writes `request` (a whole encoded request) and reads one answer.
     pub async fn exchange(&mut self, request: &[u8]) -> Result<Answer, CallError> {
-        let result = async {
-            self.send(request).await?;
-            let protocol = self.protocol;
-            self.read_with(|buffer| decode_answer(protocol, buffer))
+        self.exchange_pipelined(request, 1).await
+    }
+
+    /// Writes `requests` (`count` whole requests back to back, as a daemon
+    /// with many calls in flight on one connection sends them) and reads
+    /// `count` answers, in whatever order they come. Returns the first answer
+    /// that is not a success, else the last one; either way every answer of
+    /// the window is read, so the next window starts clean.
+    pub async fn exchange_pipelined(
+        &mut self,
+        requests: &[u8],
+        count: usize,
+    ) -> Result<Answer, CallError> {
+        let result = self.send(requests).await;
+        let protocol = self.protocol;
+        let mut first_failure = None;
+        let mut last = None;
+        for _ in 0..count.max(1) {
+            if result.is_err() {
+                break;
+            }
+            let answer = match self
+                .read_with(|buffer| decode_answer(protocol, buffer))
                 .await
+            {
+                Ok(answer) => answer,
+                Err(error) => {
+                    self.closed = true;
+                    return Err(error);
+                }
+            };
+            let close = answer.close;
+            if matches!(answer.outcome, Outcome::Ok(_)) {
+                last = Some(answer);
+            } else if first_failure.is_none() {
+                first_failure = Some(answer);
+            }
+            if close {
+                // Nothing more comes on this connection.
+                self.closed = true;
+                break;
+            }
         }
-        .await;
-        match &result {
-            Ok(answer) if !answer.close => {}
-            _ => self.closed = true,
+        if let Err(error) = result {
+            self.closed = true;
+            return Err(error);
         }
-        result
+        first_failure
+            .or(last)
+            .ok_or_else(|| CallError::Protocol("the connection closed mid-window".to_owned()))
     }
 
     /// Writes `bytes` as they are: part of a request, several, or garbage.
@@ -173,6 +211,46 @@ mod tests {
         assert!(answer.close);
         server.await.unwrap();
         assert_eq!(connection.wait_closed().await, Ok(()));
+    }
+
+    /// A window of pipelined requests: every answer is read whatever its
+    /// order; a failure in the middle is what is reported, and the answers
+    /// after it are still taken off the stream.
+    #[tokio::test]
+    async fn a_pipelined_window_reads_every_answer_and_reports_the_first_failure() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let ok = |seq: u32| {
+                format!("HTTP/1.1 200 OK\r\nRpc-SeqNo: {seq}\r\nContent-Length: 0\r\n\r\n")
+            };
+            let mut request = [0u8; 6];
+            stream.read_exact(&mut request).await.unwrap();
+            let window = [ok(3), ok(1), ok(2)].concat();
+            stream.write_all(window.as_bytes()).await.unwrap();
+            stream.read_exact(&mut request).await.unwrap();
+            let failed = "HTTP/1.1 503 Service Unavailable\r\nRpc-SeqNo: 1\r\nRpc-Error-Code: 1001\r\nContent-Length: 0\r\n\r\n";
+            let window = [ok(2), failed.to_owned(), ok(3)].concat();
+            stream.write_all(window.as_bytes()).await.unwrap();
+            std::future::pending::<()>().await;
+        });
+        let mut connection = SerialConn::connect(None, addr, Protocol::HttpPb)
+            .await
+            .unwrap();
+        let last = connection.exchange_pipelined(b"abcdef", 3).await.unwrap();
+        assert!(matches!(last.outcome, Outcome::Ok(_)));
+        assert_eq!(last.id, Some(2), "the window's last answer");
+        let failure = connection.exchange_pipelined(b"abcdef", 3).await.unwrap();
+        assert!(
+            matches!(failure.outcome, Outcome::Failed { code: 1001, .. }),
+            "{failure:?}"
+        );
+        assert!(connection.is_reusable());
+        assert!(
+            connection.buffer.is_empty(),
+            "the answer after the failure was read too"
+        );
     }
 
     /// Answers written back to back are read one at a time, each whole;
