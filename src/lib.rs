@@ -47,7 +47,7 @@
 //! serving, timeouts, cancellation), `snapshot.rs` (totals, inspection).
 //! `types.rs`, `views.rs` and `config.rs` hold the plain types; no import
 //! cycles. Tests by topic in `tests/`.
-
+//!
 //! The edge's limits (timeouts, caps, the budget for buffered bodies) are
 //! [`limits`], one flag each; every protocol obeys them.
 //!
@@ -63,8 +63,8 @@
 //! - [`http::reflection`]: gRPC server reflection from that descriptor set.
 //! - [`openapi`]: the OpenAPI document built from the descriptor pool (one
 //!   file per part: paths, schemas, errors, security, examples, prose and
-//!   comments), served
-//!   at `/openapi.json` with Swagger UI at `/docs`; committed in `openapi/`.
+//!   comments), served at `/openapi.json` with Swagger UI at `/docs`;
+//!   committed in `openapi/`.
 //! - [`dashboard`] (`src/dashboard/`): `views.rs` the JSON over the engine
 //!   snapshot, `history.rs` the history ring, `vars.rs` the original's dump at
 //!   `/inspect/vars/yadcc/task_dispatcher`, `access.rs` who may read them
