@@ -92,15 +92,7 @@ pub async fn serve_http(
             continue;
         }
         if !may_wait(&request.head.method) {
-            let Request {
-                head,
-                seq_no,
-                body,
-                budget,
-                ..
-            } = request;
-            let answer = run(&state, head, seq_no, body).await;
-            drop(budget);
+            let answer = request.answer(&state).await;
             if connection.answers.send(answer).await.is_err() || close_after {
                 break;
             }
@@ -126,16 +118,7 @@ pub async fn serve_http(
         let state = state.clone();
         let answers = connection.answers.clone();
         connection.spawn_call(slot, async move {
-            let Request {
-                head,
-                seq_no,
-                body,
-                budget,
-                ..
-            } = request;
-            let answer = run(&state, head, seq_no, body).await;
-            drop(budget);
-            let _ = answers.send(answer).await;
+            let _ = answers.send(request.answer(&state).await).await;
         });
         if close_after {
             break;
@@ -161,6 +144,21 @@ struct Request {
 }
 
 impl Request {
+    /// Runs the call and encodes its answer; the body's share of the budget
+    /// is given back once the call is answered.
+    async fn answer(self, state: &AppState) -> Bytes {
+        let Request {
+            head,
+            seq_no,
+            body,
+            budget,
+            ..
+        } = self;
+        let answer = run(state, head, seq_no, body).await;
+        drop(budget);
+        answer
+    }
+
     /// This request's head with another outcome.
     fn head(&self, method: Result<Method, ApiError>) -> dialect::CheckedHead {
         dialect::CheckedHead {

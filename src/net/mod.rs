@@ -351,6 +351,18 @@ async fn serve_hyper(
 mod tests {
     use super::*;
 
+    fn shared_for(settings: crate::http::state::HttpSettings) -> Arc<Shared> {
+        let engine = crate::engine::Scheduler::new(crate::engine::Config::default());
+        let state = AppState::new(engine, settings);
+        Arc::new(Shared {
+            hyper: hyper_builder(&state.settings.edge),
+            router: Router::new(),
+            edge: state.settings.edge.clone(),
+            state,
+            per_ip: Mutex::default(),
+        })
+    }
+
     #[tokio::test]
     async fn trusted_proxies_are_exempt_from_the_per_address_cap() {
         let settings = crate::http::state::HttpSettings {
@@ -361,15 +373,7 @@ mod tests {
             },
             ..Default::default()
         };
-        let engine = crate::engine::Scheduler::new(crate::engine::Config::default());
-        let state = AppState::new(engine, settings);
-        let shared = Arc::new(Shared {
-            hyper: hyper_builder(&state.settings.edge),
-            router: Router::new(),
-            edge: state.settings.edge.clone(),
-            state,
-            per_ip: Mutex::default(),
-        });
+        let shared = shared_for(settings);
         let slots = Arc::new(Semaphore::new(8));
         let from = |ip: &str| SocketAddr::new(ip.parse().unwrap(), 40_000);
 
@@ -405,15 +409,7 @@ mod tests {
             },
             ..Default::default()
         };
-        let engine = crate::engine::Scheduler::new(crate::engine::Config::default());
-        let state = AppState::new(engine, settings);
-        let shared = Arc::new(Shared {
-            hyper: hyper_builder(&state.settings.edge),
-            router: Router::new(),
-            edge: state.settings.edge.clone(),
-            state,
-            per_ip: Mutex::default(),
-        });
+        let shared = shared_for(settings);
         let slots = Arc::new(Semaphore::new(16));
         let from = |ip: &str| SocketAddr::new(ip.parse().unwrap(), 40_000);
 
