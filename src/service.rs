@@ -9,6 +9,7 @@ use std::{
     time::Duration,
 };
 
+use prost::Message;
 use tokio::time::Instant;
 
 use crate::{
@@ -255,21 +256,53 @@ impl SchedulerService {
             .as_ref()
             .is_some_and(|source| Arc::ptr_eq(source, &current))
         {
-            cache.response = Arc::new(pb::GetRunningTasksResponse {
-                running_tasks: current
-                    .iter()
-                    .map(|task| pb::RunningTask {
-                        servant_task_id: task.servant_task_id,
-                        task_grant_id: 0,
-                        servant_location: task.servant.to_string(),
-                        task_digest: task.task_digest.clone(),
-                    })
-                    .collect(),
-            });
+            let (response, left_out) = running_tasks_response(&current, RUNNING_TASKS_ANSWER_BYTES);
+            if left_out > 0 {
+                tracing::warn!(
+                    listed = response.running_tasks.len(),
+                    left_out,
+                    "GetRunningTasks answer cut to fit a daemon's message limit"
+                );
+            }
+            cache.response = Arc::new(response);
             cache.source = Some(current);
         }
         Ok(Arc::clone(&cache.response))
     }
+}
+
+/// Bytes of a `GetRunningTasks` answer at most: a daemon's message limit,
+/// less room for the frame's meta or an HTTP head. The list only saves
+/// daemons from compiling what another machine already compiles, so a
+/// shorter list costs a little duplicated work, while a longer one would cost
+/// every daemon its connection.
+pub const RUNNING_TASKS_ANSWER_BYTES: usize = pb::DAEMON_MAX_MESSAGE_BYTES - (64 << 10);
+
+/// The open answer for `tasks`: the longest prefix whose encoding fits in
+/// `max_bytes`, and how many tasks were left out.
+fn running_tasks_response(
+    tasks: &[engine::RunningTask],
+    max_bytes: usize,
+) -> (pb::GetRunningTasksResponse, usize) {
+    let mut encoded = 0;
+    let mut running_tasks = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        let entry = pb::RunningTask {
+            servant_task_id: task.servant_task_id,
+            task_grant_id: 0,
+            servant_location: task.servant.to_string(),
+            task_digest: task.task_digest.clone(),
+        };
+        // A repeated field 1: one tag byte, the length, the message.
+        let len = entry.encoded_len();
+        encoded += 1 + prost::encoding::encoded_len_varint(len as u64) + len;
+        if encoded > max_bytes {
+            break;
+        }
+        running_tasks.push(entry);
+    }
+    let left_out = tasks.len() - running_tasks.len();
+    (pb::GetRunningTasksResponse { running_tasks }, left_out)
 }
 
 fn millis(ms: u32) -> Duration {
@@ -288,6 +321,40 @@ fn servant_priority(raw: i32) -> engine::ServantPriority {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An answer over a daemon's message limit would cost the daemon its
+    /// connection and every call in flight on it: the list is cut instead.
+    #[test]
+    fn the_running_tasks_answer_is_cut_to_fit_a_daemons_message_limit() {
+        let tasks: Vec<engine::RunningTask> = (0..100)
+            .map(|i| engine::RunningTask {
+                servant: "10.0.0.1:8335".parse().unwrap(),
+                servant_task_id: i,
+                grant_id: i + 1,
+                task_digest: format!("{i:064x}"),
+            })
+            .collect();
+        let (whole, left_out) = running_tasks_response(&tasks, usize::MAX);
+        assert_eq!((whole.running_tasks.len(), left_out), (100, 0));
+        let full = whole.encoded_len();
+        assert_eq!(
+            running_tasks_response(&tasks, full).1,
+            0,
+            "exactly full fits"
+        );
+
+        let limit = full / 2;
+        let (cut, left_out) = running_tasks_response(&tasks, limit);
+        let kept = cut.running_tasks.len();
+        assert!(cut.encoded_len() <= limit);
+        assert!(left_out > 0 && kept + left_out == 100);
+        assert_eq!(cut.running_tasks[..], whole.running_tasks[..kept]);
+        let one_more = running_tasks_response(&tasks[..=kept], usize::MAX).0;
+        assert!(
+            one_more.encoded_len() > limit,
+            "the longest prefix that fits"
+        );
+    }
 
     /// Whatever an RPC is refused with is among the statuses documented
     /// for it: bad tokens, bad arguments and unknown environments, each.

@@ -13,7 +13,7 @@ pub const MAGIC: [u8; 4] = *b"CPRF";
 pub const HEADER_LEN: usize = 16;
 /// The framework's limit on meta + payload + attachment; a larger frame
 /// closes the connection, as the original server does.
-pub const MAX_FRAME_BODY: usize = 4 << 20;
+pub const MAX_FRAME_BODY: usize = crate::pb::DAEMON_MAX_MESSAGE_BYTES;
 
 /// The sizes a frame header announces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

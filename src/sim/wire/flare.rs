@@ -18,7 +18,7 @@ pub const FLARE_MAGIC: [u8; 4] = *b"CPRF";
 /// Bytes of the fixed frame header.
 pub const FLARE_HEADER_BYTES: usize = 16;
 /// Largest frame the framework accepts (header included).
-pub const FLARE_MAX_FRAME_BYTES: usize = 4 << 20;
+pub const FLARE_MAX_FRAME_BYTES: usize = crate::pb::DAEMON_MAX_MESSAGE_BYTES;
 /// `acceptable_compression_algorithms` as stock daemons send it: bits 1..5
 /// (none, gzip, lz4, snappy, zstd).
 pub const DAEMON_ACCEPTABLE_COMPRESSION: u64 = 62;
