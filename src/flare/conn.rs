@@ -23,7 +23,7 @@ use tokio::{
     time::{Instant, Sleep},
 };
 
-use crate::limits::MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
+use crate::limits::{EdgeSettings, MAX_CALLS_IN_FLIGHT_PER_CONNECTION};
 
 /// Read granularity while waiting for a head. A daemon's heartbeat frame is
 /// about 1.3 KB, so one read takes a whole call; larger bodies are read to
@@ -166,6 +166,25 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
+    /// A daemon connection under the edge's limits: idle for
+    /// `idle_timeout`; an answer that makes no progress for
+    /// `body_read_timeout` (a daemon that stopped reading) is given up, the
+    /// same allowance a request's body gets.
+    pub fn for_daemon(
+        stream: TcpStream,
+        already_read: BytesMut,
+        edge: &EdgeSettings,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        Self::open(
+            stream,
+            already_read,
+            edge.idle_timeout,
+            edge.body_read_timeout,
+            stop,
+        )
+    }
+
     /// `already_read`: what the listener read to recognise the protocol;
     /// `stop` turns true when the server stops.
     pub fn open(

@@ -52,13 +52,7 @@ pub async fn serve_http(
     stop: watch::Receiver<bool>,
 ) {
     let edge = state.settings.edge.clone();
-    let mut connection = Connection::open(
-        stream,
-        already_read,
-        edge.idle_timeout,
-        edge.body_read_timeout,
-        stop,
-    );
+    let mut connection = Connection::for_daemon(stream, already_read, &edge, stop);
     let mut unread_rest = false;
     loop {
         match connection.next_request().await {

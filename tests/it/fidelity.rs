@@ -7,22 +7,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use prost::Message;
-use tokio::time::Instant;
 use yadcc_scheduler::{engine, http::state::HttpSettings, pb};
 
-use crate::support::*;
-
-/// Polls `condition` until it holds or `STEP` passes.
-async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + STEP;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    condition()
-}
+use crate::{fixtures::eventually, support::*};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

@@ -1,6 +1,9 @@
 //! Setups that several topics share (the server itself and its clients are
 //! in `support`).
 
+use std::time::Duration;
+
+use tokio::time::Instant;
 use yadcc_scheduler::pb;
 
 use crate::support::*;
@@ -29,4 +32,16 @@ pub async fn saturated_server() -> Server {
     let server = Server::start().await;
     take_the_only_slot(&server, 1).await;
     server
+}
+
+/// Polls `condition` until it holds or `STEP` passes.
+pub async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + STEP;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    condition()
 }

@@ -7,19 +7,10 @@ use prost::Message;
 use tokio::time::Instant;
 use yadcc_scheduler::pb;
 
-use crate::{fixtures::saturated_server, support::*};
-
-/// Polls `condition` until it holds or `STEP` passes.
-async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + STEP;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    condition()
-}
+use crate::{
+    fixtures::{eventually, saturated_server},
+    support::*,
+};
 
 /// Starts a long `WaitForStartingTask` on its own connection and returns
 /// once the engine has queued it.
