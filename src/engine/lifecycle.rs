@@ -89,8 +89,8 @@ impl State {
         }
         match end {
             GrantEnd::Freed => {
-                self.servants.uncount_grant(g.servant, id);
-                self.servants.reindex(g.servant, &mut self.envs, fx);
+                self.servants
+                    .release_grant(g.servant, id, &mut self.envs, fx);
             }
             GrantEnd::Reaped | GrantEnd::AdoptionEnded => {
                 self.servants.uncount_grant(g.servant, id);

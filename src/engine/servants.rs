@@ -121,6 +121,13 @@ impl Servant {
     /// Recomputes the presence; returns (the previous one, the new one) and
     /// records the new one. The caller then `sync`s the environments, except
     /// after a grant, which may leave them lagging (see `placement`).
+    /// Grant `id` no longer counts against this servant; false if it did not.
+    fn forget_grant(&mut self, id: u64) -> bool {
+        self.zombies.remove(&id);
+        self.adopted.remove(&id);
+        self.grants.remove(&id)
+    }
+
     fn repose(&mut self) -> (Presence, Presence) {
         let new = self.presence();
         (std::mem::replace(&mut self.indexed, new), new)
@@ -449,12 +456,26 @@ impl Servants {
     /// Stops counting grant `id` against the servant; false if it was not.
     /// The caller reindexes the servant.
     pub(crate) fn uncount_grant(&mut self, key: ServantKey, id: u64) -> bool {
-        let Some(s) = self.by_key.get_mut(&key) else {
-            return false;
-        };
-        s.zombies.remove(&id);
-        s.adopted.remove(&id);
-        s.grants.remove(&id)
+        self.by_key
+            .get_mut(&key)
+            .is_some_and(|s| s.forget_grant(id))
+    }
+
+    /// A freed grant: uncounted, and the servant moved to its new place in
+    /// the environment indexes at once (the capacity may serve queued
+    /// requests). One lookup for both, as every `FreeTask` pays it.
+    pub(crate) fn release_grant(
+        &mut self,
+        key: ServantKey,
+        id: u64,
+        envs: &mut Envs,
+        fx: &mut Effects,
+    ) {
+        if let Some(s) = self.by_key.get_mut(&key) {
+            s.forget_grant(id);
+            let (old, new) = s.repose();
+            sync(envs, &mut s.envs, old, new, fx);
+        }
     }
 
     /// Grant `id` on the servant became a zombie (it still counts).
