@@ -39,10 +39,7 @@ async fn zombie_counts_until_the_servant_stops_listing_it() {
 
     // A waiter queues; the next heartbeat no longer lists the zombie: it is
     // forgotten and its slot serves the waiter.
-    let waiting = tokio::spawn({
-        let s = s.clone();
-        async move { s.wait_for_starting_task(req_wait(secs(10))).await }
-    });
+    let waiting = spawn_wait(&s, req_wait(secs(10)));
     settle().await;
     b.running_tasks.clear();
     assert!(s.heartbeat(b).unwrap().expired_grant_ids.is_empty());

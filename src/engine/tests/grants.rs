@@ -143,16 +143,13 @@ async fn only_the_first_grant_waits() {
     s.heartbeat(hb("10.0.0.1:8335", 2)).unwrap();
     let a = grant_one(&s, req()).await;
     let b = grant_one(&s, req()).await;
-    let waiting = tokio::spawn({
-        let s = s.clone();
-        async move {
-            s.wait_for_starting_task(GrantRequest {
-                immediate: 3,
-                ..req_wait(secs(5))
-            })
-            .await
-        }
-    });
+    let waiting = spawn_wait(
+        &s,
+        GrantRequest {
+            immediate: 3,
+            ..req_wait(secs(5))
+        },
+    );
     settle().await;
     free_one(&s, a.id);
     settle().await;
@@ -169,17 +166,14 @@ async fn woken_waiter_takes_extras_when_nobody_else_waits() {
     let s = Scheduler::new(config());
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
     let a = grant_one(&s, req()).await;
-    let waiting = tokio::spawn({
-        let s = s.clone();
-        async move {
-            s.wait_for_starting_task(GrantRequest {
-                immediate: 2,
-                prefetch: 1,
-                ..req_wait(secs(5))
-            })
-            .await
-        }
-    });
+    let waiting = spawn_wait(
+        &s,
+        GrantRequest {
+            immediate: 2,
+            prefetch: 1,
+            ..req_wait(secs(5))
+        },
+    );
     settle().await;
     // The servant grows to 4 slots and the held grant is freed: 4 free now.
     s.heartbeat(hb("10.0.0.1:8335", 4)).unwrap();

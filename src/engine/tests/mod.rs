@@ -131,6 +131,15 @@ async fn grant_one(s: &Scheduler, r: GrantRequest) -> Grant {
     grants[0]
 }
 
+/// A `WaitForStartingTask` call running on its own task, as a queued client.
+fn spawn_wait(
+    s: &Scheduler,
+    r: GrantRequest,
+) -> tokio::task::JoinHandle<Result<Vec<Grant>, Rejection>> {
+    let s = s.clone();
+    tokio::spawn(async move { s.wait_for_starting_task(r).await })
+}
+
 fn free_one(s: &Scheduler, id: u64) {
     s.free(USER, ip(HOME), &[id]).expect("free");
 }

@@ -95,10 +95,7 @@ async fn snapshot_counts_waiters_per_environment_and_servant() {
     let s = Scheduler::new(config());
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
     let _held = grant_one(&s, req()).await;
-    let _w = tokio::spawn({
-        let s = s.clone();
-        async move { s.wait_for_starting_task(req_wait(secs(10))).await }
-    });
+    let _w = spawn_wait(&s, req_wait(secs(10)));
     settle().await;
     let snap = s.snapshot();
     assert_eq!(snap.totals.waiters, 1);

@@ -29,10 +29,7 @@ async fn environment_disappearing_mid_wait_fails_the_waiter() {
     let s = Scheduler::new(config());
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
     let _held = grant_one(&s, req()).await;
-    let waiting = tokio::spawn({
-        let s = s.clone();
-        async move { s.wait_for_starting_task(req_wait(secs(10))).await }
-    });
+    let waiting = spawn_wait(&s, req_wait(secs(10)));
     settle().await;
     assert_eq!(s.snapshot().totals.waiters, 1);
     let t0 = Instant::now();
@@ -135,19 +132,18 @@ async fn fairness_skips_waiters_the_capacity_cannot_satisfy() {
     assert_eq!(old_grant.servant, addr("10.0.0.1:8335"));
     assert_eq!(new_grant.servant, addr("10.0.0.2:8335"));
 
-    let spawn_wait = |min_version: u32| {
-        let s = s.clone();
-        tokio::spawn(async move {
-            s.wait_for_starting_task(GrantRequest {
+    let wait_for_version = |min_version: u32| {
+        spawn_wait(
+            &s,
+            GrantRequest {
                 min_version,
                 ..req_wait(secs(10))
-            })
-            .await
-        })
+            },
+        )
     };
-    let needs_v2 = spawn_wait(2);
+    let needs_v2 = wait_for_version(2);
     settle().await;
-    let any = spawn_wait(0);
+    let any = wait_for_version(0);
     settle().await;
 
     // A version-1 slot frees: the first waiter cannot use it, the second gets it.
@@ -165,15 +161,9 @@ async fn waiters_served_when_a_heartbeat_raises_capacity_or_a_servant_joins() {
     let s = Scheduler::new(config());
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
     let _held = grant_one(&s, req()).await;
-    let first = tokio::spawn({
-        let s = s.clone();
-        async move { s.wait_for_starting_task(req_wait(secs(10))).await }
-    });
+    let first = spawn_wait(&s, req_wait(secs(10)));
     settle().await;
-    let second = tokio::spawn({
-        let s = s.clone();
-        async move { s.wait_for_starting_task(req_wait(secs(10))).await }
-    });
+    let second = spawn_wait(&s, req_wait(secs(10)));
     settle().await;
     // Capacity 1 -> 2.
     s.heartbeat(hb("10.0.0.1:8335", 2)).unwrap();
@@ -207,15 +197,9 @@ async fn cancelled_waiter_leaves_the_queue_and_the_next_is_served() {
         "dropped future left the queue"
     );
 
-    let gone = tokio::spawn({
-        let s = s.clone();
-        async move { s.wait_for_starting_task(req_wait(secs(10))).await }
-    });
+    let gone = spawn_wait(&s, req_wait(secs(10)));
     settle().await;
-    let next = tokio::spawn({
-        let s = s.clone();
-        async move { s.wait_for_starting_task(req_wait(secs(10))).await }
-    });
+    let next = spawn_wait(&s, req_wait(secs(10)));
     settle().await;
     gone.abort();
     settle().await;
@@ -231,15 +215,9 @@ async fn cancelled_waiter_releases_a_grant_handed_to_it_but_not_received() {
     let s = Scheduler::new(config());
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
     let held = grant_one(&s, req()).await;
-    let gone = tokio::spawn({
-        let s = s.clone();
-        async move { s.wait_for_starting_task(req_wait(secs(10))).await }
-    });
+    let gone = spawn_wait(&s, req_wait(secs(10)));
     settle().await;
-    let next = tokio::spawn({
-        let s = s.clone();
-        async move { s.wait_for_starting_task(req_wait(secs(10))).await }
-    });
+    let next = spawn_wait(&s, req_wait(secs(10)));
     settle().await;
     // The free hands the slot to `gone` under the lock; it is cancelled before
     // it runs to receive it.
@@ -269,10 +247,7 @@ async fn max_waiters_answers_no_quota_at_once() {
     let _held = grant_one(&s, req()).await;
     let mut queued = Vec::new();
     for _ in 0..2 {
-        queued.push(tokio::spawn({
-            let s = s.clone();
-            async move { s.wait_for_starting_task(req_wait(secs(10))).await }
-        }));
+        queued.push(spawn_wait(&s, req_wait(secs(10))));
         settle().await;
     }
     let t0 = Instant::now();
@@ -290,12 +265,7 @@ async fn shutdown_answers_waiters_and_later_waits_do_not_block() {
     let s = Scheduler::new(config());
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
     let held = grant_one(&s, req()).await;
-    let waiters: Vec<_> = (0..2)
-        .map(|_| {
-            let s = s.clone();
-            tokio::spawn(async move { s.wait_for_starting_task(req_wait(secs(10))).await })
-        })
-        .collect();
+    let waiters: Vec<_> = (0..2).map(|_| spawn_wait(&s, req_wait(secs(10)))).collect();
     settle().await;
     let t0 = Instant::now();
     s.shutdown();
@@ -359,17 +329,14 @@ async fn prefetch_only_call_for_an_unoffered_environment_gets_no_quota() {
     // The same when the environment disappears while the call waits.
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
     let _held = grant_one(&s, req()).await;
-    let waiting = tokio::spawn({
-        let s = s.clone();
-        async move {
-            s.wait_for_starting_task(GrantRequest {
-                immediate: 0,
-                prefetch: 1,
-                ..req_wait(secs(10))
-            })
-            .await
-        }
-    });
+    let waiting = spawn_wait(
+        &s,
+        GrantRequest {
+            immediate: 0,
+            prefetch: 1,
+            ..req_wait(secs(10))
+        },
+    );
     settle().await;
     let mut b = hb("10.0.0.1:8335", 1);
     b.environments = vec!["other".into()];
@@ -433,17 +400,14 @@ async fn one_machine_s_waiters_are_capped() {
     let _held = grant_one(&s, req()).await;
     let mut queued = Vec::new();
     for machine in ["10.1.1.1", "10.1.1.1", "10.2.2.2"] {
-        queued.push(tokio::spawn({
-            let s = s.clone();
-            async move {
-                s.wait_for_starting_task(GrantRequest {
-                    wait: secs(10),
-                    answer_within: None,
-                    ..req_from(machine)
-                })
-                .await
-            }
-        }));
+        queued.push(spawn_wait(
+            &s,
+            GrantRequest {
+                wait: secs(10),
+                answer_within: None,
+                ..req_from(machine)
+            },
+        ));
         settle().await;
     }
     assert_eq!(s.snapshot().totals.waiters, 3);
