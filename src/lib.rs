@@ -121,4 +121,5 @@ pub mod rpc;
 pub mod service;
 pub mod sim;
 
-pub use http::{routes::app, state::AppState};
+pub use http::routes::app;
+pub use rpc::state::AppState;

@@ -7,8 +7,8 @@ use super::Cli;
 use crate::{
     dashboard::InspectAccess,
     engine::{self, Redacted},
-    http::state::HttpSettings,
     limits::{self, EdgeSettings},
+    rpc::state::HttpSettings,
 };
 
 /// Parses `4096`, `512K`, `512M`, `10G`, `1T` (binary multiples; a trailing `B`

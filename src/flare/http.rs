@@ -26,12 +26,12 @@ use crate::{
     http::{
         dialect::{self, Dialect, RPC_SEQ_NO},
         error::{ApiError, ErrorKind},
-        state::AppState,
     },
     limits::Reservation,
     pb::{Method, RPC_PATH_PREFIX},
     protocol::Protocol,
     rpc,
+    rpc::state::AppState,
 };
 
 /// Headers a request may carry at most (the daemons send four).

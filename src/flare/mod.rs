@@ -25,13 +25,11 @@ use self::{
     frame::{FrameHeader, HEADER_LEN, RequestMeta},
 };
 use crate::{
-    http::{
-        error::{ApiError, ErrorKind},
-        state::AppState,
-    },
+    http::error::{ApiError, ErrorKind},
     pb::{Encoding, Method, SCHEDULER_SERVICE, flare::rpc::CompressionAlgorithm},
     protocol::Protocol,
     rpc,
+    rpc::state::AppState,
 };
 
 /// Target of this module's diagnostics (closed connections and why).

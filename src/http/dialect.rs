@@ -25,8 +25,8 @@ use super::{
     access_log::CallLogged,
     codec::BodyFormat,
     error::{ApiError, ErrorKind},
-    state::AppState,
 };
+use crate::rpc::state::AppState;
 use crate::{
     grammar,
     pb::{Encoding, Method, SCHEDULER_SERVICE},

@@ -34,8 +34,8 @@ use super::{
     access_log::CallLogged,
     dialect,
     error::{ApiError, ErrorKind},
-    state::AppState,
 };
+use crate::rpc::state::AppState;
 use crate::{
     pb::{Encoding, Method, SCHEDULER_SERVICE},
     protocol::Protocol,

@@ -10,4 +10,3 @@ pub mod json;
 pub mod operations;
 pub mod reflection;
 pub mod routes;
-pub mod state;

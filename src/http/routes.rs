@@ -20,8 +20,8 @@ use super::{
     dialect,
     error::{ApiError, ErrorKind},
     grpc, operations, reflection,
-    state::AppState,
 };
+use crate::rpc::state::AppState;
 use crate::{dashboard, pb};
 
 /// Builds the whole application. Serve it with

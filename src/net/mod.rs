@@ -45,9 +45,9 @@ use crate::{
         frame::MAGIC,
         http::{HeadScan, MAX_HEAD_BYTES},
     },
-    http::state::AppState,
     limits::{self, EdgeSettings},
     protocol::Protocol,
+    rpc::state::AppState,
 };
 
 const LOG: &str = "yadcc_scheduler::net";
@@ -351,7 +351,7 @@ async fn serve_hyper(
 mod tests {
     use super::*;
 
-    fn shared_for(settings: crate::http::state::HttpSettings) -> Arc<Shared> {
+    fn shared_for(settings: crate::rpc::state::HttpSettings) -> Arc<Shared> {
         let engine = crate::engine::Scheduler::new(crate::engine::Config::default());
         let state = AppState::new(engine, settings);
         Arc::new(Shared {
@@ -365,7 +365,7 @@ mod tests {
 
     #[tokio::test]
     async fn trusted_proxies_are_exempt_from_the_per_address_cap() {
-        let settings = crate::http::state::HttpSettings {
+        let settings = crate::rpc::state::HttpSettings {
             trusted_proxies: vec!["10.0.0.1".parse().unwrap()],
             edge: EdgeSettings {
                 max_connections_per_ip: 2,
@@ -402,7 +402,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_per_address_cap_counts_an_ipv6_slash_64_as_one_address() {
-        let settings = crate::http::state::HttpSettings {
+        let settings = crate::rpc::state::HttpSettings {
             edge: EdgeSettings {
                 max_connections_per_ip: 2,
                 ..EdgeSettings::default()

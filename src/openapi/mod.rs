@@ -53,8 +53,9 @@ use crate::{
     contract,
     dashboard::{DashboardApi, InspectAccess},
     engine::Limits,
-    http::{dialect::Dialect, error::ErrorBody, operations::OperationsApi, state::AppState},
+    http::{dialect::Dialect, error::ErrorBody, operations::OperationsApi},
     pb,
+    rpc::state::AppState,
 };
 
 pub mod comments;

@@ -5,16 +5,18 @@
 //! (each form is a column of [`ErrorKind::wire`]). Metrics, the access log and
 //! the per-peer protocol record happen here, once, for every protocol.
 
+pub mod state;
+
 use std::{future::Future, net::IpAddr, time::Duration};
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use self::state::AppState;
 use crate::{
     http::{
         codec,
         error::{ApiError, ErrorKind},
-        state::AppState,
     },
     metrics::CallEnd,
     pb::{Encoding, Method},

@@ -6,8 +6,8 @@ use base64::Engine as _;
 use serde_json::Value;
 use yadcc_scheduler::{
     dashboard::{ASSETS, InspectAccess, SECURITY_HEADERS},
-    http::state::HttpSettings,
     pb,
+    rpc::state::HttpSettings,
 };
 
 use crate::support::*;

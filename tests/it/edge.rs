@@ -14,9 +14,9 @@ use tokio::{
     time::Instant,
 };
 use yadcc_scheduler::{
-    http::state::HttpSettings,
     limits::EdgeSettings,
     pb,
+    rpc::state::HttpSettings,
     sim::{
         client::SerialConn,
         wire::{Outcome, Protocol},

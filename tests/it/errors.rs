@@ -2,11 +2,7 @@
 //! both route styles; and bad bodies never take the server down.
 
 use prost::Message;
-use yadcc_scheduler::{
-    engine,
-    http::{error::ErrorKind, state::HttpSettings},
-    pb,
-};
+use yadcc_scheduler::{engine, http::error::ErrorKind, pb, rpc::state::HttpSettings};
 
 use crate::support::*;
 

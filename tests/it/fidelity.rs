@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use prost::Message;
-use yadcc_scheduler::{engine, http::state::HttpSettings, pb};
+use yadcc_scheduler::{engine, pb, rpc::state::HttpSettings};
 
 use crate::{fixtures::eventually, support::*};
 

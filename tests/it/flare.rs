@@ -8,8 +8,8 @@ use prost::Message;
 use tokio::time::Instant;
 use yadcc_scheduler::{
     engine,
-    http::state::HttpSettings,
     pb::{self, flare::rpc::RpcMeta},
+    rpc::state::HttpSettings,
     sim::wire,
 };
 

@@ -15,9 +15,9 @@ use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use yadcc_scheduler::{
     AppState, app,
     engine::{self, Scheduler},
-    http::state::HttpSettings,
     net,
     pb::{self, flare::rpc::RpcMeta},
+    rpc::state::HttpSettings,
     sim::{
         client::{CallError, SerialConn},
         wire::{self, Protocol},

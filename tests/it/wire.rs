@@ -3,7 +3,7 @@
 
 use bytes::BytesMut;
 use prost::Message;
-use yadcc_scheduler::{engine, http::state::HttpSettings, pb, sim::wire};
+use yadcc_scheduler::{engine, pb, rpc::state::HttpSettings, sim::wire};
 
 use crate::support::*;
 
