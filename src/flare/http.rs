@@ -23,15 +23,15 @@ use super::{
     may_wait,
 };
 use crate::{
-    http::{
-        dialect::{self, Dialect, RPC_SEQ_NO},
-        error::{ApiError, ErrorKind},
-    },
+    http::dialect::{self, Dialect, RPC_SEQ_NO},
     limits::Reservation,
     pb::{Method, RPC_PATH_PREFIX},
     protocol::Protocol,
     rpc,
-    rpc::state::AppState,
+    rpc::{
+        error::{ApiError, ErrorKind},
+        state::AppState,
+    },
 };
 
 /// Headers a request may carry at most (the daemons send four).

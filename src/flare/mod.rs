@@ -25,10 +25,10 @@ use self::{
     frame::{FrameHeader, HEADER_LEN, RequestMeta},
 };
 use crate::{
-    http::error::{ApiError, ErrorKind},
     pb::{Encoding, Method, SCHEDULER_SERVICE, flare::rpc::CompressionAlgorithm},
     protocol::Protocol,
     rpc,
+    rpc::error::{ApiError, ErrorKind},
     rpc::state::AppState,
 };
 

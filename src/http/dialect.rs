@@ -21,12 +21,11 @@ use axum::{
 };
 use tokio::time::Instant;
 
-use super::{
-    access_log::CallLogged,
-    codec::BodyFormat,
+use super::{access_log::CallLogged, codec::BodyFormat};
+use crate::rpc::{
     error::{ApiError, ErrorKind},
+    state::AppState,
 };
-use crate::rpc::state::AppState;
 use crate::{
     grammar,
     pb::{Encoding, Method, SCHEDULER_SERVICE},

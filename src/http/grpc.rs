@@ -30,12 +30,11 @@ use bytes::{BufMut, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use tokio::time::Instant;
 
-use super::{
-    access_log::CallLogged,
-    dialect,
+use super::{access_log::CallLogged, dialect};
+use crate::rpc::{
     error::{ApiError, ErrorKind},
+    state::AppState,
 };
-use crate::rpc::state::AppState;
 use crate::{
     pb::{Encoding, Method, SCHEDULER_SERVICE},
     protocol::Protocol,

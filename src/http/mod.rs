@@ -4,7 +4,6 @@
 pub mod access_log;
 pub mod codec;
 pub mod dialect;
-pub mod error;
 pub mod grpc;
 pub mod json;
 pub mod operations;

@@ -15,13 +15,11 @@ use axum::{
     routing::{any, get},
 };
 
-use super::{
-    access_log::AccessLogLayer,
-    dialect,
+use super::{access_log::AccessLogLayer, dialect, grpc, operations, reflection};
+use crate::rpc::{
     error::{ApiError, ErrorKind},
-    grpc, operations, reflection,
+    state::AppState,
 };
-use crate::rpc::state::AppState;
 use crate::{dashboard, pb};
 
 /// Builds the whole application. Serve it with

@@ -7,8 +7,8 @@ use super::{
     comments::{member_comment, table_cell},
 };
 use crate::{
-    http::error::ErrorKind,
     pb::{self, Method},
+    rpc::error::ErrorKind,
     service,
 };
 

@@ -12,7 +12,7 @@
 //!   server reads and writes (pbjson: lowerCamelCase names, 64-bit integers
 //!   as decimal strings, enums by name), with the constraints of [`contract`];
 //! - [`errors`]: the error responses, from the one error table
-//!   ([`crate::http::error::ErrorKind::ALL`]) and each RPC's
+//!   ([`crate::rpc::error::ErrorKind::ALL`]) and each RPC's
 //!   [`crate::service::failure_statuses`];
 //! - [`security`]: the inspection API's basic auth;
 //! - [`examples`]: values that work against `--demo`;
@@ -53,9 +53,9 @@ use crate::{
     contract,
     dashboard::{DashboardApi, InspectAccess},
     engine::Limits,
-    http::{dialect::Dialect, error::ErrorBody, operations::OperationsApi},
+    http::{dialect::Dialect, operations::OperationsApi},
     pb,
-    rpc::state::AppState,
+    rpc::{error::ErrorBody, state::AppState},
 };
 
 pub mod comments;
@@ -274,7 +274,7 @@ mod tests {
 
     #[test]
     fn header_names_are_the_dialects_headers() {
-        use crate::http::{dialect, error};
+        use crate::{http::dialect, rpc::error};
         for (ours, theirs) in [
             (RPC_SEQ_NO, dialect::RPC_SEQ_NO),
             (RPC_TIMEOUT, dialect::RPC_TIMEOUT),

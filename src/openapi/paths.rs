@@ -24,8 +24,9 @@ use super::{
 use crate::{
     contract::{FieldRule, Rule},
     grammar,
-    http::{codec::MEDIA_TYPES, dialect::Dialect, error::ErrorKind},
+    http::{codec::MEDIA_TYPES, dialect::Dialect},
     pb::{Encoding, Method},
+    rpc::error::ErrorKind,
 };
 
 /// Every RPC in both route styles, `http+pb` first.

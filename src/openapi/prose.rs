@@ -9,9 +9,9 @@ use super::{
     errors::error_table,
 };
 use crate::{
-    http::{codec::MEDIA_TYPES, dialect::Dialect, error::ErrorKind},
+    http::{codec::MEDIA_TYPES, dialect::Dialect},
     pb::{self, Encoding},
-    rpc::state::DEFAULT_MAX_BODY_BYTES,
+    rpc::{error::ErrorKind, state::DEFAULT_MAX_BODY_BYTES},
 };
 
 pub(super) fn overview(service: &ServiceDescriptor) -> String {

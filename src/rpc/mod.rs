@@ -5,6 +5,7 @@
 //! (each form is a column of [`ErrorKind::wire`]). Metrics, the access log and
 //! the per-peer protocol record happen here, once, for every protocol.
 
+pub mod error;
 pub mod state;
 
 use std::{future::Future, net::IpAddr, time::Duration};
@@ -12,12 +13,12 @@ use std::{future::Future, net::IpAddr, time::Duration};
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use self::state::AppState;
+use self::{
+    error::{ApiError, ErrorKind},
+    state::AppState,
+};
 use crate::{
-    http::{
-        codec,
-        error::{ApiError, ErrorKind},
-    },
+    http::codec,
     metrics::CallEnd,
     pb::{Encoding, Method},
     protocol::Protocol,

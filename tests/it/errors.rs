@@ -2,7 +2,10 @@
 //! both route styles; and bad bodies never take the server down.
 
 use prost::Message;
-use yadcc_scheduler::{engine, http::error::ErrorKind, pb, rpc::state::HttpSettings};
+use yadcc_scheduler::{
+    engine, pb,
+    rpc::{error::ErrorKind, state::HttpSettings},
+};
 
 use crate::support::*;
 
