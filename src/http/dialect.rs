@@ -21,8 +21,9 @@ use axum::{
 };
 use tokio::time::Instant;
 
-use super::{access_log::CallLogged, codec::BodyFormat};
+use super::access_log::CallLogged;
 use crate::rpc::{
+    codec::BodyFormat,
     error::{ApiError, ErrorKind},
     state::AppState,
 };

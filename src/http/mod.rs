@@ -2,7 +2,6 @@
 //! reflection, codecs and the one error table.
 
 pub mod access_log;
-pub mod codec;
 pub mod dialect;
 pub mod grpc;
 pub mod json;

@@ -5,6 +5,7 @@
 //! (each form is a column of [`ErrorKind::wire`]). Metrics, the access log and
 //! the per-peer protocol record happen here, once, for every protocol.
 
+pub mod codec;
 pub mod error;
 pub mod state;
 
@@ -18,7 +19,6 @@ use self::{
     state::AppState,
 };
 use crate::{
-    http::codec,
     metrics::CallEnd,
     pb::{Encoding, Method},
     protocol::Protocol,

@@ -10,7 +10,7 @@ use std::{
 
 use axum::http::{HeaderMap, HeaderValue};
 
-use crate::http::codec::EncodedCache;
+use super::codec::EncodedCache;
 use crate::{
     dashboard::{self, Dashboard},
     engine::Scheduler,

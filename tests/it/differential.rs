@@ -28,9 +28,11 @@ use tokio::net::TcpListener;
 use yadcc_scheduler::{
     AppState, app,
     engine::{Config, Scheduler, TokenSet},
-    http::codec::{decode, encode},
     pb::{self, Encoding},
-    rpc::state::HttpSettings,
+    rpc::{
+        codec::{decode, encode},
+        state::HttpSettings,
+    },
 };
 
 /// Generated messages per type and check: with six request and six response

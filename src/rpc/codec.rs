@@ -12,10 +12,10 @@ use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use serde::{Serialize, de::DeserializeOwned};
 
-use super::json::{self, StrictJson};
+use super::error::{ApiError, ErrorKind};
 use crate::{
+    http::json::{self, StrictJson},
     pb::{self, Encoding},
-    rpc::error::{ApiError, ErrorKind},
 };
 
 /// The media types a request may carry, each with the encoding it selects.
