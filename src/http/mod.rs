@@ -4,7 +4,6 @@
 pub mod access_log;
 pub mod dialect;
 pub mod grpc;
-pub mod json;
 pub mod operations;
 pub mod reflection;
 pub mod routes;

@@ -17,7 +17,7 @@ use super::{
 use crate::{
     contract::{self, FieldRule, Rule},
     grammar,
-    http::json::IntegerKind,
+    rpc::json::IntegerKind,
 };
 
 /// `pattern` of an unsigned 64-bit integer written as a JSON string.

@@ -12,11 +12,11 @@ use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use serde::{Serialize, de::DeserializeOwned};
 
-use super::error::{ApiError, ErrorKind};
-use crate::{
-    http::json::{self, StrictJson},
-    pb::{self, Encoding},
+use super::{
+    error::{ApiError, ErrorKind},
+    json::{self, StrictJson},
 };
+use crate::pb::{self, Encoding};
 
 /// The media types a request may carry, each with the encoding it selects.
 /// The response echoes the request's media type.

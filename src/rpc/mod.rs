@@ -7,6 +7,7 @@
 
 pub mod codec;
 pub mod error;
+pub mod json;
 pub mod state;
 
 use std::{future::Future, net::IpAddr, time::Duration};
