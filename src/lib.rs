@@ -107,11 +107,11 @@
 pub mod config;
 pub mod contract;
 pub mod dashboard;
+pub mod edge;
 pub mod engine;
 pub mod flare;
 pub mod grammar;
 pub mod http;
-pub mod limits;
 pub mod metrics;
 pub mod net;
 pub mod openapi;

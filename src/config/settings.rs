@@ -6,8 +6,8 @@ use std::{net::SocketAddr, time::Duration};
 use super::Cli;
 use crate::{
     dashboard::InspectAccess,
+    edge::{self, EdgeSettings},
     engine::{self, Redacted},
-    limits::{self, EdgeSettings},
     rpc::state::HttpSettings,
 };
 
@@ -136,10 +136,10 @@ impl Cli {
         }
         let max_body_bytes = usize::try_from(self.server.max_body_bytes)
             .map_err(|_| "--max_body_bytes is too large".to_owned())?;
-        if self.server.idle_timeout < limits::MIN_IDLE_TIMEOUT {
+        if self.server.idle_timeout < edge::MIN_IDLE_TIMEOUT {
             return Err(format!(
                 "--idle_timeout must be at least {}s: stock daemons expect idle connections to stay open 60s",
-                limits::MIN_IDLE_TIMEOUT.as_secs()
+                edge::MIN_IDLE_TIMEOUT.as_secs()
             ));
         }
         for (flag, value) in [

@@ -3,7 +3,7 @@
 use std::{ffi::OsString, time::Duration};
 
 use super::*;
-use crate::{dashboard::InspectAccess, engine, limits::EdgeSettings};
+use crate::{dashboard::InspectAccess, edge::EdgeSettings, engine};
 
 fn cli(args: &[&str]) -> Cli {
     Cli::try_parse_args(std::iter::once("yadcc-scheduler").chain(args.iter().copied())).unwrap()

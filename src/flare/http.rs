@@ -23,8 +23,8 @@ use super::{
     may_wait,
 };
 use crate::{
+    edge::Reservation,
     http::dialect::{self, Dialect, RPC_SEQ_NO},
-    limits::Reservation,
     pb::{Method, RPC_PATH_PREFIX},
     protocol::Protocol,
     rpc,

@@ -112,7 +112,7 @@ struct Frame {
     meta: RequestMeta,
     payload: Bytes,
     /// The frame's share of the global budget for large bodies.
-    budget: crate::limits::Reservation,
+    budget: crate::edge::Reservation,
 }
 
 /// Reads one frame: its header and meta within the header-read timeout, the

@@ -40,12 +40,12 @@ use tower::ServiceExt;
 
 use self::io::{Activity, Rewind};
 use crate::{
+    edge::{self, EdgeSettings},
     flare::{
         self,
         frame::MAGIC,
         http::{HeadScan, MAX_HEAD_BYTES},
     },
-    limits::{self, EdgeSettings},
     protocol::Protocol,
     rpc::state::AppState,
 };
@@ -196,7 +196,7 @@ fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Opti
     let counted_ip = if shared.state.settings.is_trusted(ip) {
         None
     } else {
-        let block = limits::address_block(ip);
+        let block = edge::address_block(ip);
         let mut per_ip = shared.per_ip.lock().unwrap_or_else(|p| p.into_inner());
         let count = per_ip.entry(block).or_insert(0);
         if *count >= shared.edge.max_connections_per_ip {

@@ -13,8 +13,8 @@ use axum::http::{HeaderMap, HeaderValue};
 use super::codec::EncodedCache;
 use crate::{
     dashboard::{self, Dashboard},
+    edge::{BodyBudget, EdgeSettings},
     engine::Scheduler,
-    limits::{BodyBudget, EdgeSettings},
     metrics::Metrics,
     pb,
     protocol::PeerProtocols,

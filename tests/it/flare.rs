@@ -340,7 +340,7 @@ async fn the_meta_timeout_is_the_calls_deadline() {
 
 #[tokio::test]
 async fn calls_over_the_in_flight_cap_are_answered_overloaded() {
-    use yadcc_scheduler::limits::MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
+    use yadcc_scheduler::edge::MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
     let server = saturated_server().await;
     let mut connection = Connection::open(server.addr).await;
     let extra = 3;
