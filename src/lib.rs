@@ -106,6 +106,7 @@
 
 pub mod config;
 pub mod contract;
+pub mod daemon;
 pub mod dashboard;
 pub mod edge;
 pub mod engine;

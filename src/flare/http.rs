@@ -18,11 +18,9 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::{net::TcpStream, sync::watch, time::Instant};
 use tower::ServiceExt;
 
-use super::{
-    conn::{Connection, Next, Reader},
-    may_wait,
-};
+use super::may_wait;
 use crate::{
+    daemon::conn::{Connection, Next, Reader},
     edge::Reservation,
     http::dialect::{self, Dialect, RPC_SEQ_NO},
     pb::{Method, RPC_PATH_PREFIX},

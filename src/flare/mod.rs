@@ -11,7 +11,6 @@
 //!
 //! Both end in [`crate::rpc::call`] like every other protocol.
 
-pub mod conn;
 pub mod frame;
 pub mod http;
 
@@ -20,11 +19,9 @@ use std::{future::ready, net::SocketAddr, time::Duration};
 use bytes::{Bytes, BytesMut};
 use tokio::{net::TcpStream, sync::watch, time::Instant};
 
-use self::{
-    conn::{Connection, Next, Reader},
-    frame::{FrameHeader, HEADER_LEN, RequestMeta},
-};
+use self::frame::{FrameHeader, HEADER_LEN, RequestMeta};
 use crate::{
+    daemon::conn::{Connection, Next, Reader},
     pb::{Encoding, Method, SCHEDULER_SERVICE, flare::rpc::CompressionAlgorithm},
     protocol::Protocol,
     rpc,

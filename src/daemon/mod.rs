@@ -1,0 +1,3 @@
+//! The daemons' connections.
+
+pub mod conn;
