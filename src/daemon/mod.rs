@@ -1,3 +1,4 @@
 //! The daemons' connections.
 
 pub mod conn;
+pub mod http_pb;

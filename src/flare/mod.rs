@@ -12,7 +12,6 @@
 //! Both end in [`crate::rpc::call`] like every other protocol.
 
 pub mod frame;
-pub mod http;
 
 use std::{future::ready, net::SocketAddr, time::Duration};
 

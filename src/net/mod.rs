@@ -3,7 +3,7 @@
 //!
 //! - `CPRF`: the daemons' binary protocol ([`crate::flare`]).
 //! - An HTTP/1 request under `/rpc/` carrying `Rpc-SeqNo`: the daemons'
-//!   `http+pb`, answered out of order ([`crate::flare::http`]).
+//!   `http+pb`, answered out of order ([`crate::daemon::http_pb`]).
 //! - Anything else (curl, browsers, Connect, h2c `PRI `): hyper, HTTP/1.1 and
 //!   HTTP/2, serving the axum router, the sniffed bytes replayed first.
 //!
@@ -40,12 +40,9 @@ use tower::ServiceExt;
 
 use self::io::{Activity, Rewind};
 use crate::{
+    daemon::http_pb::{self, HeadScan, MAX_HEAD_BYTES},
     edge::{self, EdgeSettings},
-    flare::{
-        self,
-        frame::MAGIC,
-        http::{HeadScan, MAX_HEAD_BYTES},
-    },
+    flare::{self, frame::MAGIC},
     protocol::Protocol,
     rpc::state::AppState,
 };
@@ -240,7 +237,7 @@ async fn serve_connection(
         }
         Sniffed::DaemonHttp => {
             let _open = state.metrics.connection_opened(Protocol::HttpPb);
-            flare::http::serve_http(
+            http_pb::serve_http(
                 state.clone(),
                 shared.router.clone(),
                 stream,
@@ -294,7 +291,7 @@ fn classify(buf: &[u8]) -> Option<Sniffed> {
     if prefix == H2_PREFACE_START {
         return Some(Sniffed::Hyper);
     }
-    match flare::http::is_daemon_request(buf) {
+    match http_pb::is_daemon_request(buf) {
         None => None,
         Some(true) => Some(Sniffed::DaemonHttp),
         Some(false) => Some(Sniffed::Hyper),

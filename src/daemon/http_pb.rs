@@ -18,10 +18,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::{net::TcpStream, sync::watch, time::Instant};
 use tower::ServiceExt;
 
-use super::may_wait;
 use crate::{
     daemon::conn::{Connection, Next, Reader},
     edge::Reservation,
+    flare::may_wait,
     http::dialect::{self, Dialect, RPC_SEQ_NO},
     pb::{Method, RPC_PATH_PREFIX},
     protocol::Protocol,
