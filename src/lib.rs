@@ -110,7 +110,6 @@ pub mod daemon;
 pub mod dashboard;
 pub mod edge;
 pub mod engine;
-pub mod flare;
 pub mod grammar;
 pub mod http;
 pub mod metrics;

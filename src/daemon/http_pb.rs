@@ -20,8 +20,8 @@ use tower::ServiceExt;
 
 use crate::{
     daemon::conn::{Connection, Next, Reader},
+    daemon::flare::may_wait,
     edge::Reservation,
-    flare::may_wait,
     http::dialect::{self, Dialect, RPC_SEQ_NO},
     pb::{Method, RPC_PATH_PREFIX},
     protocol::Protocol,

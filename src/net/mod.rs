@@ -1,7 +1,7 @@
 //! The listener: accepts connections under the caps, reads each connection's
 //! first bytes to decide its protocol, and serves it; stops gracefully.
 //!
-//! - `CPRF`: the daemons' binary protocol ([`crate::flare`]).
+//! - `CPRF`: the daemons' binary protocol ([`crate::daemon::flare`]).
 //! - An HTTP/1 request under `/rpc/` carrying `Rpc-SeqNo`: the daemons'
 //!   `http+pb`, answered out of order ([`crate::daemon::http_pb`]).
 //! - Anything else (curl, browsers, Connect, h2c `PRI `): hyper, HTTP/1.1 and
@@ -40,9 +40,11 @@ use tower::ServiceExt;
 
 use self::io::{Activity, Rewind};
 use crate::{
-    daemon::http_pb::{self, HeadScan, MAX_HEAD_BYTES},
+    daemon::{
+        flare::{self, frame::MAGIC},
+        http_pb::{self, HeadScan, MAX_HEAD_BYTES},
+    },
     edge::{self, EdgeSettings},
-    flare::{self, frame::MAGIC},
     protocol::Protocol,
     rpc::state::AppState,
 };
