@@ -50,7 +50,6 @@ mod grants;
 mod heartbeat;
 mod lifecycle;
 mod placement;
-mod queue;
 mod requesters;
 mod servants;
 mod shared;
@@ -59,6 +58,7 @@ mod state;
 pub(crate) mod tokens;
 mod types;
 mod views;
+mod wait_queues;
 mod waiters;
 
 #[cfg(test)]

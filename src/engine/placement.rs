@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
-use super::queue::WaitQueue;
 use super::types::{EnvId, ServantKey, ServantPriority};
+use super::wait_queues::WaitQueue;
 
 /// One environment a servant offers, and what that environment's index
 /// holds for the servant.

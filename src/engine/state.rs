@@ -8,10 +8,10 @@ use tokio::time::Instant;
 use super::config::Config;
 use super::grants::Grants;
 use super::placement::{Effects, Envs};
-use super::queue::Waiters;
 use super::requesters::Requesters;
 use super::servants::Servants;
 use super::tokens::TokenRing;
+use super::wait_queues::Waiters;
 
 /// Everything mutable, guarded by `Shared`'s mutex (a `std::sync::Mutex`
 /// that is never held across an `.await`). Each field is an owner that keeps

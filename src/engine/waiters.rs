@@ -28,11 +28,11 @@ use tokio::time::Instant;
 
 use super::grants::{GrantEnd, NewGrant, Origin};
 use super::placement::Effects;
-use super::queue::{Answer, GrantOrder, Waiter};
 use super::requesters::Owner;
 use super::shared::Shared;
 use super::state::State;
 use super::types::{EnvId, Grant, GrantRequest, Rejection, later};
+use super::wait_queues::{Answer, GrantOrder, Waiter};
 
 /// Outcome of admitting a request under the lock.
 pub(crate) enum Admission {
