@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::envs::{Effects, PlaceKey};
 use super::grants::{GrantEnd, GrantRec, NewGrant, Origin, Renewal};
-use super::placement::{Effects, PlaceKey};
 use super::requesters::Owner;
 use super::state::State;
 use super::types::{EnvId, Grant, ServantKey, later};

@@ -46,10 +46,10 @@ use std::time::Duration;
 
 mod adoption;
 mod config;
+mod envs;
 mod grants;
 mod heartbeat;
 mod lifecycle;
-mod placement;
 mod requesters;
 mod servants;
 mod shared;

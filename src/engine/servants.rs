@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::placement::{
+use super::envs::{
     Effects, EnvLink, EnvList, Envs, PlaceKey, Presence, detach, relink, sync, tier,
 };
 use super::types::{NotAcceptingReason, Rejection, RunningTask, ServantKey, ServantPriority};

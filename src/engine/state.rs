@@ -6,8 +6,8 @@
 use tokio::time::Instant;
 
 use super::config::Config;
+use super::envs::{Effects, Envs};
 use super::grants::Grants;
-use super::placement::{Effects, Envs};
 use super::requesters::Requesters;
 use super::servants::Servants;
 use super::tokens::TokenRing;

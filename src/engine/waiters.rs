@@ -26,8 +26,8 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::envs::Effects;
 use super::grants::{GrantEnd, NewGrant, Origin};
-use super::placement::Effects;
 use super::requesters::Owner;
 use super::shared::Shared;
 use super::state::State;
