@@ -1,106 +1,58 @@
-//! The daemons' own protocols, served the way their framework's server does:
-//! every call on a connection is answered as soon as it is done, matched by
-//! id, and calls that wait (long polls) wait concurrently, so a long poll
-//! never delays a heartbeat.
-//!
-//! - [`frame`] and this module: the binary protocol (`flare://`), frames
-//!   starting `CPRF` with a proto2 `RpcMeta`.
-//! - [`http`]: the daemons' `http+pb` (requests carrying `Rpc-SeqNo`),
-//!   answered out of order with `Rpc-SeqNo` echoed.
-//! - `conn`: the reader, the answers' way to the socket, calls in flight.
-//!
-//! Both end in [`crate::rpc::call`] like every other protocol.
+//! The binary protocol (`flare://`) as a daemon connection's [`Framing`]:
+//! frames starting `CPRF` with a proto2 `RpcMeta` ([`frame`]: the bytes),
+//! answers matched by correlation id.
 
 pub mod frame;
 
-use std::{future::ready, net::SocketAddr, time::Duration};
+use std::{net::SocketAddr, time::Duration};
 
-use bytes::{Bytes, BytesMut};
-use tokio::{net::TcpStream, sync::watch, time::Instant};
+use bytes::Bytes;
+use tokio::time::Instant;
 
 use self::frame::{FrameHeader, HEADER_LEN, RequestMeta};
+use super::{After, Framing, Incoming, Request, conn::Reader};
 use crate::{
-    daemon::conn::{Connection, Next, Reader},
     pb::{Encoding, Method, SCHEDULER_SERVICE, flare::rpc::CompressionAlgorithm},
     protocol::Protocol,
-    rpc,
-    rpc::error::{ApiError, ErrorKind},
-    rpc::state::AppState,
+    rpc::{
+        self,
+        error::{ApiError, ErrorKind},
+        state::AppState,
+    },
 };
 
-/// Target of this module's diagnostics (closed connections and why).
-const LOG: &str = "yadcc_scheduler::flare";
+/// The binary protocol's framing of one connection.
+#[derive(Debug, Default)]
+pub struct Flare;
 
-/// Serves one binary-protocol connection. `already_read` holds the bytes the
-/// listener read to recognise the protocol.
-pub async fn serve_binary(
-    state: AppState,
-    stream: TcpStream,
-    peer: SocketAddr,
-    already_read: BytesMut,
-    stop: watch::Receiver<bool>,
-) {
-    let edge = state.settings.edge.clone();
-    let mut connection = Connection::for_daemon(stream, already_read, &edge, stop);
-    loop {
-        match connection.next_request().await {
-            Next::Request => {}
-            Next::Idle | Next::Stopping => break,
-            Next::Closed => return,
-        }
-        let frame = match read_frame(&mut connection.reader, &state).await {
-            Ok(frame) => frame,
-            Err(reason) => {
-                tracing::debug!(target: LOG, %peer, "closing the connection: {reason}");
-                connection.abandon();
-                return;
-            }
-        };
+impl Framing for Flare {
+    /// The correlation id the answer echoes.
+    type Reply = u64;
+
+    async fn read_request(
+        &mut self,
+        reader: &mut Reader,
+        state: &AppState,
+        peer: SocketAddr,
+    ) -> Result<Incoming<u64>, String> {
         let Frame {
             meta,
             payload,
             budget,
-        } = frame;
-        let id = meta.correlation_id;
-        let call = call_of(peer, &meta);
-        let method = method_of(&meta);
-        if !may_wait(&method) {
-            let outcome = rpc::call(&state, &call, method, ready(Ok(payload))).await;
-            drop(budget);
-            if connection.answers.send(answer(id, &outcome)).await.is_err() {
-                break;
-            }
-            continue;
-        }
-        let Some(slot) = connection.call_slot() else {
-            let overloaded = ApiError::new(
-                ErrorKind::Overloaded,
-                "too many calls in flight on this connection",
-            );
-            let outcome = rpc::call(&state, &call, Err(overloaded), ready(Ok(Bytes::new()))).await;
-            if connection.answers.send(answer(id, &outcome)).await.is_err() {
-                break;
-            }
-            continue;
-        };
-        let state = state.clone();
-        let answers = connection.answers.clone();
-        connection.spawn_call(slot, async move {
-            let _budget = budget;
-            let outcome = rpc::call(&state, &call, method, ready(Ok(payload))).await;
-            let _ = answers.send(answer(id, &outcome)).await;
-        });
+        } = read_frame(reader, state).await?;
+        Ok(Incoming::Call(Request {
+            call: call_of(peer, &meta),
+            method: method_of(&meta),
+            body: payload,
+            budget: Some(budget),
+            reply: meta.correlation_id,
+            then: After::ReadOn,
+        }))
     }
-    connection.finish().await;
-}
 
-/// Whether a call may wait for something other than the CPU (a long poll
-/// waiting for quota). Only such calls get a task of their own; every other
-/// call is answered on the connection's reader before it reads on, which
-/// saves a task and a hand-over per call and delays nothing that a task
-/// would not.
-pub(crate) fn may_wait(method: &Result<Method, ApiError>) -> bool {
-    matches!(method, Ok(Method::WaitForStartingTask))
+    fn answer(id: u64, outcome: Result<Bytes, ApiError>) -> Bytes {
+        answer(id, &outcome)
+    }
 }
 
 /// One request frame, read and checked.
@@ -177,16 +129,14 @@ async fn fill_by(
 
 /// What the transport knows about a call: the meta's `timeout` is its deadline.
 fn call_of(peer: SocketAddr, meta: &RequestMeta) -> rpc::Call {
-    let started = Instant::now();
     let timeout = meta.timeout.filter(|&ms| ms > 0);
-    rpc::Call {
-        protocol: Protocol::Flare,
-        encoding: Encoding::Binary,
-        peer: peer.ip().to_canonical(),
-        deadline: timeout
-            .map(|ms| started + Duration::from_millis(u64::from(ms)).min(rpc::MAX_DEADLINE)),
-        started,
-    }
+    rpc::Call::new(
+        Protocol::Flare,
+        Encoding::Binary,
+        peer.ip().to_canonical(),
+        timeout.map(|ms| Duration::from_millis(u64::from(ms))),
+        Instant::now(),
+    )
 }
 
 /// The method a request names, or the framework's error for it.

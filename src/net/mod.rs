@@ -41,8 +41,9 @@ use tower::ServiceExt;
 use self::io::{Activity, Rewind};
 use crate::{
     daemon::{
-        flare::{self, frame::MAGIC},
-        http_pb::{self, HeadScan, MAX_HEAD_BYTES},
+        self,
+        flare::{Flare, frame::MAGIC},
+        http_pb::{self, HeadScan, HttpPb, MAX_HEAD_BYTES},
     },
     edge::{self, EdgeSettings},
     protocol::Protocol,
@@ -235,19 +236,12 @@ async fn serve_connection(
     match protocol {
         Sniffed::Flare => {
             let _open = state.metrics.connection_opened(Protocol::Flare);
-            flare::serve_binary(state.clone(), stream, peer, first, stopping).await;
+            daemon::serve(Flare, state.clone(), stream, peer, first, stopping).await;
         }
         Sniffed::DaemonHttp => {
             let _open = state.metrics.connection_opened(Protocol::HttpPb);
-            http_pb::serve_http(
-                state.clone(),
-                shared.router.clone(),
-                stream,
-                peer,
-                first,
-                stopping,
-            )
-            .await;
+            let framing = HttpPb::new(shared.router.clone());
+            daemon::serve(framing, state.clone(), stream, peer, first, stopping).await;
         }
         Sniffed::Hyper => {
             let _open = state.metrics.connection_opened(Protocol::Http);

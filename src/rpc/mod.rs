@@ -66,6 +66,27 @@ pub struct Call {
     pub started: Instant,
 }
 
+impl Call {
+    /// A call the transport `started` on, whose caller asked for an answer
+    /// within `timeout`: the one place a deadline is clamped to
+    /// [`MAX_DEADLINE`].
+    pub fn new(
+        protocol: Protocol,
+        encoding: Encoding,
+        peer: IpAddr,
+        timeout: Option<Duration>,
+        started: Instant,
+    ) -> Self {
+        Call {
+            protocol,
+            encoding,
+            peer,
+            deadline: timeout.map(|timeout| started + timeout.min(MAX_DEADLINE)),
+            started,
+        }
+    }
+}
+
 /// Runs one call and records it. `method` carries the transport's checks
 /// (unknown method, malformed headers); `body` is awaited under the caller's
 /// deadline, so a client stalling mid-body gets its timeout answer.
