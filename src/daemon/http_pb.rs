@@ -19,7 +19,10 @@ use tower::ServiceExt;
 
 use super::{After, Framing, Incoming, Request, conn::Reader};
 use crate::{
-    http::dialect::{self, Dialect, RPC_SEQ_NO},
+    http::{
+        dialect::{self, Dialect, DialectAnswer, RPC_SEQ_NO, Served},
+        handler,
+    },
     pb::RPC_PATH_PREFIX,
     protocol::Protocol,
     rpc::{
@@ -47,26 +50,27 @@ impl HttpPb {
     }
 }
 
-/// What an `http+pb` answer echoes of its request.
-#[derive(Debug)]
-pub struct Reply {
-    seq_no: Option<HeaderValue>,
-    media_type: &'static str,
-}
+/// `http+pb` as the daemons' connections serve it: the general HTTP
+/// path's rules, the calls recorded as `http+pb`.
+const DAEMON_HTTP_PB: Served = Served {
+    dialect: Dialect::HttpPb,
+    protocol: Protocol::HttpPb,
+};
 
 impl Framing for HttpPb {
-    type Reply = Reply;
+    /// The request's media type and `Rpc-SeqNo`.
+    type Reply = DialectAnswer;
 
     async fn read_request(
         &mut self,
         reader: &mut Reader,
         state: &AppState,
         peer: SocketAddr,
-    ) -> Result<Incoming<Reply>, String> {
+    ) -> Result<Incoming<DialectAnswer>, String> {
         read_request(reader, state, peer, &self.router).await
     }
 
-    fn answer(reply: Reply, outcome: Result<Bytes, ApiError>) -> Bytes {
+    fn answer(reply: DialectAnswer, outcome: Result<Bytes, ApiError>) -> Bytes {
         let (status, headers, payload) = dialect::answer_parts(outcome, reply.media_type);
         write_answer(status, &headers, reply.seq_no.as_ref(), &payload)
     }
@@ -160,7 +164,7 @@ async fn read_request(
     state: &AppState,
     peer: SocketAddr,
     router: &Router,
-) -> Result<Incoming<Reply>, String> {
+) -> Result<Incoming<DialectAnswer>, String> {
     let edge = &state.settings.edge;
     let head_deadline = Instant::now() + edge.header_read_timeout;
     let mut scan = HeadScan::default();
@@ -182,18 +186,12 @@ async fn read_request(
     };
     let headers = head.headers?;
     let http_method = head.method?;
-    let seq_no = dialect::echoed_seq_no(&headers);
     let close = head.http10
         || headers
             .get(header::CONNECTION)
             .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"close"));
     let then = if close { After::Close } else { After::ReadOn };
     let path = head.path.split('?').next().unwrap_or("");
-    let plain = (!(path.starts_with(RPC_PATH_PREFIX) && seq_no.is_some())).then(|| Plain {
-        method: http_method.clone(),
-        uri: head.path.clone(),
-        headers: headers.clone(),
-    });
     let method = match path.strip_prefix(RPC_PATH_PREFIX) {
         Some(full_name) => dialect::resolve_full_name(full_name),
         None => Err(ApiError::new(
@@ -201,22 +199,17 @@ async fn read_request(
             format!("no route for {http_method} {path}; RPCs live under {RPC_PATH_PREFIX}"),
         )),
     };
-    let checked = dialect::check_head(
-        state,
-        Dialect::HttpPb,
-        Protocol::HttpPb,
-        &http_method,
-        method,
-        &headers,
-        peer,
-    );
-    let reply = Reply {
-        seq_no,
-        media_type: checked.media_type,
-    };
+    let checked = handler::check_head(state, &DAEMON_HTTP_PB, &http_method, method, &headers, peer);
+    let reply = checked.answer;
+    let daemon_call = path.starts_with(RPC_PATH_PREFIX) && reply.seq_no.is_some();
+    let plain = (!daemon_call).then(|| Plain {
+        method: http_method.clone(),
+        uri: head.path.clone(),
+        headers: headers.clone(),
+    });
     // From here on, a refusal is answered like any failed call, then the
     // connection is closed (its body was not read).
-    let refused = |error: ApiError, reply: Reply| {
+    let refused = |error: ApiError, reply: DialectAnswer| {
         Ok(Incoming::Call(Request {
             call: checked.call,
             method: Err(error),

@@ -4,6 +4,7 @@
 pub mod access_log;
 pub mod dialect;
 pub mod grpc;
+pub mod handler;
 pub mod operations;
 pub mod reflection;
 pub mod routes;

@@ -78,7 +78,7 @@ pub const DOCS_PATH: &str = "/docs";
 pub const COMMITTED_SPEC: &str = "openapi/scheduler.openapi.json";
 
 /// The media type under which binary protobuf is documented. The other
-/// binary media types of [`crate::rpc::codec::MEDIA_TYPES`] are named in its description.
+/// binary media types of [`crate::http::dialect::MEDIA_TYPES`] are named in its description.
 pub const PROTOBUF_MEDIA_TYPE: &str = "application/x-protobuf";
 
 /// The media type under which proto3 JSON is documented.
@@ -270,17 +270,17 @@ fn docs_path() -> (String, PathItem) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rpc::codec::MEDIA_TYPES;
+    use crate::http::dialect::MEDIA_TYPES;
 
     #[test]
     fn header_names_are_the_dialects_headers() {
-        use crate::{http::dialect, rpc::error};
+        use crate::http::dialect;
         for (ours, theirs) in [
             (RPC_SEQ_NO, dialect::RPC_SEQ_NO),
             (RPC_TIMEOUT, dialect::RPC_TIMEOUT),
             (CONNECT_TIMEOUT_MS, dialect::CONNECT_TIMEOUT_MS),
-            (RPC_ERROR_CODE, error::RPC_ERROR_CODE),
-            (RPC_ERROR_REASON, error::RPC_ERROR_REASON),
+            (RPC_ERROR_CODE, dialect::RPC_ERROR_CODE),
+            (RPC_ERROR_REASON, dialect::RPC_ERROR_REASON),
         ] {
             assert!(
                 ours.eq_ignore_ascii_case(theirs.as_str()),

@@ -24,9 +24,9 @@ use super::{
 use crate::{
     contract::{FieldRule, Rule},
     grammar,
-    http::dialect::Dialect,
+    http::dialect::{Dialect, MEDIA_TYPES},
     pb::{Encoding, Method},
-    rpc::{codec::MEDIA_TYPES, error::ErrorKind},
+    rpc::error::ErrorKind,
 };
 
 /// Every RPC in both route styles, `http+pb` first.

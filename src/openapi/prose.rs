@@ -9,9 +9,9 @@ use super::{
     errors::error_table,
 };
 use crate::{
-    http::dialect::Dialect,
+    http::dialect::{Dialect, MEDIA_TYPES},
     pb::{self, Encoding},
-    rpc::{codec::MEDIA_TYPES, error::ErrorKind, state::DEFAULT_MAX_BODY_BYTES},
+    rpc::{error::ErrorKind, state::DEFAULT_MAX_BODY_BYTES},
 };
 
 pub(super) fn overview(service: &ServiceDescriptor) -> String {
