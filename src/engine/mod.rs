@@ -75,7 +75,6 @@ pub use views::{
 };
 
 use requesters::Owner;
-use servants::RunningParts;
 use shared::Shared;
 use waiters::{Admission, WaitGuard};
 
@@ -304,17 +303,29 @@ impl Scheduler {
     }
 
     /// `GetRunningTasks`: the tasks verified servants not behind NAT reported
-    /// under grants live there, with the servant's observed location. Cached; rebuilt (outside the lock) only after a
-    /// heartbeat or expiry changed it.
+    /// under grants live there, with the servant's observed location.
     pub fn running_tasks(&self) -> Arc<[RunningTask]> {
-        let sh = self.shared();
-        let (version, parts) = match sh.with_state(|st, now| st.servants.running_tasks_parts(now)) {
-            RunningParts::Cached(cached) => return cached,
-            RunningParts::Stale { version, parts } => (version, parts),
-        };
-        let flat: Arc<[RunningTask]> = parts.iter().flat_map(|p| p.iter().cloned()).collect();
-        sh.with_state(|st, now| st.servants.cache_running_tasks(version, now, flat.clone()));
-        flat
+        self.running_tasks_with_version().1
+    }
+
+    /// [`Scheduler::running_tasks`] and the version of the list
+    /// ([`Scheduler::running_tasks_version`]), which callers are shown from
+    /// now on. Built outside the lock.
+    pub fn running_tasks_with_version(&self) -> (u64, Arc<[RunningTask]>) {
+        let (version, parts) = self
+            .shared()
+            .with_state(|st, now| st.servants.running_tasks_parts(now));
+        let flat = parts.iter().flat_map(|p| p.iter().cloned()).collect();
+        (version, flat)
+    }
+
+    /// The version of the `GetRunningTasks` list callers are shown now. It
+    /// changes only when a heartbeat or an expiry changed the list, and at
+    /// most once per `running_tasks_refresh`: whoever keeps an answer built
+    /// from the list rebuilds it when this changes, and only then.
+    pub fn running_tasks_version(&self) -> u64 {
+        self.shared()
+            .with_state(|st, now| st.servants.running_tasks_version(now))
     }
 
     /// Cluster totals and event counters, cheap enough to read every second.

@@ -216,18 +216,6 @@ pub(crate) struct ServantReport {
     pub expires_at: Instant,
 }
 
-/// The running-task list, or what it is built from.
-pub(crate) enum RunningParts {
-    /// Still current.
-    Cached(Arc<[RunningTask]>),
-    /// Per-servant lists to flatten outside the lock; cache the result only
-    /// if `version` is still current then.
-    Stale {
-        version: u64,
-        parts: Vec<Arc<[RunningTask]>>,
-    },
-}
-
 /// Every live servant, by key and by observed address, with the expiry
 /// deadlines, the cluster's total of reported tasks and the cached
 /// running-task list built from the reports.
@@ -245,8 +233,9 @@ pub(crate) struct Servants {
     min_memory: u64,
     /// Bumped whenever any servant's shown running tasks change.
     running_version: u64,
-    /// The last flattened list: its version and when it was built.
-    running_cache: Option<(u64, Instant, Arc<[RunningTask]>)>,
+    /// The version of the list last handed out, and when: callers are
+    /// shown it until it is `running_tasks_refresh` old.
+    running_shown: Option<(u64, Instant)>,
     running_tasks_refresh: Duration,
     /// Servants removed after expiry or leaving (counter).
     expired: u64,
@@ -267,7 +256,7 @@ impl Servants {
             max_reported_tasks,
             min_memory,
             running_version: 0,
-            running_cache: None,
+            running_shown: None,
             running_tasks_refresh,
             expired: 0,
         }
@@ -553,16 +542,31 @@ impl Servants {
             .collect()
     }
 
-    /// The cached running-task list if it is current or younger than
-    /// `running_tasks_refresh`; else the per-servant lists (registration
-    /// order) to flatten outside the lock, and the version they belong to.
-    pub(crate) fn running_tasks_parts(&self, now: Instant) -> RunningParts {
-        if let Some((version, built_at, cached)) = &self.running_cache
-            && (*version == self.running_version
-                || now.saturating_duration_since(*built_at) < self.running_tasks_refresh)
-        {
-            return RunningParts::Cached(cached.clone());
+    /// The version of the running-task list callers are shown now: the one
+    /// last handed out while it is current or younger than
+    /// `running_tasks_refresh`, else the current one. Every daemon polls the
+    /// list about once a second while, in a large cluster, some heartbeat
+    /// changes it almost every millisecond: a new version at most once per
+    /// interval bounds the cost of rebuilding it whatever the number of
+    /// callers.
+    pub(crate) fn running_tasks_version(&mut self, now: Instant) -> u64 {
+        match self.running_shown {
+            Some((shown, since))
+                if shown == self.running_version
+                    || now.saturating_duration_since(since) < self.running_tasks_refresh =>
+            {
+                shown
+            }
+            _ => {
+                self.running_shown = Some((self.running_version, now));
+                self.running_version
+            }
         }
+    }
+
+    /// The per-servant lists (registration order) to flatten outside the
+    /// lock, and their version, which callers are shown from now on.
+    pub(crate) fn running_tasks_parts(&mut self, now: Instant) -> (u64, Vec<Arc<[RunningTask]>>) {
         let mut keys: Vec<_> = self.by_key.keys().copied().collect();
         keys.sort_unstable();
         let parts = keys
@@ -570,26 +574,7 @@ impl Servants {
             .map(|k| self.by_key[k].reported_tasks.clone())
             .filter(|p| !p.is_empty())
             .collect();
-        RunningParts::Stale {
-            version: self.running_version,
-            parts,
-        }
-    }
-
-    /// Caches a list built from the parts of `version`, unless a newer list
-    /// was cached meanwhile.
-    pub(crate) fn cache_running_tasks(
-        &mut self,
-        version: u64,
-        now: Instant,
-        list: Arc<[RunningTask]>,
-    ) {
-        if self
-            .running_cache
-            .as_ref()
-            .is_none_or(|(cached, _, _)| *cached <= version)
-        {
-            self.running_cache = Some((version, now, list));
-        }
+        self.running_shown = Some((self.running_version, now));
+        (self.running_version, parts)
     }
 }

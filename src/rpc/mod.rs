@@ -8,6 +8,7 @@
 pub mod codec;
 pub mod error;
 pub mod json;
+pub mod running_tasks;
 pub mod state;
 
 use std::{future::Future, net::IpAddr, time::Duration};
@@ -183,10 +184,11 @@ pub async fn dispatch(
             &service.keep_task_alive(decode(encoding, body)?, ctx)?,
         ),
         Method::FreeTask => encode(encoding, &service.free_task(decode(encoding, body)?, ctx)?),
-        // Every daemon asks for the same list every second: encode it once.
+        // Every daemon asks for the same list every second: one owner
+        // builds and encodes it once per version.
         Method::GetRunningTasks => {
-            let response = service.get_running_tasks(decode(encoding, body)?, ctx)?;
-            return state.running_tasks_encoded.encode(encoding, &response);
+            let request = decode(encoding, body)?;
+            return state.running_tasks.encoded(service, request, ctx, encoding);
         }
     };
     encoded.map(Bytes::from)
