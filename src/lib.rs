@@ -13,7 +13,7 @@
 //!                         -> http::dialect  http+pb (`/rpc/...`) and Connect framing
 //!                            http::grpc     gRPC and gRPC-Web, on the Connect path by Content-Type
 //!        -> rpc             the one entry every protocol calls: deadline, metrics,
-//!                           access log, peer protocol ([`protocol::Protocol`] labels)
+//!                           access log, peer protocol ([`protocol::CallProtocol`] labels)
 //!        -> http::codec     bytes <-> prost message (binary protobuf, proto3 JSON;
 //!                           http::json brings every canonical JSON form to pbjson's)
 //!        -> service         prost message <-> engine domain types; scheduler `Status`

@@ -13,7 +13,7 @@ use self::frame::{FrameHeader, HEADER_LEN, RequestMeta};
 use super::{After, Framing, Incoming, Request, conn::Reader};
 use crate::{
     pb::{Encoding, Method, SCHEDULER_SERVICE, flare::rpc::CompressionAlgorithm},
-    protocol::Protocol,
+    protocol::CallProtocol,
     rpc::{
         self,
         error::{ApiError, ErrorKind},
@@ -131,7 +131,7 @@ async fn fill_by(
 fn call_of(peer: SocketAddr, meta: &RequestMeta) -> rpc::Call {
     let timeout = meta.timeout.filter(|&ms| ms > 0);
     rpc::Call::new(
-        Protocol::Flare,
+        CallProtocol::Flare,
         Encoding::Binary,
         peer.ip().to_canonical(),
         timeout.map(|ms| Duration::from_millis(u64::from(ms))),

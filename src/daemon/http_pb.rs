@@ -24,7 +24,7 @@ use crate::{
         handler,
     },
     pb::RPC_PATH_PREFIX,
-    protocol::Protocol,
+    protocol::CallProtocol,
     rpc::{
         self,
         error::{ApiError, ErrorKind},
@@ -54,7 +54,7 @@ impl HttpPb {
 /// path's rules, the calls recorded as `http+pb`.
 const DAEMON_HTTP_PB: Served = Served {
     dialect: Dialect::HttpPb,
-    protocol: Protocol::HttpPb,
+    protocol: CallProtocol::HttpPb,
 };
 
 impl Framing for HttpPb {

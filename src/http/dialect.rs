@@ -30,7 +30,7 @@ use crate::rpc::{
 use crate::{
     grammar,
     pb::{Encoding, Method, SCHEDULER_SERVICE},
-    protocol::Protocol,
+    protocol::CallProtocol,
 };
 
 /// The media types a request may carry, each with the encoding it selects.
@@ -191,10 +191,10 @@ impl Dialect {
     }
 
     /// The protocol label this dialect's calls are recorded under.
-    pub fn protocol(self) -> Protocol {
+    pub fn protocol(self) -> CallProtocol {
         match self {
-            Dialect::HttpPb => Protocol::Http,
-            Dialect::Connect => Protocol::Connect,
+            Dialect::HttpPb => CallProtocol::Http,
+            Dialect::Connect => CallProtocol::Connect,
         }
     }
 }
@@ -211,12 +211,12 @@ impl Dialect {
 }
 
 /// A dialect as one server serves it: the daemons' own `http+pb`
-/// connections record their calls as [`Protocol::HttpPb`], the general HTTP
+/// connections record their calls as [`CallProtocol::HttpPb`], the general HTTP
 /// server's as [`Dialect::protocol`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Served {
     pub dialect: Dialect,
-    pub protocol: Protocol,
+    pub protocol: CallProtocol,
 }
 
 /// How a dialect's answer is written: the request's media type, and for

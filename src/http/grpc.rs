@@ -33,7 +33,7 @@ use crate::rpc::{
     error::{ApiError, ErrorKind},
     state::AppState,
 };
-use crate::{pb::Encoding, protocol::Protocol};
+use crate::{pb::Encoding, protocol::CallProtocol};
 
 /// The gRPC deadline header: at most 8 digits and a unit (`200m`).
 pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
@@ -66,10 +66,10 @@ pub enum Framing {
 
 impl Framing {
     /// The protocol its calls are recorded under.
-    pub fn protocol(self) -> Protocol {
+    pub fn protocol(self) -> CallProtocol {
         match self {
-            Framing::Grpc => Protocol::Grpc,
-            Framing::Web | Framing::WebText => Protocol::GrpcWeb,
+            Framing::Grpc => CallProtocol::Grpc,
+            Framing::Web | Framing::WebText => CallProtocol::GrpcWeb,
         }
     }
 }

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::access_log::CallLogged;
 use crate::{
     pb::{Encoding, Method},
-    protocol::Protocol,
+    protocol::CallProtocol,
     rpc::{
         self,
         error::{ApiError, ErrorKind},
@@ -54,7 +54,7 @@ pub trait RpcProtocol: Sync {
 #[derive(Debug)]
 pub struct Decision<A> {
     /// The label the call is recorded under.
-    pub protocol: Protocol,
+    pub protocol: CallProtocol,
     pub encoding: Encoding,
     pub answer: A,
     /// The deadline the caller asks for, before [`rpc::Call::new`] clamps it.

@@ -46,7 +46,7 @@ use crate::{
         http_pb::{self, HeadScan, HttpPb, MAX_HEAD_BYTES},
     },
     edge::{self, EdgeSettings},
-    protocol::Protocol,
+    protocol::CallProtocol,
     rpc::state::AppState,
 };
 
@@ -235,16 +235,16 @@ async fn serve_connection(
     let state = shared.state.clone();
     match protocol {
         Sniffed::Flare => {
-            let _open = state.metrics.connection_opened(Protocol::Flare);
+            let _open = state.metrics.connection_opened(CallProtocol::Flare);
             daemon::serve(Flare, state.clone(), stream, peer, first, stopping).await;
         }
         Sniffed::DaemonHttp => {
-            let _open = state.metrics.connection_opened(Protocol::HttpPb);
+            let _open = state.metrics.connection_opened(CallProtocol::HttpPb);
             let framing = HttpPb::new(shared.router.clone());
             daemon::serve(framing, state.clone(), stream, peer, first, stopping).await;
         }
         Sniffed::Hyper => {
-            let _open = state.metrics.connection_opened(Protocol::Http);
+            let _open = state.metrics.connection_opened(CallProtocol::Http);
             serve_hyper(&shared, stream, peer, first, stopping).await;
         }
     }

@@ -23,7 +23,7 @@ use self::{
 use crate::{
     metrics::CallEnd,
     pb::{Encoding, Method},
-    protocol::Protocol,
+    protocol::CallProtocol,
     service::CallContext,
 };
 
@@ -56,7 +56,7 @@ pub fn body_too_slow(timeout: Duration) -> ApiError {
 /// What the transport knows about one call before running it.
 #[derive(Debug, Clone, Copy)]
 pub struct Call {
-    pub protocol: Protocol,
+    pub protocol: CallProtocol,
     pub encoding: Encoding,
     /// The caller's address (the socket's, or a trusted proxy's client).
     pub peer: IpAddr,
@@ -72,7 +72,7 @@ impl Call {
     /// within `timeout`: the one place a deadline is clamped to
     /// [`MAX_DEADLINE`].
     pub fn new(
-        protocol: Protocol,
+        protocol: CallProtocol,
         encoding: Encoding,
         peer: IpAddr,
         timeout: Option<Duration>,
