@@ -156,7 +156,7 @@ impl State {
     /// servant), skipping servants older than `min_version`; the requester's
     /// own machine (same IP) is used only if nothing else is free. Stale
     /// entries met on the way are moved to their true place (see
-    /// `placement`).
+    /// `envs`).
     pub(crate) fn pick(
         &mut self,
         env: EnvId,

@@ -20,10 +20,11 @@
 //!   (owner: `Requesters`).
 //! - `adoption`: what the window after start remembers (`AdoptionWindow`,
 //!   held by `Grants`).
-//! - `queue`: per-environment queues fair between machines, and `Waiters`,
-//!   the only writer of a queue.
-//! - `placement`: per-environment indexes (owner: `Envs`): servants with a
-//!   free slot in placement order, accepting versions, the queue.
+//! - `wait_queues`: per-environment queues fair between machines, and
+//!   `WaitQueues`, the only writer of a queue.
+//! - `envs`: per-environment indexes (owner: `Envs`): servants with a free
+//!   slot in placement order, accepting versions, the queue; `Effects`, the
+//!   follow-up work a change of them asks for.
 //! - `servants`: the servant registry with its address index, expiries,
 //!   reports and running-task list (owner: `Servants`); the capacity rule.
 //! - `grants`: the grant table with lease deadlines, adoption memory and

@@ -120,7 +120,7 @@ impl Servant {
 
     /// Recomputes the presence; returns (the previous one, the new one) and
     /// records the new one. The caller then `sync`s the environments, except
-    /// after a grant, which may leave them lagging (see `placement`).
+    /// after a grant, which may leave them lagging (see `envs`).
     /// Grant `id` no longer counts against this servant; false if it did not.
     fn forget_grant(&mut self, id: u64) -> bool {
         self.zombies.remove(&id);
@@ -163,7 +163,7 @@ impl Servant {
     }
 
     /// Its key in the free sets of its environments, if it has a free slot
-    /// (the true key: the sets may hold a lower one, see `placement`).
+    /// (the true key: the sets may hold a lower one, see `envs`).
     pub(crate) fn place(&self) -> Option<PlaceKey> {
         self.indexed.place
     }
@@ -427,7 +427,7 @@ impl Servants {
 
     /// Counts grant `id` against the servant; returns the servant's observed
     /// location. An issued grant only raises the servant's place key, so the
-    /// environment indexes are left to lag (see `placement`); an adopted one
+    /// environment indexes are left to lag (see `envs`); an adopted one
     /// is counted inside a heartbeat, which reindexes the servant once at
     /// the end, so its presence is left alone here.
     pub(crate) fn count_grant(&mut self, key: ServantKey, id: u64, adopted: bool) -> SocketAddr {
