@@ -86,7 +86,7 @@ pub async fn serve(
         "connection caps: {cap} in all, {} per address",
         edge.max_connections_per_ip
     );
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Listener {
         hyper: hyper_builder(&edge),
         router,
         state,
@@ -140,7 +140,8 @@ pub async fn serve(
     Ok(())
 }
 
-struct Shared {
+/// What every connection of the listener shares.
+struct Listener {
     state: AppState,
     router: Router,
     edge: EdgeSettings,
@@ -162,7 +163,7 @@ fn hyper_builder(edge: &EdgeSettings) -> auto::Builder<TokioExecutor> {
 /// A connection's place under the caps, given back when it closes.
 struct Admitted {
     _slot: OwnedSemaphorePermit,
-    shared: Arc<Shared>,
+    shared: Arc<Listener>,
     /// The address block counted under the per-address cap; None for a
     /// trusted proxy.
     counted_ip: Option<IpAddr>,
@@ -186,7 +187,7 @@ impl Drop for Admitted {
 /// A place under both caps, or None (the stream is then dropped: closed).
 /// A trusted reverse proxy carries everyone behind it, so the per-address
 /// cap does not apply to it (the global cap still does).
-fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Option<Admitted> {
+fn admit(shared: &Arc<Listener>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Option<Admitted> {
     let metrics = &shared.state.metrics;
     let Ok(slot) = Arc::clone(slots).try_acquire_owned() else {
         metrics.connection_refused("max_connections");
@@ -215,7 +216,7 @@ fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Opti
 }
 
 async fn serve_connection(
-    shared: Arc<Shared>,
+    shared: Arc<Listener>,
     mut stream: TcpStream,
     peer: SocketAddr,
     stopping: watch::Receiver<bool>,
@@ -295,7 +296,7 @@ fn classify(buf: &[u8]) -> Option<Sniffed> {
 }
 
 async fn serve_hyper(
-    shared: &Shared,
+    shared: &Listener,
     stream: TcpStream,
     peer: SocketAddr,
     first: BytesMut,
@@ -344,10 +345,10 @@ async fn serve_hyper(
 mod tests {
     use super::*;
 
-    fn shared_for(settings: crate::rpc::state::HttpSettings) -> Arc<Shared> {
+    fn shared_for(settings: crate::rpc::state::HttpSettings) -> Arc<Listener> {
         let engine = crate::engine::Scheduler::new(crate::engine::Config::default());
         let state = AppState::new(engine, settings);
-        Arc::new(Shared {
+        Arc::new(Listener {
             hyper: hyper_builder(&state.settings.edge),
             router: Router::new(),
             edge: state.settings.edge.clone(),
