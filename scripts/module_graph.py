@@ -5,8 +5,8 @@ Every file under src/ is a node (`http/routes.rs` is `http::routes`,
 `http/mod.rs` is `http`). An edge is any path into the crate the file names:
 `use crate::...` (brace groups expanded, however they are nested and
 wrapped), `use super::...`, and `crate::a::b` written inline in code. A path
-lands on the deepest module that exists (`crate::http::error::ApiError` is an
-edge to `http::error`). Edges between a module and its own children or
+lands on the deepest module that exists (`crate::rpc::error::ApiError` is an
+edge to `rpc::error`). Edges between a module and its own children or
 parent do not count: a `mod.rs` declaring its files, a child using its
 parent's items, are one module's private business.
 
