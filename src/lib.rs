@@ -75,7 +75,7 @@
 //! (admission, reports, adoption, servant removal), `waiters.rs` (admission,
 //! serving, timeouts, cancellation), `snapshot.rs` (totals, inspection).
 //! `types.rs`, `views.rs` and `config.rs` hold the plain types. The rules
-//! the comments cite (`Rule "name"`) are listed in `RULES.md`, each with the
+//! the comments cite by name are listed in `RULES.md`, each with the
 //! function that holds it. Tests by topic in `tests/`.
 //!
 //! The edge's limits (timeouts, caps, the budget for buffered bodies) are

@@ -24,6 +24,7 @@ use bytes::Bytes;
 
 use super::handler::{self, Decision, RpcProtocol};
 use crate::rpc::{
+    codec::BodyFormat,
     error::{ApiError, ErrorKind},
     state::AppState,
 };
@@ -32,60 +33,6 @@ use crate::{
     pb::{Encoding, Method, SCHEDULER_SERVICE},
     protocol::CallProtocol,
 };
-
-/// The media types a request may carry, each with the encoding it selects.
-/// The response echoes the request's media type.
-pub const MEDIA_TYPES: &[(&str, Encoding)] = &[
-    ("application/x-protobuf", Encoding::Binary),
-    ("application/protobuf", Encoding::Binary),
-    ("application/proto", Encoding::Binary),
-    ("application/octet-stream", Encoding::Binary),
-    ("application/json", Encoding::Json),
-    ("application/x-proto3-json", Encoding::Json),
-];
-
-/// A request's body format, as negotiated from its `Content-Type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BodyFormat {
-    pub encoding: Encoding,
-    /// What the response says it is: the request's own media type.
-    pub media_type: &'static str,
-}
-
-impl BodyFormat {
-    /// Reads `Content-Type`; parameters such as `charset=utf-8` are ignored.
-    /// Without one, `default` applies (the `http+pb` client always sends one,
-    /// but hand-written tools often do not).
-    pub fn from_headers(headers: &HeaderMap, default: BodyFormat) -> Result<Self, ApiError> {
-        let Some(value) = headers.get(header::CONTENT_TYPE) else {
-            return Ok(default);
-        };
-        let essence = value
-            .to_str()
-            .ok()
-            .and_then(|text| text.split(';').next())
-            .map(|text| text.trim().to_ascii_lowercase())
-            .unwrap_or_default();
-        MEDIA_TYPES
-            .iter()
-            .find(|(media_type, _)| *media_type == essence)
-            .map(|&(media_type, encoding)| BodyFormat {
-                encoding,
-                media_type,
-            })
-            .ok_or_else(|| {
-                let supported: Vec<&str> = MEDIA_TYPES.iter().map(|(name, _)| *name).collect();
-                ApiError::new(
-                    ErrorKind::UnsupportedMediaType,
-                    format!(
-                        "content type {:?} is not supported; use one of {}",
-                        value.to_str().unwrap_or("<not text>"),
-                        supported.join(", ")
-                    ),
-                )
-            })
-    }
-}
 
 /// Header carrying the numeric error code on the `http+pb` wire.
 pub const RPC_ERROR_CODE: HeaderName = HeaderName::from_static("rpc-error-code");
@@ -388,46 +335,6 @@ fn timeout(headers: &HeaderMap, name: HeaderName) -> Result<Option<Duration>, Ap
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const BINARY: BodyFormat = BodyFormat {
-        encoding: Encoding::Binary,
-        media_type: "application/x-protobuf",
-    };
-
-    fn format_of(content_type: &str) -> Result<BodyFormat, ApiError> {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_str(content_type).unwrap(),
-        );
-        BodyFormat::from_headers(&headers, BINARY)
-    }
-
-    #[test]
-    fn media_types_select_encodings_and_ignore_parameters() {
-        assert_eq!(
-            format_of("application/json; charset=utf-8")
-                .unwrap()
-                .encoding,
-            Encoding::Json
-        );
-        assert_eq!(
-            format_of("Application/X-Protobuf").unwrap().media_type,
-            "application/x-protobuf"
-        );
-        assert_eq!(
-            format_of("application/proto").unwrap().encoding,
-            Encoding::Binary
-        );
-        assert_eq!(
-            format_of("text/x-protobuf").unwrap_err().kind,
-            ErrorKind::UnsupportedMediaType
-        );
-        assert_eq!(
-            BodyFormat::from_headers(&HeaderMap::new(), BINARY).unwrap(),
-            BINARY
-        );
-    }
 
     #[test]
     fn reasons_lose_line_breaks_and_non_ascii() {

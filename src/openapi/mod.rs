@@ -78,7 +78,7 @@ pub const DOCS_PATH: &str = "/docs";
 pub const COMMITTED_SPEC: &str = "openapi/scheduler.openapi.json";
 
 /// The media type under which binary protobuf is documented. The other
-/// binary media types of [`crate::http::dialect::MEDIA_TYPES`] are named in its description.
+/// binary media types of [`crate::rpc::codec::MEDIA_TYPES`] are named in its description.
 pub const PROTOBUF_MEDIA_TYPE: &str = "application/x-protobuf";
 
 /// The media type under which proto3 JSON is documented.
@@ -270,7 +270,7 @@ fn docs_path() -> (String, PathItem) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::dialect::MEDIA_TYPES;
+    use crate::rpc::codec::MEDIA_TYPES;
 
     #[test]
     fn header_names_are_the_dialects_headers() {

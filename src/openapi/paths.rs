@@ -24,9 +24,9 @@ use super::{
 use crate::{
     contract::{FieldRule, Rule},
     grammar,
-    http::dialect::{Dialect, MEDIA_TYPES},
+    http::dialect::Dialect,
     pb::{Encoding, Method},
-    rpc::error::ErrorKind,
+    rpc::{codec::MEDIA_TYPES, error::ErrorKind},
 };
 
 /// Every RPC in both route styles, `http+pb` first.

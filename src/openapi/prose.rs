@@ -9,9 +9,9 @@ use super::{
     errors::error_table,
 };
 use crate::{
-    http::dialect::{Dialect, MEDIA_TYPES},
+    http::dialect::Dialect,
     pb::{self, Encoding},
-    rpc::{error::ErrorKind, state::DEFAULT_MAX_BODY_BYTES},
+    rpc::{codec::MEDIA_TYPES, error::ErrorKind, state::DEFAULT_MAX_BODY_BYTES},
 };
 
 pub(super) fn overview(service: &ServiceDescriptor) -> String {
