@@ -4,6 +4,11 @@
 //! back the encoded answer or an [`ApiError`] to write in their own wire form
 //! (each form is a column of [`ErrorKind::wire`]). Metrics, the access log and
 //! the per-peer protocol record happen here, once, for every protocol.
+//!
+//! The call core below every transport: it imports none of them. Beside the
+//! entry: [`state`] (what every transport takes), [`error`] (the one error
+//! table), [`codec`] and [`json`] (bytes <-> messages), [`running_tasks`]
+//! (the one owner of the `GetRunningTasks` answer).
 
 pub mod codec;
 pub mod error;
