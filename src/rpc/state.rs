@@ -1,6 +1,6 @@
 //! Everything a request handler may need ([`AppState`]) and the transport
-//! settings fixed at start ([`HttpSettings`]). Below the routes, the dialects,
-//! the daemons' protocols and [`crate::rpc`], which all take it; it knows
+//! settings fixed at start ([`HttpSettings`]). Every transport (the daemons'
+//! connections, the HTTP protocols) and [`crate::rpc`] take it; it knows
 //! none of them.
 
 use std::{
