@@ -375,6 +375,7 @@ async fn an_empty_digest_is_unavailable_and_asking_for_nothing_gets_no_quota() {
         .unwrap_err(),
         Rejection::NoQuotaAvailable
     );
+    let asked = Instant::now();
     for environment in [ENV, ""] {
         assert_eq!(
             s.wait_for_starting_task(GrantRequest {
@@ -389,6 +390,7 @@ async fn an_empty_digest_is_unavailable_and_asking_for_nothing_gets_no_quota() {
             "{environment:?}"
         );
     }
+    assert_eq!(Instant::now(), asked, "answered at once, never queued");
     assert_eq!(s.totals().1.no_quota, 3);
     assert_eq!(s.totals().0.grants, 0, "nothing was granted");
 }
