@@ -19,10 +19,20 @@ const TOKENS: [&str; 2] = [
     "--acceptable_servant_tokens=s",
 ];
 
-/// Starts the binary on a free loopback port with exactly `flags` and `env`.
-fn start(flags: &[&str], env: &[(&str, &str)]) -> Binary {
-    let listen = "127.0.0.1:0".parse().expect("address");
-    Binary::start_exactly(listen, flags, env, None)
+/// Starts the binary on a free loopback port with exactly `flags` and `env`
+/// (off the runtime's threads: starting waits for its first log lines).
+async fn start(flags: Vec<&'static str>, env: Vec<(&'static str, &'static str)>) -> Binary {
+    tokio::task::spawn_blocking(move || {
+        let listen = "127.0.0.1:0".parse().expect("address");
+        Binary::start_exactly(listen, &flags, &env, None)
+    })
+    .await
+    .expect("start")
+}
+
+/// The token flags and then `extra`.
+fn with_tokens(extra: &[&'static str]) -> Vec<&'static str> {
+    TOKENS.iter().chain(extra).copied().collect()
 }
 
 /// Runs the binary with `args` and `env` to its end (it must end within
@@ -94,9 +104,7 @@ fn an_empty_token_flag_refuses_to_start_naming_the_flag() {
 
 #[tokio::test]
 async fn only_the_explicit_flag_lets_any_token_in() {
-    let open = tokio::task::spawn_blocking(|| start(&["--insecure_accept_any_token"], &[]))
-        .await
-        .expect("start");
+    let open = start(vec!["--insecure_accept_any_token"], vec![]).await;
     assert!(
         open.log()
             .iter()
@@ -125,15 +133,7 @@ async fn only_the_explicit_flag_lets_any_token_in() {
 
 #[tokio::test]
 async fn an_empty_credential_keeps_inspection_closed_with_a_challenge() {
-    let closed = tokio::task::spawn_blocking(|| {
-        let flags: Vec<&str> = TOKENS
-            .into_iter()
-            .chain(["--inspect_credential="])
-            .collect();
-        start(&flags, &[])
-    })
-    .await
-    .expect("start");
+    let closed = start(with_tokens(&["--inspect_credential="]), vec![]).await;
     let (status, challenge) = inspect(&closed, None).await;
     assert_eq!(status, 401);
     assert!(challenge.is_some_and(|value| value.starts_with("Basic ")));
@@ -144,10 +144,7 @@ async fn an_empty_credential_keeps_inspection_closed_with_a_challenge() {
 #[tokio::test]
 async fn glogs_verbosity_is_accepted_in_every_spelling_and_ignored() {
     for verbosity in [&["-v=1"][..], &["--v=2"], &["-v", "3"], &["--v", "0"]] {
-        let flags: Vec<&str> = TOKENS.iter().chain(verbosity).copied().collect();
-        let binary = tokio::task::spawn_blocking(move || start(&flags, &[]))
-            .await
-            .expect("start");
+        let binary = start(with_tokens(verbosity), vec![]).await;
         let log = binary.log();
         assert!(
             log.iter()
@@ -162,35 +159,22 @@ async fn glogs_verbosity_is_accepted_in_every_spelling_and_ignored() {
 
 #[tokio::test]
 async fn fromenv_and_tryfromenv_read_flags_from_flags_variables() {
-    let from_env = tokio::task::spawn_blocking(|| {
-        start(
-            &["--fromenv=acceptable_user_tokens,acceptable_servant_tokens,inspect_credential"],
-            &[
-                ("FLAGS_acceptable_user_tokens", "u"),
-                ("FLAGS_acceptable_servant_tokens", "s"),
-                ("FLAGS_inspect_credential", "ops:pw"),
-            ],
-        )
-    })
-    .await
-    .expect("start");
+    let from_env = start(
+        vec!["--fromenv=acceptable_user_tokens,acceptable_servant_tokens,inspect_credential"],
+        vec![
+            ("FLAGS_acceptable_user_tokens", "u"),
+            ("FLAGS_acceptable_servant_tokens", "s"),
+            ("FLAGS_inspect_credential", "ops:pw"),
+        ],
+    )
+    .await;
     assert_eq!(inspect(&from_env, None).await.0, 401);
     assert_eq!(inspect(&from_env, Some("ops:pw")).await.0, 200);
 
     // --tryfromenv skips what is not set; --fromenv refuses to start.
-    let tried = tokio::task::spawn_blocking(|| {
-        let flags: Vec<&str> = TOKENS
-            .into_iter()
-            .chain(["--tryfromenv=inspect_credential"])
-            .collect();
-        start(&flags, &[])
-    })
-    .await
-    .expect("start");
+    let tried = start(with_tokens(&["--tryfromenv=inspect_credential"]), vec![]).await;
     assert_eq!(inspect(&tried, Some("ops:pw")).await.0, 401, "closed");
-    let mut args = TOKENS.to_vec();
-    args.push("--fromenv=inspect_credential");
-    let (code, _, stderr) = run_to_exit(&args, &[]);
+    let (code, _, stderr) = run_to_exit(&with_tokens(&["--fromenv=inspect_credential"]), &[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("FLAGS_inspect_credential not found in environment"),
@@ -216,9 +200,7 @@ fn gflags_helpfull_shows_the_usage() {
 #[tokio::test]
 async fn a_switch_set_false_on_the_command_line_overrides_its_variable() {
     let open = [("YADCC_DEBUGGING_NO_INSPECT_AUTH", "true")];
-    let by_variable = tokio::task::spawn_blocking(move || start(&TOKENS, &open))
-        .await
-        .expect("start");
+    let by_variable = start(with_tokens(&[]), open.to_vec()).await;
     assert_eq!(
         inspect(&by_variable, None).await.0,
         200,
@@ -228,12 +210,7 @@ async fn a_switch_set_false_on_the_command_line_overrides_its_variable() {
         "--nodebugging_no_inspect_auth",
         "--debugging_no_inspect_auth=false",
     ] {
-        let overridden = tokio::task::spawn_blocking(move || {
-            let flags: Vec<&str> = TOKENS.into_iter().chain([no]).collect();
-            start(&flags, &open)
-        })
-        .await
-        .expect("start");
+        let overridden = start(with_tokens(&[no]), open.to_vec()).await;
         assert_eq!(inspect(&overridden, None).await.0, 401, "{no}");
     }
 }
