@@ -112,7 +112,8 @@
 //!   `settings.rs` (value parsers, checks across flags, [`config::Settings`]);
 //!   every flag's kebab alias and `YADCC_*` variable are added in one place,
 //!   and [`config::gflags`] first rewrites the original's gflags habits
-//!   (`--flagfile`, `-name=value`, `--noflag`, glog and `--flare_*` flags).
+//!   (`--flagfile`, `--fromenv`, `-name=value`, `--noflag`, glog and
+//!   `--flare_*` flags).
 //! - [`sim`]: a simulated cluster of stock daemons (each machine servant and
 //!   delegate, at most two shared connections, the daemons' timeouts) speaking
 //!   `flare://`, `http+pb` or JSON from the outside; it imports [`pb`] only,

@@ -157,7 +157,7 @@ fn warn_about_open_doors(settings: &Settings) {
         ),
     ] {
         if tokens.accepts_anyone() {
-            tracing::warn!("{flag} is empty: ANYONE may {who}");
+            tracing::warn!("--insecure_accept_any_token: ANYONE may {who}");
         } else if tokens.accepts_empty_token() {
             tracing::warn!(
                 "POSSIBLE SECURITY BREACH: {flag} has an empty entry: daemons without --token may {who}"

@@ -41,7 +41,23 @@ impl From<Rejection> for RpcStatus {
             Rejection::EnvironmentNotAvailable { .. } => pb::Status::EnvironmentNotAvailable,
             Rejection::NoQuotaAvailable => pb::Status::NoQuotaAvailable,
         };
-        Self::new(code, rejection.to_string())
+        match original_description(code) {
+            Some(description) => Self::new(code, description),
+            None => Self::new(code, rejection.to_string()),
+        }
+    }
+}
+
+/// The description the original scheduler sends with `status`, which
+/// daemons print in their logs: only its two `WaitForStartingTask` outcomes
+/// have one (the others go out with an empty description). Every protocol's
+/// message for these two is this text; the binary protocol sends it, and
+/// only it, as the original does.
+pub fn original_description(status: pb::Status) -> Option<&'static str> {
+    match status {
+        pb::Status::NoQuotaAvailable => Some("The compilation cloud is busy now."),
+        pb::Status::EnvironmentNotAvailable => Some("No matched servant environment."),
+        _ => None,
     }
 }
 

@@ -19,6 +19,7 @@ use crate::{
         error::{ApiError, ErrorKind},
         state::AppState,
     },
+    service,
 };
 
 /// The binary protocol's framing of one connection.
@@ -168,23 +169,14 @@ fn method_of(meta: &RequestMeta) -> Result<Method, ApiError> {
     Ok(method)
 }
 
-/// The framework's error for a method name this server does not implement.
+/// The framework's error for a method name this server does not implement:
+/// its server looks the whole name up, so another service's method is an
+/// unknown method too (10), with its words.
 fn unknown_method(name: &str) -> ApiError {
-    let not_implemented = || {
-        ApiError::new(
-            ErrorKind::MethodNotFound,
-            format!("Method [{name}] is not implemented."),
-        )
-    };
-    match name.rsplit_once('.') {
-        Some((service, _)) if service != SCHEDULER_SERVICE => ApiError::new(
-            ErrorKind::ServiceNotFound,
-            format!(
-                "Service [{service}] is not found; this server implements {SCHEDULER_SERVICE}."
-            ),
-        ),
-        _ => not_implemented(),
-    }
+    ApiError::new(
+        ErrorKind::MethodNotFound,
+        format!("Method [{name}] is not implemented."),
+    )
 }
 
 /// The answer frame of call `id`.
@@ -192,9 +184,9 @@ fn answer(id: u64, outcome: &Result<Bytes, ApiError>) -> Bytes {
     match outcome {
         Ok(payload) => frame::response(id, Ok(payload)),
         Err(error) => {
-            // The original sends scheduler outcomes with an empty description.
+            // Scheduler outcomes carry the original's description, mostly none.
             let description = match error.kind {
-                ErrorKind::Scheduler(_) => "",
+                ErrorKind::Scheduler(status) => service::original_description(status).unwrap_or(""),
                 _ => error.message.as_str(),
             };
             frame::response(id, Err((error.kind.wire().rpc_code as i32, description)))

@@ -228,11 +228,8 @@ impl Scheduler {
             req.wait = req.wait.min(left);
         }
         check_duration("next_keep_alive_in_ms", req.lease, sh.limits.max_keep_alive)?;
-        if req.environment.is_empty() {
-            return Err(Rejection::InvalidArgument(
-                "env_desc.compiler_digest is empty".to_owned(),
-            ));
-        }
+        // An empty digest is no argument error: no servant offers it, so it
+        // is answered as any environment nobody offers (see `admit`).
         check_digest(
             "env_desc.compiler_digest",
             &req.environment,
@@ -240,11 +237,6 @@ impl Scheduler {
         )?;
         let limit = sh.limits.max_grants_per_request;
         let total = req.immediate.saturating_add(req.prefetch).min(limit);
-        if total == 0 {
-            return Err(Rejection::InvalidArgument(
-                "immediate_reqs + prefetch_reqs is 0; ask for at least one grant".to_owned(),
-            ));
-        }
         let immediate = req.immediate.min(total);
         let owner = Owner::new(req.requester_ip, &presented);
         match sh.with_state(|st, now| st.admit(&req, owner, immediate, total, now))? {

@@ -87,12 +87,13 @@ impl Servant {
         u32::try_from(self.grants.len()).unwrap_or(u32::MAX)
     }
 
-    /// Rule "capacity of a servant": no new task under the memory floor;
+    /// Rule "capacity of a servant": under the memory floor, what it runs
+    /// already (so no new task; the original's figure, which its dump shows);
     /// otherwise `min(max_tasks, max(num_processors - foreign_load, 0))` with
     /// `foreign_load = max(current_load - granted_here, 0)`.
     pub(crate) fn capacity_available(&self) -> u32 {
-        if self.max_tasks == 0 || !self.memory_ok {
-            return 0;
+        if !self.memory_ok {
+            return self.granted();
         }
         let foreign_load = self.current_load.saturating_sub(self.granted());
         self.max_tasks

@@ -75,12 +75,19 @@ impl Dialect {
 }
 
 /// `yadcc.scheduler.SchedulerService.Heartbeat` (the `http+pb` path's last
-/// segment) to its method.
+/// segment) to its method. The daemons' framework looks the whole name up,
+/// so any name it does not know, another service's too, is an unknown
+/// method (10), as there.
 pub fn resolve_full_name(full_name: &str) -> Result<Method, ApiError> {
-    full_name
-        .rsplit_once('.')
-        .ok_or_else(|| not_found(ErrorKind::ServiceNotFound, full_name))
-        .and_then(|(service, method)| resolve(service, method))
+    match full_name.rsplit_once('.') {
+        Some((SCHEDULER_SERVICE, method)) => resolve(SCHEDULER_SERVICE, method),
+        _ => Err(ApiError::new(
+            ErrorKind::MethodNotFound,
+            format!(
+                "Method [{full_name}] is not recognized; this server implements {SCHEDULER_SERVICE}"
+            ),
+        )),
+    }
 }
 
 /// The `Rpc-SeqNo` to echo: the request's, when it is a sequence number

@@ -26,9 +26,12 @@ pub enum ErrorKind {
     PayloadTooLarge,
     /// Not a POST.
     MethodNotAllowed,
-    /// No such service.
+    /// No route: a path that names no RPC of this server (another service on
+    /// the Connect or gRPC path, or no RPC path at all).
     ServiceNotFound,
-    /// The service exists, the method does not.
+    /// No such method; under `/rpc/` and on the binary protocol any name the
+    /// server does not know, another service's too, as the daemons' framework
+    /// answers.
     MethodNotFound,
     /// The server will not take the call now (a per-connection limit of
     /// calls in flight, or the call waited past its deadline before it ran).
