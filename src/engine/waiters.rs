@@ -50,9 +50,9 @@ pub(crate) enum Admission {
 impl State {
     /// Rule "WaitForStartingTask" (the part under the lock): a call asking
     /// for no grant gets none, so `NoQuotaAvailable`, as the original answers
-    /// it; environment not available fails at once (rule "prefetch-only
-    /// calls": `NoQuotaAvailable` when `immediate` is 0, as the daemon
-    /// expects for its idle prefetch); otherwise take what is free now
+    /// it; environment not available fails at once (rule
+    /// "prefetch-only calls": `NoQuotaAvailable` when `immediate` is 0, as
+    /// the daemon expects for its idle prefetch); otherwise take what is free now
     /// (immediate grants first, then prefetch); if nothing is free, queue the
     /// request for its first grant unless it may not wait or its machine has
     /// `max_waiters_per_machine` calls queued already.
