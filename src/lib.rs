@@ -31,7 +31,10 @@
 //! HTTP status, the framework's numeric `Rpc-Error-Code` (also the binary
 //! protocol's `status`), a Connect code and a JSON body (the HTTP form is
 //! [`http::dialect`]'s); [`rpc::running_tasks`] owns the `GetRunningTasks`
-//! answer, encoded once per version of the engine's list and per encoding.
+//! answer, the whole list, encoded once per version of the engine's list,
+//! per encoding and per compression; [`rpc::compression`] is the binary
+//! protocol's compressions (requests inflated, bounded; large answers
+//! compressed for callers that accept it).
 //! Which scheduler `Status` codes each RPC can answer with is
 //! [`service::failure_statuses`]. [`http::operations`] serves `/healthz`,
 //! `/readyz` and `/metrics`.

@@ -78,6 +78,12 @@ pub struct ServerFlags {
     #[arg(long, default_value = "4M", value_parser = parse_size)]
     pub max_body_bytes: u64,
 
+    /// Largest GetRunningTasks answer (its encoding, before compression;
+    /// 64M lists about 700,000 tasks). A longer list is cut to fit, with a
+    /// warning in the log.
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    pub max_running_tasks_bytes: u64,
+
     /// Comma-separated proxy addresses whose X-Forwarded-For is believed.
     #[arg(long, value_delimiter = ',')]
     pub trusted_proxies: Vec<IpAddr>,

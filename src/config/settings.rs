@@ -156,6 +156,8 @@ impl Cli {
         }
         let max_body_bytes = usize::try_from(self.server.max_body_bytes)
             .map_err(|_| "--max_body_bytes is too large".to_owned())?;
+        let max_running_tasks_bytes = usize::try_from(self.server.max_running_tasks_bytes)
+            .map_err(|_| "--max_running_tasks_bytes is too large".to_owned())?;
         if self.server.idle_timeout < edge::MIN_IDLE_TIMEOUT {
             return Err(format!(
                 "--idle_timeout must be at least {}s: stock daemons expect idle connections to stay open 60s",
@@ -225,6 +227,7 @@ impl Cli {
             engine,
             http: HttpSettings {
                 max_body_bytes,
+                max_running_tasks_bytes,
                 trusted_proxies: self.server.trusted_proxies.clone(),
                 inspect: self.inspect_access(listen),
                 edge,

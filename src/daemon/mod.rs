@@ -59,7 +59,7 @@ pub trait Framing: Send + 'static {
     ) -> impl Future<Output = Result<Incoming<Self::Reply>, String>> + Send;
 
     /// The bytes of the answer to a call.
-    fn answer(reply: Self::Reply, outcome: Result<Bytes, ApiError>) -> Bytes;
+    fn answer(reply: Self::Reply, outcome: Result<rpc::Answer, ApiError>) -> Bytes;
 }
 
 /// What [`Framing::read_request`] read.
@@ -69,6 +69,9 @@ pub enum Incoming<R> {
     /// A request the framing answered itself (`http+pb`: one for another
     /// endpoint, which the router served).
     Answered { answer: Bytes, then: After },
+    /// A message the framing read and dropped, unanswered, as the daemons'
+    /// framework drops it (`flare`: a frame without `request_meta`).
+    Dropped,
 }
 
 /// One call as a daemon framing read it.
@@ -122,6 +125,7 @@ pub async fn serve<F: Framing>(
             .await
         {
             Ok(Incoming::Call(request)) => request,
+            Ok(Incoming::Dropped) => continue,
             Ok(Incoming::Answered { answer, then }) => {
                 if connection.answers.send(answer).await.is_err() || then != After::ReadOn {
                     break;

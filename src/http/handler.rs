@@ -126,7 +126,10 @@ pub async fn serve<P: RpcProtocol>(
     let (parts, body) = request.into_parts();
     let head = check_head(state, protocol, &parts.method, method, &parts.headers, peer);
     let message = protocol.message(&head.answer, state, &parts.headers, body);
-    let outcome = rpc::call(state, &head.call, head.method, message).await;
+    // Never compressed: only the binary protocol's callers say what they inflate.
+    let outcome = rpc::call(state, &head.call, head.method, message)
+        .await
+        .map(|answer| answer.payload);
     let mut response = protocol.respond(head.answer, outcome);
     response.extensions_mut().insert(CallLogged);
     response

@@ -36,8 +36,9 @@ pub enum ErrorKind {
     /// The server will not take the call now (a per-connection limit of
     /// calls in flight, or the call waited past its deadline before it ran).
     Overloaded,
-    /// A compressed request (flare `compression_algorithm` 2..5, a gRPC
-    /// message compressed as its `grpc-encoding` says).
+    /// A compression this server cannot inflate: a flare
+    /// `compression_algorithm` the framework defines no algorithm for, a
+    /// gRPC message compressed as its `grpc-encoding` says.
     CompressionNotSupported,
     /// A bug: never expected.
     Internal,

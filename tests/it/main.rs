@@ -1,6 +1,7 @@
 //! Integration tests: the real server on real sockets, one test binary.
 
 mod browser;
+mod compression;
 mod daemons;
 mod dashboard;
 mod dialects;

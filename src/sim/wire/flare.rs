@@ -17,8 +17,11 @@ use crate::pb::{
 pub const FLARE_MAGIC: [u8; 4] = *b"CPRF";
 /// Bytes of the fixed frame header.
 pub const FLARE_HEADER_BYTES: usize = 16;
-/// Largest frame the framework accepts (header included).
-pub const FLARE_MAX_FRAME_BYTES: usize = crate::pb::DAEMON_MAX_MESSAGE_BYTES;
+/// Largest answer a stock daemon takes (header included): yadcc's daemon
+/// raises the framework's packet limits to 512 MiB (`entry.cc`), so a large
+/// cluster's whole `GetRunningTasks` list reaches it. Also the most an
+/// answer may inflate to.
+pub const FLARE_MAX_FRAME_BYTES: usize = 512 << 20;
 /// `acceptable_compression_algorithms` as stock daemons send it: bits 1..5
 /// (none, gzip, lz4, snappy, zstd).
 pub const DAEMON_ACCEPTABLE_COMPRESSION: u64 = 62;

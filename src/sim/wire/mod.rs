@@ -89,7 +89,7 @@ impl FromStr for Protocol {
 pub enum WireError {
     /// A flare frame not starting with `CPRF`.
     BadMagic([u8; 4]),
-    /// Meta + payload + attachment over the 4 MiB limit.
+    /// An answer over the daemons' 512 MiB limit.
     TooLarge(usize),
     /// The meta did not decode, or lacks what an answer must carry.
     BadMeta(String),
