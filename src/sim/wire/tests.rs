@@ -112,7 +112,7 @@ fn partial_frames_wait_and_bad_frames_fail() {
     ));
     let mut huge = BytesMut::from(&FLARE_MAGIC[..]);
     huge.put_u32_le(8);
-    huge.put_u32_le(4 << 20);
+    huge.put_u32_le(512 << 20);
     huge.put_u32_le(0);
     assert!(matches!(
         decode_flare_answer(&mut huge),
