@@ -69,8 +69,10 @@
 //! version, capacity rule), `grants.rs` (grant table, leases, adoption
 //! memory, counters), `envs.rs` (per-environment indexes, `Envs`, and the
 //! follow-up `Effects` of a change), `wait_queues.rs` (queues fair between
-//! machines and their count, `WaitQueues`), `requesters.rs` (owners, last
-//! served, figures), `adoption.rs` (the window after start), `tokens.rs`
+//! requesters, their count and the waiter caps, `WaitQueues`),
+//! `requesters.rs` (owners by address and token, turns by requester: a
+//! daemon's connection or an address, figures per address), `adoption.rs`
+//! (the window after start), `tokens.rs`
 //! (token sets and the flag's splitting rule, `Redacted`, serving-daemon
 //! ring). The rules that change several owners are `impl State` blocks:
 //! `lifecycle.rs` (placement rule, the one grant creation and the one

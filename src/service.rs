@@ -202,6 +202,7 @@ impl SchedulerService {
             .wait_for_starting_task(engine::GrantRequest {
                 token: request.token.into(),
                 requester_ip: ctx.peer,
+                connection: ctx.connection,
                 wait: millis(request.milliseconds_to_wait),
                 answer_within,
                 environment,

@@ -115,10 +115,29 @@ pub struct ServerFlags {
     pub max_connections: usize,
 
     /// Open connections from one IP address (an IPv6 client: its /64) at
-    /// most; more are closed at once.
-    /// A --trusted_proxies address is exempt (everyone behind it shares it).
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    /// most; more are closed at once. 0: 4096 (an office of 1,000 daemons
+    /// behind one NAT address holds 2,000), but at most half the connection
+    /// cap, so one address never holds every descriptor. A --trusted_proxies
+    /// address is exempt (everyone behind it shares it).
+    #[arg(long, default_value_t = 0)]
     pub max_connections_per_ip: u32,
+
+    /// Calls one daemon connection (flare, http+pb) may have in flight at
+    /// most; more are answered "overloaded" (code 11) at once.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_calls_in_flight_per_connection: u32,
+
+    /// WaitForStartingTask calls queued at most, in all; more get
+    /// STATUS_NO_QUOTA_AVAILABLE at once.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_waiters: u32,
+
+    /// WaitForStartingTask calls one requester may have queued at most; more
+    /// get STATUS_NO_QUOTA_AVAILABLE at once. A requester is a daemon's
+    /// connection (flare, http+pb), so every daemon behind a NAT address has
+    /// its own; for JSON, Connect and gRPC callers, an address.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_waiters_per_requester: u32,
 
     /// Bytes buffered at most, over all connections, for request bodies above
     /// 64K that are still arriving; a request that does not fit is answered

@@ -21,7 +21,11 @@ pub mod conn;
 pub mod flare;
 pub mod http_pb;
 
-use std::{future::ready, net::SocketAddr};
+use std::{
+    future::ready,
+    net::SocketAddr,
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 use bytes::{Bytes, BytesMut};
 use tokio::{net::TcpStream, sync::watch};
@@ -100,9 +104,15 @@ pub enum After {
     Drain,
 }
 
+/// Numbers daemon connections, for [`rpc::Call::connection`].
+static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
+
 /// Serves one daemon connection with `framing`. `already_read` holds the
 /// bytes the listener read to recognise the protocol; `stop` turns true when
-/// the server stops.
+/// the server stops. Every call on it names the connection: a daemon is its
+/// connection when callers take turns for quota (and under the waiter cap),
+/// so daemons behind one NAT address are told apart; the grants they receive
+/// still belong to their address and token.
 pub async fn serve<F: Framing>(
     mut framing: F,
     state: AppState,
@@ -112,6 +122,7 @@ pub async fn serve<F: Framing>(
     stop: watch::Receiver<bool>,
 ) {
     let edge = state.settings.edge.clone();
+    let connection_id = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
     let mut connection = Connection::for_daemon(stream, already_read, &edge, stop);
     let mut drain = false;
     loop {
@@ -124,7 +135,10 @@ pub async fn serve<F: Framing>(
             .read_request(&mut connection.reader, &state, peer)
             .await
         {
-            Ok(Incoming::Call(request)) => request,
+            Ok(Incoming::Call(mut request)) => {
+                request.call.connection = Some(connection_id);
+                request
+            }
             Ok(Incoming::Dropped) => continue,
             Ok(Incoming::Answered { answer, then }) => {
                 if connection.answers.send(answer).await.is_err() || then != After::ReadOn {

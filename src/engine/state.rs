@@ -27,7 +27,8 @@ pub(crate) struct State {
     pub(super) envs: Envs,
     /// Call numbers and the count of queued calls across the queues.
     pub(super) waiters: WaitQueues,
-    /// Requesting machines: ownership figures, last served, waiting.
+    /// Requesters: ownership figures per address, turns and waiting calls
+    /// per requester.
     pub(super) requesters: Requesters,
     pub(super) tokens: TokenRing,
     pub(super) shutting_down: bool,
@@ -49,7 +50,7 @@ impl State {
             ),
             grants: Grants::new(config, now),
             envs: Envs::default(),
-            waiters: WaitQueues::new(limits.max_waiters, limits.max_waiters_per_machine),
+            waiters: WaitQueues::new(limits.max_waiters, limits.max_waiters_per_requester),
             requesters: Requesters::new(limits.max_requesters),
             tokens: TokenRing::new(
                 config.serving_daemon_token_secret.clone().map(|s| s.0),

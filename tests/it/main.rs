@@ -15,6 +15,7 @@ mod grpc;
 mod grpc_clients;
 mod grpc_web;
 mod long_poll;
+mod office;
 mod openapi_contract;
 mod openapi_document;
 mod openapi_live;

@@ -95,10 +95,20 @@ fn req_from(requester: &str) -> GrantRequest {
     }
 }
 
+/// A one-grant request from daemon connection `connection` of the machine
+/// (or office) at `requester`.
+fn req_on(requester: &str, connection: u64) -> GrantRequest {
+    GrantRequest {
+        connection: Some(connection),
+        ..req_from(requester)
+    }
+}
+
 fn req() -> GrantRequest {
     GrantRequest {
         token: USER.into(),
         requester_ip: ip(HOME),
+        connection: None,
         wait: Duration::ZERO,
         answer_within: None,
         environment: ENV.to_owned(),
