@@ -222,6 +222,9 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 }
 
 /// The original scheduler's inspection dump (same path, same fields).
+///
+/// Servants and tasks with the original's field names, so scripts written
+/// against the original keep working; times are UTC.
 #[utoipa::path(get, path = "/inspect/vars/yadcc/task_dispatcher", tag = "inspection",
     responses((status = 200, description = "The dump", body = TaskDispatcherDump),
               Refusals))]
@@ -244,6 +247,9 @@ pub struct InspectVars {
 }
 
 /// All exposed variables (only the dump, here).
+///
+/// The framework's variable tree, as the original exposed it: the dump
+/// nested under `yadcc.task_dispatcher`.
 #[utoipa::path(get, path = "/inspect/vars", tag = "inspection",
     responses((status = 200, description = "Every exposed variable", body = InspectVars),
               Refusals))]
@@ -256,6 +262,8 @@ pub(super) async fn inspect_vars(State(dashboard): State<Arc<Dashboard>>) -> Jso
 }
 
 /// The exposed variables under `yadcc`.
+///
+/// The dump nested under `task_dispatcher`, as the original exposed it.
 #[utoipa::path(get, path = "/inspect/vars/yadcc", tag = "inspection",
     responses((status = 200, description = "The variables under yadcc", body = YadccVars),
               Refusals))]
