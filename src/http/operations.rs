@@ -29,10 +29,13 @@ pub async fn healthz() -> &'static str {
         (status = 503, description = "Shutting down", content_type = "text/plain", body = String, example = "shutting down\n"),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    if state.service.engine().is_shutting_down() {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
-    } else {
-        "ready\n".into_response()
+    match state.readiness.current() {
+        Ok(()) => "ready\n".into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", reason.describe()),
+        )
+            .into_response(),
     }
 }
 
