@@ -104,6 +104,7 @@
 //! `benches/`; `scripts/schemathesis.sh` tests the OpenAPI document against a
 //! live server.
 
+pub mod build_info;
 pub mod config;
 pub mod contract;
 pub mod dashboard;
