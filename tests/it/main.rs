@@ -13,6 +13,7 @@ mod flare;
 mod grpc;
 mod grpc_clients;
 mod grpc_web;
+mod logging;
 mod long_poll;
 mod openapi_contract;
 mod openapi_document;
