@@ -10,7 +10,8 @@
 //!   every route.
 //! - `assets.rs`: the page and its ES modules, embedded from one list that
 //!   also routes them, and the security headers.
-//! - `history.rs`: the ring of one sample per second for the chart.
+//! - `history.rs`: the ring of one sample per second for the chart, and the
+//!   grant rates (in all and per machine) over the last 10 s.
 //! - `views.rs`: the dashboard's JSON (`/api/v1/overview`).
 //! - `vars.rs`: the original's dump under `/inspect/vars`.
 
@@ -28,7 +29,7 @@ use crate::{engine::Scheduler, protocol::PeerProtocols};
 
 pub use access::InspectAccess;
 pub use assets::{ASSETS, Asset, CONTENT_SECURITY_POLICY, SECURITY_HEADERS};
-pub use history::{HISTORY_CAPACITY, HISTORY_INTERVAL, HistorySample, HistoryView};
+pub use history::{HISTORY_CAPACITY, HISTORY_INTERVAL, HistorySample, HistoryView, RATE_WINDOW};
 pub use vars::{
     DumpServant, DumpTask, INSPECT_VARS, InspectVars, TASK_DISPATCHER_PATH, TaskDispatcherDump,
     YadccVars,
@@ -70,13 +71,14 @@ impl Dashboard {
         dashboard
     }
 
-    /// Takes one history sample now.
+    /// Takes one history sample now, and the grant rates with it.
     pub fn sample(&self) {
         let (totals, counters) = self.engine.totals();
+        let requesters = self.engine.requesters();
         self.history
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .record(&totals, counters.grants_issued);
+            .record(&totals, counters.grants_issued, &requesters);
     }
 }
 
