@@ -47,6 +47,11 @@ use crate::{
 /// The prefix of every family of the scheduler's own.
 pub const PREFIX: &str = "yadcc_scheduler";
 
+/// The caps a connection can be refused for (`net` passes them to
+/// [`Metrics::connection_refused`]); their series exist from the start, at 0,
+/// so a rate over them is defined before the first refusal.
+pub const CONNECTION_CAPS: [&str; 2] = ["max_connections", "max_connections_per_ip"];
+
 /// How a call ended, as its metrics tell endings apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallEnd {
@@ -204,6 +209,9 @@ impl Metrics {
             connections_open.clone(),
         );
         let connections_refused = Family::<ReasonLabels, Counter>::default();
+        for reason in CONNECTION_CAPS {
+            connections_refused.get_or_create(&ReasonLabels { reason });
+        }
         ours.register(
             "connections_refused",
             "Connections closed at accept, by the cap they were over (max_connections, max_connections_per_ip)",

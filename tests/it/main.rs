@@ -10,6 +10,7 @@ mod errors;
 mod fidelity;
 mod fixtures;
 mod flare;
+mod grafana;
 mod grpc;
 mod grpc_clients;
 mod grpc_web;
