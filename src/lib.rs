@@ -66,7 +66,7 @@
 //!   comments), served at `/openapi.json` with Swagger UI at `/docs`;
 //!   committed in `openapi/`.
 //! - [`dashboard`] (`src/dashboard/`): `views.rs` the JSON over the engine
-//!   snapshot, `history.rs` the history ring, `vars.rs` the original's dump at
+//!   snapshot, `history.rs` the history ring and the grant rates over 10 s, `vars.rs` the original's dump at
 //!   `/inspect/vars/yadcc/task_dispatcher`, `access.rs` who may read them
 //!   ([`dashboard::InspectAccess`]: closed unless a flag opens them),
 //!   `assets.rs` the page from `web/` embedded and routed from one list, with
@@ -75,7 +75,10 @@
 //!   every panel uses), `cells.js`, `chart.js` and `chart-geometry.js`
 //!   (history), `format.js`, `dom.js`, `store.js`, and `views/` (servants,
 //!   grants, environments, requesters, summary cards, tabs, connection status).
-//! - [`metrics`]: Prometheus exposition.
+//! - [`metrics`]: Prometheus exposition, classic text or OpenMetrics as the
+//!   scraper asks (`exposition.rs`), the `process_*` series (`process.rs`)
+//!   and the build's version and commit ([`build_info`], embedded by
+//!   `build.rs`; `--version` prints them too).
 //! - [`config`]: the command line (`src/main.rs` starts and stops the server):
 //!   `server.rs` (the scheduler's flags), `demo.rs` (`--demo`, and with the
 //!   `bench-route` cargo feature the hidden `--bench_bare_route`),

@@ -16,6 +16,9 @@ use std::{
     process::Command,
 };
 
+use prost::Message;
+use yadcc_scheduler::pb;
+
 use crate::support::*;
 
 fn chromium() -> Option<PathBuf> {
@@ -25,6 +28,19 @@ fn chromium() -> Option<PathBuf> {
         .iter()
         .flat_map(|name| dirs.iter().map(move |dir| dir.join(name)))
         .find(|candidate| candidate.is_file())
+}
+
+/// Chromium, or None (the test skips) outside CI when it is not installed.
+fn chromium_or_skip() -> Option<PathBuf> {
+    let found = chromium();
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install chromium (scripts/test.sh does)"
+        );
+        eprintln!("SKIPPED: no chromium on PATH; scripts/test.sh installs it");
+    }
+    found
 }
 
 /// What Chromium printed: stdout, and the page's console messages (uncaught
@@ -119,34 +135,30 @@ fn cell_text(dom: &str, row_marker: &str, column: &str) -> Option<String> {
     Some(text)
 }
 
+/// The servants of the main test: address, reported location (the last one
+/// behind NAT), capacity.
+const SERVANTS: [(&str, &str, u32); 3] = [
+    ("127.0.0.2", "127.0.0.2:8335", 8),
+    ("127.0.0.3", "127.0.0.3:8335", 4),
+    ("127.0.0.4", "192.168.77.5:8335", 4),
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
-    let Some(binary) = chromium() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must install chromium (scripts/test.sh does)"
-        );
-        eprintln!("SKIPPED: no chromium on PATH; scripts/test.sh installs it");
+    let Some(binary) = chromium_or_skip() else {
         return;
     };
     let server = Server::start_inspectable().await;
-    heartbeat_from(&server, "127.0.0.2", "127.0.0.2:8335", 8).await;
-    heartbeat_from(&server, "127.0.0.3", "127.0.0.3:8335", 4).await;
-    heartbeat_from(&server, "127.0.0.4", "192.168.77.5:8335", 4).await;
+    for (ip, location, capacity) in SERVANTS {
+        heartbeat_from(&server, ip, location, capacity).await;
+    }
     let granted = acquire(&server, 2, 1).await;
     assert_eq!(granted.grants.len(), 3);
     // The server measures each machine's grant rate once a second: wait for
     // the sample that saw these grants, so the first load must show it.
     let deadline = std::time::Instant::now() + STEP;
     loop {
-        let overview: serde_json::Value = http_client()
-            .get(server.url("/api/v1/overview"))
-            .send()
-            .await
-            .expect("overview")
-            .json()
-            .await
-            .expect("overview JSON");
+        let overview = crate::protocols::overview(&server).await;
         if overview["requesters"][0]["grantsPerSecond"].as_f64() > Some(0.0) {
             break;
         }
@@ -156,6 +168,33 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+
+    // Four Chromium runs can outlast a heartbeat's period or a lease on a
+    // loaded machine: keep the servants and grants alive as daemons would.
+    let ids: Vec<u64> = granted.grants.iter().map(|g| g.task_grant_id).collect();
+    let keeper = tokio::spawn({
+        let addr = server.addr;
+        async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                for (ip, location, capacity) in SERVANTS {
+                    let mut connection =
+                        Connection::open_from(addr, Some(ip.parse().unwrap())).await;
+                    let body = heartbeat(location, capacity).encode_to_vec();
+                    connection
+                        .send(&daemon_request(Method::Heartbeat, 1, &body, None))
+                        .await;
+                    connection.read_response().await;
+                }
+                let renewal = pb::KeepTaskAliveRequest {
+                    token: USER_TOKEN.into(),
+                    task_grant_ids: ids.clone(),
+                    next_keep_alive_in_ms: 15_000,
+                };
+                call_http_pb(addr, Method::KeepTaskAlive, &renewal).await;
+            }
+        }
+    });
 
     let url = server.url("/");
     let dump = |tab: &str| {
@@ -384,6 +423,7 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
         "screenshot kept at {} ({size} bytes)",
         screenshot.display()
     );
+    keeper.abort();
     server.stop().await;
 }
 
@@ -398,17 +438,25 @@ const MAX_ELEMENTS: usize = 2200;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_stays_light_with_a_thousand_servants() {
-    let Some(binary) = chromium() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must install chromium (scripts/test.sh does)"
-        );
-        eprintln!("SKIPPED: no chromium on PATH; scripts/test.sh installs it");
+    let Some(binary) = chromium_or_skip() else {
         return;
     };
     let server = Server::start_inspectable().await;
+    // On one connection, as one daemon's pipeline would, with the longest
+    // heartbeat period: registering them all must not outlast the first.
+    let mut connection = Connection::open(server.addr).await;
     for port in 0..MANY_SERVANTS {
-        register_servant(&server, 10_000 + port, 8).await;
+        let mut request = heartbeat(&servant_location("127.0.0.1", 10_000 + port), 8);
+        request.next_heartbeat_in_ms = 30_000;
+        connection
+            .send(&daemon_request(
+                Method::Heartbeat,
+                u64::from(port),
+                &request.encode_to_vec(),
+                None,
+            ))
+            .await;
+        assert_eq!(connection.read_response().await.status, 200);
     }
     let url = server.url("/");
     let run = tokio::task::spawn_blocking(move || {

@@ -217,14 +217,7 @@ async fn every_series_the_dashboard_reads_is_served() {
     )
     .await;
     assert_eq!(renewed.status, 200);
-    let text = http_client()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("scrape")
-        .text()
-        .await
-        .expect("metrics");
+    let (_, text) = crate::operations::scrape(&server, None).await;
     let served: BTreeSet<&str> = text
         .lines()
         .filter(|line| !line.starts_with('#') && !line.is_empty())

@@ -47,7 +47,7 @@ fn tool_missing(what: &str) {
 }
 
 /// `/metrics` with this `Accept` (None: no header): content type and body.
-async fn scrape(server: &Server, accept: Option<&str>) -> (String, String) {
+pub(crate) async fn scrape(server: &Server, accept: Option<&str>) -> (String, String) {
     let mut request = http_client().get(server.url("/metrics"));
     if let Some(accept) = accept {
         request = request.header("accept", accept);
