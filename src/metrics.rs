@@ -210,7 +210,7 @@ impl Metrics {
         );
         let connections_refused = Family::<ReasonLabels, Counter>::default();
         for reason in CONNECTION_CAPS {
-            connections_refused.get_or_create(&ReasonLabels { reason });
+            drop(connections_refused.get_or_create(&ReasonLabels { reason }));
         }
         ours.register(
             "connections_refused",
