@@ -9,6 +9,8 @@
 #   accessibility 100, performance >= 90, cumulative layout shift <= 0.1.
 # Prints each run's figures; the reports are kept in target/test-artifacts/.
 # Every Lighthouse run is bounded by LIGHTHOUSE_TIMEOUT (120 s).
+# YADCC_SCHEDULER_BIN audits another build (e.g. an older commit's) instead
+# of building this one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,9 +31,13 @@ if [ "$(cat "$tools/lighthouse/.pinned" 2>/dev/null)" != "$pin" ]; then
 fi
 chrome=$(command -v chromium || command -v chromium-browser)
 
-cargo build --locked --quiet --bin yadcc-scheduler
+binary=${YADCC_SCHEDULER_BIN:-}
+if [ -z "$binary" ]; then
+  cargo build --locked --quiet --bin yadcc-scheduler
+  binary=target/debug/yadcc-scheduler
+fi
 log=$(mktemp -t yadcc-lighthouse-demo.XXXXXX)
-target/debug/yadcc-scheduler --demo --listen 127.0.0.1:0 2>"$log" &
+"$binary" --demo --listen 127.0.0.1:0 2>"$log" &
 demo=$!
 trap 'kill "$demo" 2>/dev/null || true; wait "$demo" 2>/dev/null || true; rm -f "$log"' EXIT
 address=""

@@ -139,6 +139,5 @@ window.yadccDashboard = {
 };
 
 watchConnection();
-chart.draw();
 pollOverview();
 pollHistory();

@@ -102,8 +102,24 @@ export function createChart(box) {
     e.setAttribute('y2', y.toFixed(1));
   }
 
+  // Drawn at most once a frame, however many updates arrive in it.
+  let drawPending = false;
+  function scheduleDraw() {
+    if (drawPending) return;
+    drawPending = true;
+    requestAnimationFrame(() => {
+      drawPending = false;
+      draw();
+    });
+  }
+
+  // The box's width as the resize observer last saw it: reading it in every
+  // draw would force a layout of the whole page right after the tables
+  // changed.
+  let boxWidth = 0;
   function draw() {
-    width = Math.max(320, Math.floor(box.clientWidth));
+    if (!boxWidth) boxWidth = Math.floor(box.clientWidth);
+    width = Math.max(320, boxWidth);
     svg.setAttribute('width', String(width));
     svg.setAttribute('viewBox', '0 0 ' + width + ' ' + H);
     const plotW = width - M.l - M.r;
@@ -275,13 +291,12 @@ export function createChart(box) {
     tip.hidden = true;
   });
 
-  let lastWidth = 0;
   if (typeof ResizeObserver === 'function') {
-    new ResizeObserver(() => {
-      const w = Math.floor(box.clientWidth);
-      if (w !== lastWidth) {
-        lastWidth = w;
-        draw();
+    new ResizeObserver((entries) => {
+      const w = Math.floor(entries[entries.length - 1].contentRect.width);
+      if (w !== boxWidth) {
+        boxWidth = w;
+        scheduleDraw();
       }
     }).observe(box);
   }
@@ -313,7 +328,7 @@ export function createChart(box) {
       out.sort((a, b) => a.atMs - b.atMs);
       ring = out;
       merge();
-      draw();
+      scheduleDraw();
     },
     // The overview's totals, generated at `atMs`: the legend and the last point.
     setNow(totals, atMs) {
@@ -323,7 +338,7 @@ export function createChart(box) {
       } : null;
       setLegend(now);
       merge();
-      draw();
+      scheduleDraw();
     },
     draw: draw,
   };

@@ -183,20 +183,25 @@ export class Table {
   fitHeader() {
     if (this.fitted || this.panel.hidden) return;
     this.fitted = true;
-    for (const col of this.columns) {
+    // Every width is read before any is written: a write between reads
+    // would make the browser lay the page out again for each column.
+    const needs = this.columns.map((col) => {
       const b = col.th.firstChild;
       const label = b.firstChild;
       const ind = b.lastChild;
       const cs = getComputedStyle(b);
-      const need = Math.ceil(label.scrollWidth + ind.offsetWidth + parseFloat(cs.columnGap || '0') +
+      return Math.ceil(label.scrollWidth + ind.offsetWidth + parseFloat(cs.columnGap || '0') +
         parseFloat(cs.paddingLeft) + parseFloat(cs.paddingRight)) + 2;
+    });
+    this.columns.forEach((col, i) => {
+      const need = needs[i];
       if (col.w && need > col.w) {
         col.w = need;
         col.th.style.width = need + 'px';
       } else if (!col.w && need > (col.minW || 0)) {
         col.minW = need;
       }
-    }
+    });
     this.setMinWidth();
   }
 

@@ -67,6 +67,9 @@ impl Dashboard {
             access: access::Access::from(access),
             peer_protocols,
         });
+        // The first sample now, before any call is served: grants made
+        // before the first sample would never count in a rate.
+        dashboard.sample();
         tokio::spawn(sample_forever(Arc::downgrade(&dashboard)));
         dashboard
     }
@@ -85,6 +88,8 @@ impl Dashboard {
 async fn sample_forever(dashboard: Weak<Dashboard>) {
     let mut ticks = tokio::time::interval(HISTORY_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate, and `start` took that sample.
+    ticks.tick().await;
     loop {
         ticks.tick().await;
         match dashboard.upgrade() {
