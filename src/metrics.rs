@@ -41,7 +41,7 @@ use crate::{
     build_info,
     engine::Scheduler,
     pb::{self, Encoding, Method},
-    protocol::Protocol,
+    protocol::CallProtocol,
 };
 
 /// The prefix of every family of the scheduler's own.
@@ -108,7 +108,7 @@ struct OutcomeLabels {
 type HistogramFamily = Family<LatencyLabels, Histogram, fn() -> Histogram>;
 
 const METHODS: usize = Method::ALL.len();
-const PROTOCOLS: usize = Protocol::ALL.len();
+const PROTOCOLS: usize = CallProtocol::ALL.len();
 const ENCODINGS: usize = 2;
 
 /// The series every answered call writes, per protocol, method and
@@ -234,7 +234,7 @@ impl Metrics {
     /// server has (labelled `unknown`).
     pub fn observe_rpc(
         &self,
-        protocol: Protocol,
+        protocol: CallProtocol,
         method: Option<Method>,
         encoding: Encoding,
         end: CallEnd,
@@ -294,7 +294,7 @@ impl Metrics {
 
     /// Counts a connection whose protocol is known; it counts as open until
     /// the returned value is dropped.
-    pub fn connection_opened(&self, protocol: Protocol) -> OpenConnection {
+    pub fn connection_opened(&self, protocol: CallProtocol) -> OpenConnection {
         let labels = ProtocolLabels {
             protocol: protocol.label(),
         };

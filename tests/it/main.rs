@@ -21,6 +21,7 @@ mod openapi_document;
 mod openapi_live;
 mod openapi_schema;
 mod operations;
+mod operators;
 mod protocols;
 mod restart;
 mod sim;
