@@ -3,9 +3,11 @@
 # installed into target/test-tools/lighthouse), Debian's Chromium, the
 # mobile preset (Lighthouse's default: a phone's screen, 4x slower CPU,
 # simulated slow 4G), once the demo has run LIGHTHOUSE_WARMUP (20 s) so the
-# chart and tables are full. Runs LIGHTHOUSE_RUNS (3) times and judges the
+# chart and tables are full. Runs LIGHTHOUSE_RUNS (5) times and judges the
 # median run by performance (Lighthouse's advice for its run-to-run
-# variance); fails unless it meets every goal:
+# variance, which on a shared machine follows the load: each run's
+# `benchmarkIndex`, Lighthouse's measure of the CPU it got, is printed);
+# fails unless it meets every goal:
 #   accessibility 100, performance >= 90, cumulative layout shift <= 0.1.
 # Prints each run's figures; the reports are kept in target/test-artifacts/.
 # Every Lighthouse run is bounded by LIGHTHOUSE_TIMEOUT (120 s).
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 tools=${YADCC_TEST_TOOLS:-target/test-tools}
 pin='lighthouse@12.8.2' # 13.x needs Node 22; Debian 12 ships Node 18
 warmup=${LIGHTHOUSE_WARMUP:-20}
-runs=${LIGHTHOUSE_RUNS:-3}
+runs=${LIGHTHOUSE_RUNS:-5}
 timeout_s=${LIGHTHOUSE_TIMEOUT:-120}
 artifacts=target/test-artifacts
 mkdir -p "$artifacts"
@@ -84,6 +86,7 @@ for path in sys.argv[1:]:
         "lcp": audits["largest-contentful-paint"]["displayValue"],
         "tbt": audits["total-blocking-time"]["displayValue"],
         "dom": audits["dom-size"]["displayValue"],
+        "cpu": report["environment"]["benchmarkIndex"],
         "failed": [
             audit["id"]
             for ref in report["categories"]["accessibility"]["auditRefs"]
@@ -95,7 +98,8 @@ for path in sys.argv[1:]:
     runs.append(run)
     print(
         f"{path}: performance {run['performance']}, accessibility {run['accessibility']}, "
-        f"CLS {run['cls']:.3f}, LCP {run['lcp']}, TBT {run['tbt']}, DOM {run['dom']}"
+        f"CLS {run['cls']:.3f}, LCP {run['lcp']}, TBT {run['tbt']}, DOM {run['dom']}, "
+        f"benchmarkIndex {run['cpu']:.0f}"
         + (f", failing: {', '.join(run['failed'])}" if run["failed"] else "")
     )
 median = sorted(runs, key=lambda run: run["performance"])[len(runs) // 2]
