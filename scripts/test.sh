@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need on a fresh Debian machine
-# (Chromium for the dashboard browser test, the OpenAPI validator, a Python
-# grpcio client, grpcio-health-checking and buf for the gRPC tests, the
-# OpenAPI linters and client generators, Google's protobuf and schemathesis
-# from PyPI), then runs schemathesis against a live server and every test.
-# Safe to run again: installed pieces are skipped.
+# (Chromium for the dashboard browser test and Lighthouse, promtool from
+# Debian's prometheus package for the /metrics test, the OpenAPI validator, a
+# Python grpcio client, grpcio-health-checking and buf for the gRPC tests, the
+# OpenAPI linters and client generators, Google's protobuf, schemathesis and
+# prometheus-client from PyPI), then runs schemathesis against a live server,
+# Lighthouse against the demo's dashboard (scripts/lighthouse.sh) and every
+# test. Safe to run again: installed pieces are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +23,11 @@ apt_install() {
 if ! command -v chromium >/dev/null 2>&1; then
   echo "installing chromium (dashboard browser test)..."
   apt_install chromium
+fi
+
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "installing prometheus (promtool, /metrics test)..."
+  apt_install --no-install-recommends prometheus
 fi
 
 # Client tools of the integration tests, pinned, each set in its own
@@ -65,6 +72,10 @@ scripts/python_deps.sh
 
 echo "== schemathesis (every check, both route styles)"
 scripts/schemathesis.sh
+
+# The dashboard's Lighthouse goals (accessibility 100, performance >= 90,
+# CLS <= 0.1); the script bounds each audit, this the whole of it.
+timeout "${LIGHTHOUSE_TOTAL_TIMEOUT:-900}" scripts/lighthouse.sh
 
 # Last, so the run closes on cargo's summary.
 cargo test --locked "$@"
