@@ -17,6 +17,7 @@ use crate::{
     engine::Scheduler,
     metrics::Metrics,
     protocol::PeerProtocols,
+    readiness::Readiness,
     service::SchedulerService,
 };
 
@@ -106,6 +107,8 @@ pub struct AppParts {
     /// `GetRunningTasks` answers, encoded once per list, encoding and
     /// compression.
     pub running_tasks: RunningTasksAnswers,
+    /// Whether the scheduler takes calls (`/readyz`, gRPC health).
+    pub readiness: Readiness,
 }
 
 impl std::ops::Deref for AppState {
@@ -132,6 +135,7 @@ impl AppState {
             service: SchedulerService::new(engine),
             running_tasks: RunningTasksAnswers::new(settings.max_running_tasks_bytes),
             settings,
+            readiness: Readiness::new(),
         }))
     }
 }
