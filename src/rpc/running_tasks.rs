@@ -214,28 +214,34 @@ mod tests {
         }))
     }
 
-    const CTX: CallContext = CallContext {
-        peer: std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 9)),
-        connection: None,
-        deadline: None,
-    };
+    /// The answer `answers` gives a caller of `encoding` accepting `accepts`.
+    fn ask(
+        answers: &RunningTasksAnswers,
+        service: &SchedulerService,
+        encoding: Encoding,
+        accepts: Accepted,
+    ) -> Answer {
+        let ctx = CallContext {
+            peer: "10.0.0.9".parse().unwrap(),
+            connection: None,
+            deadline: None,
+        };
+        answers
+            .encoded(
+                service,
+                pb::GetRunningTasksRequest {},
+                &ctx,
+                encoding,
+                accepts,
+            )
+            .unwrap()
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_answer_is_encoded_once_per_version_and_encoding() {
         let service = service();
         let answers = RunningTasksAnswers::default();
-        let ask = |encoding| {
-            answers
-                .encoded(
-                    &service,
-                    pb::GetRunningTasksRequest {},
-                    &CTX,
-                    encoding,
-                    Accepted::NONE,
-                )
-                .unwrap()
-                .payload
-        };
+        let ask = |encoding| ask(&answers, &service, encoding, Accepted::NONE).payload;
         let empty = ask(Encoding::Binary);
         assert!(empty.is_empty());
         assert_eq!(&ask(Encoding::Json)[..], b"{}");
@@ -263,17 +269,7 @@ mod tests {
         let answers = RunningTasksAnswers::default();
         servant_with_tasks(&service, 2000);
         tokio::time::advance(engine::Config::default().running_tasks_refresh).await;
-        let ask = |accepts| {
-            answers
-                .encoded(
-                    &service,
-                    pb::GetRunningTasksRequest {},
-                    &CTX,
-                    Encoding::Binary,
-                    accepts,
-                )
-                .unwrap()
-        };
+        let ask = |accepts| ask(&answers, &service, Encoding::Binary, accepts);
         let plain = ask(Accepted::NONE);
         assert_eq!(plain.compression, None);
         assert!(plain.payload.len() >= compression::COMPRESS_FROM_BYTES);
@@ -316,25 +312,12 @@ mod tests {
         let service = service();
         servant_with_tasks(&service, 2000);
         tokio::time::advance(engine::Config::default().running_tasks_refresh).await;
-        let whole = RunningTasksAnswers::default()
-            .encoded(
-                &service,
-                pb::GetRunningTasksRequest {},
-                &CTX,
-                Encoding::Binary,
-                Accepted::NONE,
-            )
-            .unwrap();
+        let plain = |answers: &RunningTasksAnswers| {
+            ask(answers, &service, Encoding::Binary, Accepted::NONE)
+        };
+        let whole = plain(&RunningTasksAnswers::default());
         let bound = whole.payload.len() / 3;
-        let cut = RunningTasksAnswers::new(bound)
-            .encoded(
-                &service,
-                pb::GetRunningTasksRequest {},
-                &CTX,
-                Encoding::Binary,
-                Accepted::NONE,
-            )
-            .unwrap();
+        let cut = plain(&RunningTasksAnswers::new(bound));
         assert!(cut.payload.len() <= bound && cut.payload.len() > bound - 200);
         let listed = <pb::GetRunningTasksResponse as prost::Message>::decode(cut.payload)
             .unwrap()

@@ -189,6 +189,14 @@ async fn report_tasks(server: &Server, raw: &mut Raw, total: u64, per_servant: u
     assert_eq!(server.engine.running_tasks().len() as u64, total);
 }
 
+/// A `GetConfigRequest` of the user token, encoded.
+fn get_config() -> Vec<u8> {
+    pb::GetConfigRequest {
+        token: USER_TOKEN.into(),
+    }
+    .encode_to_vec()
+}
+
 fn listed(payload: &[u8]) -> Vec<pb::RunningTask> {
     pb::GetRunningTasksResponse::decode(payload)
         .expect("a GetRunningTasksResponse")
@@ -224,10 +232,7 @@ async fn requests_compressed_with_each_algorithm_are_inflated() {
     assert_eq!(server.engine.running_tasks().len(), 4 * 300);
 
     // "None" (1) is a plain message.
-    let config = pb::GetConfigRequest {
-        token: USER_TOKEN.into(),
-    }
-    .encode_to_vec();
+    let config = get_config();
     let (meta, _) = raw
         .call(&request(
             2,
@@ -286,10 +291,7 @@ async fn a_large_task_list_is_compressed_for_callers_that_accept_it() {
     assert_eq!(meta.compression_algorithm, Some(GZIP));
 
     // A small answer goes plain even to a caller accepting everything.
-    let config = pb::GetConfigRequest {
-        token: USER_TOKEN.into(),
-    }
-    .encode_to_vec();
+    let config = get_config();
     let (meta, _) = raw
         .call(&request(
             6,
@@ -307,10 +309,7 @@ async fn a_large_task_list_is_compressed_for_callers_that_accept_it() {
 async fn a_compression_bomb_or_broken_data_is_refused_and_the_connection_kept() {
     let server = server().await;
     let mut raw = Raw::open(&server).await;
-    let config = pb::GetConfigRequest {
-        token: USER_TOKEN.into(),
-    }
-    .encode_to_vec();
+    let config = get_config();
 
     // 8 MiB of zeros: a few hundred bytes compressed, twice the frame limit
     // inflated.

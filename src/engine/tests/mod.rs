@@ -151,6 +151,30 @@ fn spawn_wait(
     tokio::spawn(async move { s.wait_for_starting_task(r).await })
 }
 
+/// `n` queued calls of `r` (waiting 10 s) on tasks of their own, each
+/// sending `label` and its answer to `answers` when answered: the order in
+/// which queued callers are served.
+fn spawn_labelled<L: Copy + Send + 'static>(
+    s: &Scheduler,
+    answers: &tokio::sync::mpsc::UnboundedSender<(L, Result<Vec<Grant>, Rejection>)>,
+    label: L,
+    r: GrantRequest,
+    n: usize,
+) {
+    for _ in 0..n {
+        let s = s.clone();
+        let answers = answers.clone();
+        let r = GrantRequest {
+            wait: secs(10),
+            answer_within: None,
+            ..r.clone()
+        };
+        tokio::spawn(async move {
+            let _ = answers.send((label, s.wait_for_starting_task(r).await));
+        });
+    }
+}
+
 fn free_one(s: &Scheduler, id: u64) {
     s.free(USER, ip(HOME), &[id]).expect("free");
 }

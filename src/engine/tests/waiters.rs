@@ -401,22 +401,7 @@ async fn a_freed_slot_goes_to_the_machine_served_least_recently() {
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
     let mut held = (grant_one(&s, req_from("10.3.3.3")).await, "10.3.3.3");
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let queue = |machine: &'static str, n: usize| {
-        for _ in 0..n {
-            let s = s.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let r = s
-                    .wait_for_starting_task(GrantRequest {
-                        wait: secs(10),
-                        answer_within: None,
-                        ..req_from(machine)
-                    })
-                    .await;
-                let _ = tx.send((machine, r));
-            });
-        }
-    };
+    let queue = |machine: &'static str, n| spawn_labelled(&s, &tx, machine, req_from(machine), n);
     // One machine queues 40 long polls, then a colleague's machine one.
     queue("10.1.1.1", 40);
     settle().await;
@@ -568,22 +553,8 @@ async fn daemons_behind_one_address_take_turns_by_connection() {
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
     let mut held = grant_one(&s, req_from("10.3.3.3")).await;
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let queue = |connection: u64, n: usize| {
-        for _ in 0..n {
-            let s = s.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let r = s
-                    .wait_for_starting_task(GrantRequest {
-                        wait: secs(10),
-                        answer_within: None,
-                        ..req_on("10.5.5.5", connection)
-                    })
-                    .await;
-                let _ = tx.send((connection, r));
-            });
-        }
-    };
+    let queue =
+        |connection: u64, n| spawn_labelled(&s, &tx, connection, req_on("10.5.5.5", connection), n);
     queue(1, 40);
     settle().await;
     queue(2, 1);
