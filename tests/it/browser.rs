@@ -11,10 +11,14 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
+    time::Duration,
 };
 
 use crate::support::*;
+
+/// Longest one headless Chromium run may take: its virtual time budget is
+/// 8 s, the rest is start-up on a loaded machine.
+const CHROMIUM_LIMIT: Duration = Duration::from_secs(120);
 
 fn chromium() -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -39,7 +43,7 @@ fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> ChromiumRun {
         std::process::id(),
         extra.len()
     ));
-    let output = Command::new(binary)
+    let output = bounded(CHROMIUM_LIMIT, binary)
         .args([
             "--headless",
             "--no-sandbox",
@@ -61,6 +65,12 @@ fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> ChromiumRun {
         .output()
         .expect("chromium starts");
     let _ = std::fs::remove_dir_all(&profile);
+    assert_ne!(
+        output.status.code(),
+        Some(124),
+        "chromium ran for over {CHROMIUM_LIMIT:?} and was stopped: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(
         output.status.success(),
         "chromium failed: {}",
@@ -120,6 +130,7 @@ fn cell_text(dom: &str, row_marker: &str, column: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
+    let _heavy = heavy().await;
     let Some(binary) = chromium() else {
         assert!(
             std::env::var_os("CI").is_none(),

@@ -13,13 +13,6 @@ use crate::{
     support::*,
 };
 
-/// Where scripts/test.sh installs the Python and npm test tools.
-fn test_tools() -> PathBuf {
-    std::env::var_os("YADCC_TEST_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tools"))
-}
-
 /// The tool at `relative`, or None (and a skip) when it is not installed;
 /// in CI a missing tool is a failure.
 fn installed(relative: &str) -> Option<PathBuf> {
@@ -38,13 +31,6 @@ fn installed(relative: &str) -> Option<PathBuf> {
     None
 }
 
-/// Runs a blocking client off the runtime, so the server keeps serving.
-async fn run(mut command: Command) -> std::process::Output {
-    tokio::task::spawn_blocking(move || command.output().expect("client starts"))
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_python_grpcio_client_calls_every_rpc_and_gets_the_table_codes() {
     let Some(python_path) = installed("python/grpc_tools") else {
@@ -52,13 +38,14 @@ async fn a_python_grpcio_client_calls_every_rpc_and_gets_the_table_codes() {
     };
     let server = server().await;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut command = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()));
+    let _heavy = heavy().await;
+    let mut command = bounded(TOOL_LIMIT, python());
     command
         .arg(root.join("tests/grpc/client.py"))
         .arg(server.addr.to_string())
         .arg(root.join("proto"))
         .env("PYTHONPATH", python_path.parent().unwrap());
-    let output = run(command).await;
+    let output = run_bounded(command).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -70,7 +57,7 @@ async fn a_python_grpcio_client_calls_every_rpc_and_gets_the_table_codes() {
 }
 
 fn buf_curl(buf: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(buf);
+    let mut command = bounded(TOOL_LIMIT, buf);
     command
         .arg("curl")
         .arg("--http2-prior-knowledge")
@@ -87,7 +74,7 @@ async fn buf_curl_lists_and_calls_over_grpc_and_grpc_web_by_reflection_alone() {
     let base = server.url("");
     for protocol in ["grpc", "grpcweb"] {
         for reflect in ["grpc-v1", "grpc-v1alpha"] {
-            let output = run(buf_curl(
+            let output = run_bounded(buf_curl(
                 &buf,
                 &[
                     "--protocol",
@@ -121,7 +108,7 @@ async fn buf_curl_lists_and_calls_over_grpc_and_grpc_web_by_reflection_alone() {
         }
 
         let data = format!(r#"{{"token":"{USER_TOKEN}"}}"#);
-        let output = run(buf_curl(
+        let output = run_bounded(buf_curl(
             &buf,
             &[
                 "--protocol",
@@ -140,7 +127,7 @@ async fn buf_curl_lists_and_calls_over_grpc_and_grpc_web_by_reflection_alone() {
         let answer: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         assert!(answer["servingDaemonToken"].is_string(), "{answer}");
 
-        let output = run(buf_curl(
+        let output = run_bounded(buf_curl(
             &buf,
             &[
                 "--protocol",
