@@ -19,6 +19,7 @@ mod openapi_document;
 mod openapi_live;
 mod openapi_schema;
 mod operations;
+mod peers;
 mod protocols;
 mod restart;
 mod sim;
