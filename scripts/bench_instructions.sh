@@ -22,6 +22,8 @@ measured=${SECONDS_MEASURED:-10}  # at most 15: the hammer runs 25 s after its w
 out=${OUT:-target/instructions}
 bin=target/release
 mkdir -p "$out"
+# shellcheck source=scripts/lib/scheduler.sh
+. scripts/lib/scheduler.sh
 
 scheduler_pid=""
 loadgen_pid=""
@@ -34,7 +36,7 @@ trap cleanup EXIT
 
 # Heartbeats answered so far over protocol $1.
 heartbeats() {
-  curl -s "http://127.0.0.1:$port/metrics" |
+  curl -s "http://$scheduler_addr/metrics" |
     awk -v protocol="$1" '
       /^yadcc_scheduler_rpc_requests_total\{/ && index($0, "protocol=\"" protocol "\"") &&
         index($0, "method=\"Heartbeat\"") { sum += $NF }
@@ -42,17 +44,11 @@ heartbeats() {
 }
 
 for protocol in $protocols; do
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   profile="$out/callgrind.$protocol.out"
-  RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$profile" \
-    "$bin/yadcc-scheduler" --listen "127.0.0.1:$port" \
-    --acceptable_user_tokens=u --acceptable_servant_tokens=s 2>"$out/valgrind.$protocol.log" &
-  scheduler_pid=$!
-  for _ in $(seq 300); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-    sleep 0.2
-  done
-  "$bin/yadcc-loadgen" --scheduler "127.0.0.1:$port" --user-token u --servant-token s \
+  SCHEDULER_WRAPPER="valgrind --tool=callgrind --callgrind-out-file=$profile" \
+    start_scheduler "$bin/yadcc-scheduler" "$out/valgrind.$protocol.log" \
+    --acceptable_user_tokens=u --acceptable_servant_tokens=s
+  "$bin/yadcc-loadgen" --scheduler "$scheduler_addr" --user-token u --servant-token s \
     --protocol "$protocol" hammer --connections 64 --tasks 16 --rounds 1 \
     --warmup 5 --duration 25 --targets "$protocol" \
     >/dev/null 2>"$out/loadgen.$protocol.log" &

@@ -100,9 +100,11 @@
 //! `tests/it/` (with `differential.rs`, the JSON mapping against Google's
 //! protobuf through `scripts/differential.py`, and `openapi_*.rs`, the
 //! document against the code and a live server's answers against the
-//! document's schemas with `jsonschema`), engine benchmarks in
-//! `benches/`; `scripts/schemathesis.sh` tests the OpenAPI document against a
-//! live server.
+//! document's schemas with `jsonschema`, and `peers/`, the original yadcc's
+//! daemons and compiler wrapper in network namespaces against the real
+//! binary; heavy tests take `support::heavy()` and run one at a time),
+//! engine benchmarks in `benches/`; `scripts/schemathesis.sh` tests the
+//! OpenAPI document against a live server.
 
 pub mod config;
 pub mod contract;

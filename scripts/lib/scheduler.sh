@@ -41,5 +41,6 @@ start_scheduler() {
   RUST_LOG=${SCHEDULER_RUST_LOG:-info,yadcc_scheduler::access=warn} \
     ${SCHEDULER_WRAPPER:-} "$binary" --listen "${SCHEDULER_HOST:-127.0.0.1}:0" "$@" >"$log" 2>&1 &
   scheduler_pid=$!
+  # shellcheck disable=SC2034 # for the script that sources this one
   scheduler_addr=$(wait_for_listening "$scheduler_pid" "$log")
 }
