@@ -88,5 +88,5 @@ cargo test --locked "$@"
 # compile; without the original yadcc, the run above counted them ignored.
 if [ -z "$peers_missing" ]; then
   echo "== the original yadcc daemons against this scheduler"
-  YADCC_PEERS="$peers" cargo test --locked --test it peers:: -- --ignored
+  YADCC_PEERS="$peers" cargo test --locked --test it peers:: -- --ignored --nocapture
 fi
