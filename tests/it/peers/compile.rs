@@ -13,8 +13,8 @@ use std::{
 };
 
 use super::{
-    COMPILE_LIMIT, DAEMON_START, Daemon, DaemonRole, Lan, Peers, daemon_calls, failed_daemon_calls,
-    location, remote_compile, scheduler, scheduler_complaints, servant_at, until_dump,
+    COMPILE_LIMIT, Lan, Peers, daemon_calls, failed_daemon_calls, remote_compile, scheduler,
+    scheduler_complaints, servant_and_delegate,
 };
 use crate::support::{bounded, heavy, run_bounded};
 
@@ -72,24 +72,8 @@ async fn real_daemons_compile_remotely_through_this_scheduler_with_identical_obj
     let started = Instant::now();
     let lan = Lan::new(&["servant", "delegate"]);
     let scheduler = scheduler(&lan);
-    let uri = format!("flare://{}", scheduler.addr);
-    let mut servant = Daemon::start(&peers, &lan, "servant", DaemonRole::Servant, &uri);
-    let mut delegate = Daemon::start(&peers, &lan, "delegate", DaemonRole::Delegate, &uri);
-    let (servant_location, delegate_location) =
-        (location(lan.ip("servant")), location(lan.ip("delegate")));
-    let ready = until_dump(scheduler.addr, DAEMON_START, |dump| {
-        servant_at(dump, &servant_location).is_some_and(|s| s["capacity_available"] == 2)
-            && servant_at(dump, &delegate_location).is_some()
-    })
-    .await;
-    if let Err(dump) = ready {
-        panic!(
-            "the daemons did not register with room to compile within {DAEMON_START:?}: {dump}\n\
-             servant:\n{}\ndelegate:\n{}",
-            servant.log_text(),
-            delegate.log_text()
-        );
-    }
+    let (mut servant, mut delegate) =
+        servant_and_delegate(&peers, &lan, scheduler.addr, scheduler.addr).await;
     let registered_after = started.elapsed();
     std::fs::write(lan.work.join("sample.cc"), SOURCE).expect("the source");
 

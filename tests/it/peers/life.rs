@@ -23,8 +23,8 @@ use tokio::{
 use yadcc_scheduler::pb::{self, Method, flare::rpc::RpcMeta};
 
 use super::{
-    DAEMON_START, Daemon, DaemonRole, Lan, Peers, location, remote_compile, scheduler,
-    scheduler_complaints, servant_at, until_dump,
+    Lan, Peers, location, remote_compile, scheduler, scheduler_complaints, servant_and_delegate,
+    servant_at, until_dump,
 };
 use crate::support::{bounded, heavy, run_bounded};
 
@@ -257,34 +257,10 @@ async fn a_real_daemon_lives_registers_heartbeats_lists_tasks_and_leaves_gracefu
     let proxy_addr = proxy.local_addr().expect("the proxy's address");
     start_proxy(proxy, scheduler.addr, recording.clone());
 
-    let mut servant = Daemon::start(
-        &peers,
-        &lan,
-        "servant",
-        DaemonRole::Servant,
-        &format!("flare://{}", scheduler.addr),
-    );
-    let mut delegate = Daemon::start(
-        &peers,
-        &lan,
-        "delegate",
-        DaemonRole::Delegate,
-        &format!("flare://{proxy_addr}"),
-    );
+    let (mut servant, mut delegate) =
+        servant_and_delegate(&peers, &lan, scheduler.addr, proxy_addr).await;
     let (servant_location, delegate_location) =
         (location(lan.ip("servant")), location(lan.ip("delegate")));
-    let ready = until_dump(scheduler.addr, DAEMON_START, |dump| {
-        servant_at(dump, &servant_location).is_some_and(|s| s["capacity_available"] == 2)
-            && servant_at(dump, &delegate_location).is_some()
-    })
-    .await;
-    if let Err(dump) = ready {
-        panic!(
-            "the daemons did not register within {DAEMON_START:?}: {dump}\nservant:\n{}\ndelegate:\n{}",
-            servant.log_text(),
-            delegate.log_text()
-        );
-    }
 
     // The delegate's own compilation, running on the servant for seconds.
     std::fs::write(lan.work.join("slow.cc"), SLOW_SOURCE).expect("the source");

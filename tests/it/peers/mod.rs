@@ -157,6 +157,48 @@ pub async fn remote_compile(peers: &Peers, lan: &Lan, args: &[String]) -> Result
     }
 }
 
+/// A servant daemon and a delegate daemon started on the LAN's machines of
+/// those names, the servant talking to `scheduler`, the delegate to
+/// `delegate_scheduler` (the same, or a proxy in front of it); returned once
+/// both are registered and the servant has room for its two compilations.
+pub async fn servant_and_delegate(
+    peers: &Peers,
+    lan: &Lan,
+    scheduler: SocketAddr,
+    delegate_scheduler: SocketAddr,
+) -> (Daemon, Daemon) {
+    let servant = Daemon::start(
+        peers,
+        lan,
+        "servant",
+        DaemonRole::Servant,
+        &format!("flare://{scheduler}"),
+    );
+    let delegate = Daemon::start(
+        peers,
+        lan,
+        "delegate",
+        DaemonRole::Delegate,
+        &format!("flare://{delegate_scheduler}"),
+    );
+    let (servant_location, delegate_location) =
+        (location(lan.ip("servant")), location(lan.ip("delegate")));
+    let ready = until_dump(scheduler, DAEMON_START, |dump| {
+        servant_at(dump, &servant_location).is_some_and(|s| s["capacity_available"] == 2)
+            && servant_at(dump, &delegate_location).is_some()
+    })
+    .await;
+    if let Err(dump) = ready {
+        panic!(
+            "the daemons did not register with room to compile within {DAEMON_START:?}: {dump}\n\
+             servant:\n{}\ndelegate:\n{}",
+            servant.log_text(),
+            delegate.log_text()
+        );
+    }
+    (servant, delegate)
+}
+
 /// The daemon's serving location, as it reports it in heartbeats.
 pub fn location(ip: Ipv4Addr) -> String {
     format!("{ip}:{}", lan::SERVING_PORT)
