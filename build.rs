@@ -39,7 +39,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     prost_build::Config::new()
         .out_dir(&out_dir)
-        // Messages that carry a token get a redacting `Debug` in `src/pb.rs`.
+        // Messages that carry a token get a redacting `Debug` in
+        // `src/service/redacted_debug.rs`.
         .skip_debug(SECRET_MESSAGES)
         // `prost::Name` lets the JSON codec find each message's descriptor.
         .enable_type_names()

@@ -9,8 +9,9 @@ use yadcc_scheduler::{
     AppState, app,
     config::{Cli, Settings},
     dashboard::InspectAccess,
+    edge,
     engine::{self, Scheduler},
-    limits, net, sim,
+    net, sim,
 };
 
 /// The server allocates and frees small buffers on every request (bodies,
@@ -61,7 +62,7 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     warn_about_open_doors(&settings);
     let engine = Scheduler::new(settings.engine.clone());
     // Connections cost descriptors; the connection cap is derived from this.
-    match limits::raise_fd_limit() {
+    match edge::raise_fd_limit() {
         Ok(limit) => tracing::info!("file-descriptor limit: {limit}"),
         Err(error) => tracing::warn!("cannot raise the file-descriptor limit: {error}"),
     }
@@ -156,7 +157,7 @@ fn warn_about_open_doors(settings: &Settings) {
         ),
     ] {
         if tokens.accepts_anyone() {
-            tracing::warn!("{flag} is empty: ANYONE may {who}");
+            tracing::warn!("--insecure_accept_any_token: ANYONE may {who}");
         } else if tokens.accepts_empty_token() {
             tracing::warn!(
                 "POSSIBLE SECURITY BREACH: {flag} has an empty entry: daemons without --token may {who}"

@@ -26,7 +26,7 @@ use prometheus_client::{
 use crate::{
     engine::Scheduler,
     pb::{self, Encoding, Method},
-    protocol::Protocol,
+    protocol::CallProtocol,
 };
 
 /// How a call ended, as its metrics tell endings apart.
@@ -78,7 +78,7 @@ struct OutcomeLabels {
 type HistogramFamily = Family<MethodLabels, Histogram, fn() -> Histogram>;
 
 const METHODS: usize = Method::ALL.len();
-const PROTOCOLS: usize = Protocol::ALL.len();
+const PROTOCOLS: usize = CallProtocol::ALL.len();
 const ENCODINGS: usize = 2;
 
 /// The series every answered call writes, per protocol, method and
@@ -191,7 +191,7 @@ impl Metrics {
     /// server has (labelled `unknown`).
     pub fn observe_rpc(
         &self,
-        protocol: Protocol,
+        protocol: CallProtocol,
         method: Option<Method>,
         encoding: Encoding,
         end: CallEnd,
@@ -251,7 +251,7 @@ impl Metrics {
 
     /// Counts a connection whose protocol is known; it counts as open until
     /// the returned value is dropped.
-    pub fn connection_opened(&self, protocol: Protocol) -> OpenConnection {
+    pub fn connection_opened(&self, protocol: CallProtocol) -> OpenConnection {
         let labels = ProtocolLabels {
             protocol: protocol.label(),
         };

@@ -25,18 +25,23 @@ pub struct ServerFlags {
 
     /// Comma-separated tokens that delegates (and unverified servants) present.
     /// Entries are literal (no trimming). An empty entry (`a,` or `,a`) accepts
-    /// only the empty token (daemons without `--token`), with a warning; only a
-    /// wholly empty flag (`--acceptable_user_tokens=`) lets anyone in.
+    /// only the empty token (daemons without `--token`), with a warning; a
+    /// wholly empty flag stops the start, as in the original.
     #[arg(long, hide_env_values = true)]
     pub acceptable_user_tokens: Option<Redacted<String>>,
 
     /// Comma-separated tokens that compile servants present. Servants with only a
     /// user token are listed but get no task. Entries are literal (no trimming).
     /// An empty entry (`a,` or `,a`) accepts only the empty token, with a
-    /// warning; only a wholly empty flag (`--acceptable_servant_tokens=`) lets
-    /// anyone in.
+    /// warning; a wholly empty flag stops the start, as in the original.
     #[arg(long, hide_env_values = true)]
     pub acceptable_servant_tokens: Option<Redacted<String>>,
+
+    /// Accept any token, or none, on every RPC instead of the two token lists:
+    /// anyone who reaches the port may register servants and take grants.
+    /// For tests and closed networks only; the log warns.
+    #[arg(long, conflicts_with_all = ["acceptable_user_tokens", "acceptable_servant_tokens"])]
+    pub insecure_accept_any_token: bool,
 
     /// Daemons older than this version are refused (STATUS_VERSION_TOO_OLD).
     #[arg(long, default_value_t = 0)]
@@ -58,8 +63,8 @@ pub struct ServerFlags {
     pub servant_min_memory_for_accepting_new_task: u64,
 
     /// `user:password` for HTTP basic auth on the dashboard, `/api/v1/*` and
-    /// `/inspect/*`. Without it (and without --debugging_no_inspect_auth) they
-    /// are closed, as in the original.
+    /// `/inspect/*`. Without it, or empty (the original's default), and
+    /// without --debugging_no_inspect_auth they are closed, as in the original.
     #[arg(long, hide_env_values = true)]
     pub inspect_credential: Option<Redacted<String>>,
 

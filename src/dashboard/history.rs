@@ -11,7 +11,7 @@ use axum::{Json, extract::State};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{Dashboard, access::Refusals, views::unix_millis};
+use super::{Dashboard, access::Refusals, overview::unix_millis};
 use crate::engine::ClusterTotals;
 
 /// One history sample per this interval.

@@ -11,14 +11,14 @@
 //! - `assets.rs`: the page and its ES modules, embedded from one list that
 //!   also routes them, and the security headers.
 //! - `history.rs`: the ring of one sample per second for the chart.
-//! - `views.rs`: the dashboard's JSON (`/api/v1/overview`).
+//! - `overview.rs`: the dashboard's JSON (`/api/v1/overview`).
 //! - `vars.rs`: the original's dump under `/inspect/vars`.
 
 mod access;
 mod assets;
 mod history;
+mod overview;
 mod vars;
-mod views;
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -29,13 +29,13 @@ use crate::{engine::Scheduler, protocol::PeerProtocols};
 pub use access::InspectAccess;
 pub use assets::{ASSETS, Asset, CONTENT_SECURITY_POLICY, SECURITY_HEADERS};
 pub use history::{HISTORY_CAPACITY, HISTORY_INTERVAL, HistorySample, HistoryView};
+pub use overview::{
+    EnvironmentRow, GrantRow, OVERVIEW_MAX_AGE, Overview, ReasonView, RequesterRow, RunningTaskRow,
+    ServantRow, TotalsView,
+};
 pub use vars::{
     DumpServant, DumpTask, INSPECT_VARS, InspectVars, TASK_DISPATCHER_PATH, TaskDispatcherDump,
     YadccVars,
-};
-pub use views::{
-    EnvironmentRow, GrantRow, OVERVIEW_MAX_AGE, Overview, ReasonView, RequesterRow, RunningTaskRow,
-    ServantRow, TotalsView,
 };
 
 /// The dashboard's state: the engine it reads, the history ring and the
@@ -96,7 +96,7 @@ async fn sample_forever(dashboard: Weak<Dashboard>) {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     paths(
-        views::overview,
+        overview::overview,
         history::history,
         vars::inspect_vars,
         vars::inspect_vars_yadcc,
@@ -130,7 +130,7 @@ pub struct DashboardApi;
 /// every answer with the security headers.
 pub fn router<S>(dashboard: Arc<Dashboard>) -> Router<S> {
     assets::routes()
-        .route("/api/v1/overview", get(views::overview))
+        .route("/api/v1/overview", get(overview::overview))
         .route("/api/v1/history", get(history::history))
         .merge(vars::routes())
         .layer(middleware::from_fn_with_state(

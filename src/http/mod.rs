@@ -1,13 +1,11 @@
-//! The HTTP side: routes, wire dialects (http+pb, Connect, gRPC, gRPC-Web),
-//! reflection, codecs and the one error table.
+//! The HTTP side: the routes, the seam every RPC protocol over HTTP plugs
+//! into (`handler`), the protocols (`dialect`: http+pb and Connect; `grpc`:
+//! gRPC and gRPC-Web), reflection, health and metrics, the access log.
 
 pub mod access_log;
-pub mod codec;
 pub mod dialect;
-pub mod error;
 pub mod grpc;
-pub mod json;
+pub mod handler;
 pub mod operations;
 pub mod reflection;
 pub mod routes;
-pub mod state;

@@ -8,7 +8,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use super::state::AppState;
+use crate::rpc::state::AppState;
 
 /// The process is up.
 #[utoipa::path(get, path = "/healthz", tag = "operations",

@@ -7,8 +7,8 @@ use super::{
     comments::{member_comment, table_cell},
 };
 use crate::{
-    http::error::ErrorKind,
     pb::{self, Method},
+    rpc::error::ErrorKind,
     service,
 };
 
@@ -100,8 +100,13 @@ fn transport_meaning(kind: ErrorKind) -> String {
         }
         ErrorKind::PayloadTooLarge => "The body is larger than the configured limit.".to_owned(),
         ErrorKind::MethodNotAllowed => "Not a POST (the answer has `Allow: POST`).".to_owned(),
-        ErrorKind::ServiceNotFound => "No such service, or no such path.".to_owned(),
-        ErrorKind::MethodNotFound => "The service has no such method.".to_owned(),
+        ErrorKind::ServiceNotFound => {
+            "No such path: another service on the Connect or gRPC path, or no RPC path at all."
+                .to_owned()
+        }
+        ErrorKind::MethodNotFound => "No such method; under `/rpc/` any name this server does \
+            not know, another service's too, as the daemons' framework answers."
+            .to_owned(),
         ErrorKind::Overloaded => {
             "Too many calls in flight on one daemon connection; retry.".to_owned()
         }

@@ -12,7 +12,7 @@
 //!   server reads and writes (pbjson: lowerCamelCase names, 64-bit integers
 //!   as decimal strings, enums by name), with the constraints of [`contract`];
 //! - [`errors`]: the error responses, from the one error table
-//!   ([`crate::http::error::ErrorKind::ALL`]) and each RPC's
+//!   ([`crate::rpc::error::ErrorKind::ALL`]) and each RPC's
 //!   [`crate::service::failure_statuses`];
 //! - [`security`]: the inspection API's basic auth;
 //! - [`examples`]: values that work against `--demo`;
@@ -53,8 +53,9 @@ use crate::{
     contract,
     dashboard::{DashboardApi, InspectAccess},
     engine::Limits,
-    http::{dialect::Dialect, error::ErrorBody, operations::OperationsApi, state::AppState},
+    http::{dialect::Dialect, operations::OperationsApi},
     pb,
+    rpc::{error::ErrorBody, state::AppState},
 };
 
 pub mod comments;
@@ -77,7 +78,7 @@ pub const DOCS_PATH: &str = "/docs";
 pub const COMMITTED_SPEC: &str = "openapi/scheduler.openapi.json";
 
 /// The media type under which binary protobuf is documented. The other
-/// binary media types of [`crate::http::codec::MEDIA_TYPES`] are named in its description.
+/// binary media types of [`crate::rpc::codec::MEDIA_TYPES`] are named in its description.
 pub const PROTOBUF_MEDIA_TYPE: &str = "application/x-protobuf";
 
 /// The media type under which proto3 JSON is documented.
@@ -269,17 +270,17 @@ fn docs_path() -> (String, PathItem) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::codec::MEDIA_TYPES;
+    use crate::rpc::codec::MEDIA_TYPES;
 
     #[test]
     fn header_names_are_the_dialects_headers() {
-        use crate::http::{dialect, error};
+        use crate::http::dialect;
         for (ours, theirs) in [
             (RPC_SEQ_NO, dialect::RPC_SEQ_NO),
             (RPC_TIMEOUT, dialect::RPC_TIMEOUT),
             (CONNECT_TIMEOUT_MS, dialect::CONNECT_TIMEOUT_MS),
-            (RPC_ERROR_CODE, error::RPC_ERROR_CODE),
-            (RPC_ERROR_REASON, error::RPC_ERROR_REASON),
+            (RPC_ERROR_CODE, dialect::RPC_ERROR_CODE),
+            (RPC_ERROR_REASON, dialect::RPC_ERROR_REASON),
         ] {
             assert!(
                 ours.eq_ignore_ascii_case(theirs.as_str()),

@@ -24,8 +24,9 @@ use super::{
 use crate::{
     contract::{FieldRule, Rule},
     grammar,
-    http::{codec::MEDIA_TYPES, dialect::Dialect, error::ErrorKind},
+    http::dialect::Dialect,
     pb::{Encoding, Method},
+    rpc::{codec::MEDIA_TYPES, error::ErrorKind},
 };
 
 /// Every RPC in both route styles, `http+pb` first.

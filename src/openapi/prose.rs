@@ -9,8 +9,9 @@ use super::{
     errors::error_table,
 };
 use crate::{
-    http::{codec::MEDIA_TYPES, dialect::Dialect, error::ErrorKind, state::DEFAULT_MAX_BODY_BYTES},
+    http::dialect::Dialect,
     pb::{self, Encoding},
+    rpc::{codec::MEDIA_TYPES, error::ErrorKind, state::DEFAULT_MAX_BODY_BYTES},
 };
 
 pub(super) fn overview(service: &ServiceDescriptor) -> String {

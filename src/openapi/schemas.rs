@@ -17,7 +17,7 @@ use super::{
 use crate::{
     contract::{self, FieldRule, Rule},
     grammar,
-    http::json::IntegerKind,
+    rpc::json::IntegerKind,
 };
 
 /// `pattern` of an unsigned 64-bit integer written as a JSON string.
@@ -74,23 +74,6 @@ fn message_schema(message: &MessageDescriptor, rules: &[FieldRule]) -> Value {
     let mut schema = message_constraints(message, message.full_name(), rules, &[]);
     let object = schema.as_object_mut().expect("an object schema");
     object.insert("description".into(), json!(description));
-    let positive: Vec<Value> = contract::any_positive()
-        .into_iter()
-        .filter(|rule| rule.message == message.full_name())
-        .flat_map(|rule| rule.fields.to_vec())
-        .filter_map(|name| message.get_field_by_name(name))
-        .map(|field| {
-            let own = own_rules(rules, message.full_name(), &[], field.name());
-            let (_, high) = integer_bounds(&field.kind(), &own).expect("an integer field");
-            json!({
-                "required": [field.json_name()],
-                "properties": { field.json_name(): integer_schema(1, high) },
-            })
-        })
-        .collect();
-    if !positive.is_empty() {
-        object.insert("anyOf".into(), Value::Array(positive));
-    }
     schema
 }
 
@@ -255,7 +238,6 @@ fn value_schema(kind: &Kind, own: &[Rule]) -> Value {
             let mut schema = json!({"type": "string"});
             for rule in own {
                 match rule {
-                    Rule::NonEmpty => schema["minLength"] = json!(1),
                     Rule::MaxLength(most) => schema["maxLength"] = json!(most),
                     Rule::Location => schema["pattern"] = json!(grammar::location_pattern()),
                     _ => {}
@@ -409,9 +391,10 @@ fn field_description(field: &FieldDescriptor, own: &[Rule]) -> String {
             Rule::Required => {
                 " Required: a request without it is refused (`STATUS_INVALID_ARGUMENT`).".to_owned()
             }
-            Rule::NonEmpty => " Must not be empty.".to_owned(),
             Rule::Location => {
-                " `a.b.c.d:port` (IPv4) or `[v6]:port` (IPv6), no zone id.".to_owned()
+                " `a.b.c.d:port` (IPv4) or `[v6]:port` (IPv6), no zone id; the port may have \
+                 leading zeros (`:080` is 80), as the original reads it."
+                    .to_owned()
             }
             Rule::AtMost(most) => {
                 format!(" At most {most}: larger values are refused (`STATUS_INVALID_ARGUMENT`).")
@@ -517,10 +500,13 @@ mod tests {
             json!(limits.max_environments_per_servant)
         );
         let wait = &schemas["yadcc.scheduler.WaitForStartingTaskRequest"];
-        assert_eq!(wait["required"], json!(["envDesc"]));
+        assert!(wait.get("required").is_none(), "{wait}");
         let env = &wait["properties"]["envDesc"];
-        assert_eq!(env["required"], json!(["compilerDigest"]));
-        assert_eq!(env["properties"]["compilerDigest"]["minLength"], 1);
+        assert!(env.get("required").is_none(), "{env}");
+        assert_eq!(
+            env["properties"]["compilerDigest"]["maxLength"],
+            json!(limits.max_digest_chars)
+        );
         assert_eq!(
             env["allOf"][0]["$ref"],
             "#/components/schemas/yadcc.EnvironmentDesc"
@@ -529,11 +515,6 @@ mod tests {
             wait["properties"]["millisecondsToWait"]["maximum"],
             json!(limits.max_wait.as_millis())
         );
-        assert_eq!(
-            wait["anyOf"][0]["properties"]["immediateReqs"]["minimum"],
-            1
-        );
-        assert_eq!(wait["anyOf"][1]["required"], json!(["prefetchReqs"]));
         let keep = &schemas["yadcc.scheduler.KeepTaskAliveRequest"]["properties"];
         assert_eq!(
             keep["taskGrantIds"]["maxItems"],

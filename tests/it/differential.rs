@@ -28,11 +28,11 @@ use tokio::net::TcpListener;
 use yadcc_scheduler::{
     AppState, app,
     engine::{Config, Scheduler, TokenSet},
-    http::{
+    pb::{self, Encoding},
+    rpc::{
         codec::{decode, encode},
         state::HttpSettings,
     },
-    pb::{self, Encoding},
 };
 
 use crate::support::{TOOL_LIMIT, bounded, heavy, python, run_bounded};

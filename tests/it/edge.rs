@@ -14,9 +14,9 @@ use tokio::{
     time::Instant,
 };
 use yadcc_scheduler::{
-    http::state::HttpSettings,
-    limits::EdgeSettings,
+    edge::EdgeSettings,
     pb,
+    rpc::state::HttpSettings,
     sim::{
         client::SerialConn,
         wire::{Outcome, Protocol},
@@ -173,7 +173,7 @@ async fn a_flood_from_one_address_does_not_lock_out_another_with_1024_descriptor
     let _heavy = heavy().await;
     // The flood needs more descriptors than the server has; this process
     // raises its own limit as the server does.
-    yadcc_scheduler::limits::raise_fd_limit().expect("raise this process's descriptor limit");
+    yadcc_scheduler::edge::raise_fd_limit().expect("raise this process's descriptor limit");
     let server = Binary::start(&["--header_read_timeout=30s"], Some(1024));
     assert_eq!(server.open_files_limit(), 1024);
     // More connections than the process has descriptors, all from 127.0.0.2,
@@ -429,7 +429,7 @@ async fn stalled_large_bodies_are_held_only_up_to_the_budget() {
     let (stalls, _open) = stall_bodies(&server, 100).await;
     println!("budget on: {stalls:?}");
     // Each held body reserves all but the first 64 KiB (small bodies are free).
-    let fit = budget / (STALLED_BODY - yadcc_scheduler::limits::SMALL_BODY_BYTES);
+    let fit = budget / (STALLED_BODY - yadcc_scheduler::edge::SMALL_BODY_BYTES);
     assert!(stalls.other.is_empty(), "{:?}", stalls.other);
     assert_eq!(stalls.held, fit, "as many held as the budget holds");
     assert_eq!(stalls.refused, 100 - fit, "the others refused");

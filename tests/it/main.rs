@@ -19,6 +19,7 @@ mod openapi_document;
 mod openapi_live;
 mod openapi_schema;
 mod operations;
+mod operators;
 mod peers;
 mod protocols;
 mod restart;

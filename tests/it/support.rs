@@ -16,9 +16,9 @@ use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use yadcc_scheduler::{
     AppState, app,
     engine::{self, Scheduler},
-    http::state::HttpSettings,
     net,
     pb::{self, flare::rpc::RpcMeta},
+    rpc::state::HttpSettings,
     sim::{
         client::{CallError, SerialConn},
         wire::{self, Protocol},
@@ -468,6 +468,11 @@ pub struct Launch<'a> {
     /// `ulimit -n` for the process, if any.
     pub nofile: Option<u32>,
     pub rust_log: &'a str,
+    /// Whether to add the test tokens to the token lists (the flags may
+    /// still override them: the last one wins).
+    pub tokens: bool,
+    /// Environment variables set for the process.
+    pub env: &'a [(&'a str, &'a str)],
 }
 
 impl Default for Launch<'_> {
@@ -477,6 +482,8 @@ impl Default for Launch<'_> {
             flags: &[],
             nofile: None,
             rust_log: "info,yadcc_scheduler::access=warn",
+            tokens: true,
+            env: &[],
         }
     }
 }
@@ -500,11 +507,11 @@ impl Launch<'_> {
     /// chatty log never blocks it on a full pipe).
     pub fn spawn(&self) -> Starting {
         let program = env!("CARGO_BIN_EXE_yadcc-scheduler");
-        let mut args: Vec<String> = vec![
-            format!("--listen={}", self.listen),
-            format!("--acceptable_user_tokens={USER_TOKEN}"),
-            format!("--acceptable_servant_tokens={SERVANT_TOKEN}"),
-        ];
+        let mut args = vec![format!("--listen={}", self.listen)];
+        if self.tokens {
+            args.push(format!("--acceptable_user_tokens={USER_TOKEN}"));
+            args.push(format!("--acceptable_servant_tokens={SERVANT_TOKEN}"));
+        }
         args.extend(self.flags.iter().map(|flag| (*flag).to_owned()));
         let mut command = match self.nofile {
             Some(limit) => {
@@ -521,6 +528,7 @@ impl Launch<'_> {
         };
         let mut child = command
             .args(&args)
+            .envs(self.env.iter().copied())
             .env("RUST_LOG", self.rust_log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -581,7 +589,7 @@ const LISTENING: &str = "listening on http://";
 pub struct Binary {
     pub child: Child,
     pub addr: SocketAddr,
-    pub log: Log,
+    log: Log,
 }
 
 impl Binary {
@@ -594,6 +602,30 @@ impl Binary {
             ..Launch::default()
         }
         .start()
+    }
+
+    /// Starts `yadcc-scheduler` on `listen` with exactly `flags` (no token
+    /// flags added) and the variables `env` set.
+    pub fn start_exactly(
+        listen: SocketAddr,
+        flags: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u32>,
+    ) -> Binary {
+        Launch {
+            listen,
+            flags,
+            nofile,
+            tokens: false,
+            env,
+            ..Launch::default()
+        }
+        .start()
+    }
+
+    /// The lines it has logged so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lines()
     }
 
     pub fn rss_kib(&self) -> u64 {

@@ -136,7 +136,7 @@ async fn real_daemons_compile_remotely_through_this_scheduler_with_identical_obj
             failures.push(format!("the {name} daemon logged: {complaint}"));
         }
     }
-    let access = scheduler.log.lines();
+    let access = scheduler.log();
     for failed in failed_daemon_calls(&access) {
         failures.push(format!(
             "the scheduler answered a daemon call with an error: {failed}"
