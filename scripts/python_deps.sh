@@ -4,9 +4,9 @@
 # fresh Debian machine needs neither pip nor a system-wide install: Google's
 # `protobuf` (the differential JSON test, tests/it/differential.rs),
 # `schemathesis` (scripts/schemathesis.sh) and `openapi-spec-validator`
-# (scripts/validate_openapi.sh); and, apart because grpcio-tools needs a
-# protobuf older than the one the differential test pins, `grpcio` and
-# `grpcio-tools` (tests/it/grpc_clients.rs) in target/test-tools/python.
+# (scripts/validate_openapi.sh). The gRPC and OpenAPI client tools go into
+# directories of their own, with this environment's pip (scripts/test.sh):
+# grpcio-tools needs an older protobuf than the one pinned here.
 #
 #   scripts/python_deps.sh           installs whatever differs from the pins
 #   scripts/python_deps.sh --print   prints the environment's python
@@ -23,7 +23,6 @@ if [ "${1:-}" = "--print" ]; then
 fi
 
 pins="protobuf==7.36.2 schemathesis==4.32.5 openapi-spec-validator==0.9.0"
-grpc_pins="grpcio==1.76.0 grpcio-tools==1.76.0"
 
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
   echo "making the Python test environment in $venv..."
@@ -45,11 +44,4 @@ if [ "$(cat "$venv/.pinned" 2>/dev/null)" != "$pins" ]; then
   # shellcheck disable=SC2086 # the pins are separate words
   pip install $pins
   echo "$pins" >"$venv/.pinned"
-fi
-if [ "$(cat "$tools/python/.pinned" 2>/dev/null)" != "$grpc_pins" ]; then
-  echo "installing $grpc_pins (gRPC client test)..."
-  rm -rf "$tools/python"
-  # shellcheck disable=SC2086 # the pins are separate words
-  pip install --target "$tools/python" $grpc_pins
-  echo "$grpc_pins" >"$tools/python/.pinned"
 fi

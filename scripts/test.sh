@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need on a fresh Debian machine
-# (Chromium for the dashboard browser test; a Python environment with the
-# pinned test tools, see scripts/python_deps.sh; buf for the gRPC tests; when
-# the original yadcc is at hand, its runtime libraries, iproute2 and g++),
-# then runs schemathesis against a live server and every test, and last the
-# tests against the original yadcc daemons (tests/it/peers/).
+# (Chromium for the dashboard browser test; a Python environment with
+# Google's protobuf, schemathesis and the OpenAPI validator, see
+# scripts/python_deps.sh; a grpcio client, grpcio-health-checking and buf for
+# the gRPC tests; the OpenAPI linters and client generators; when the
+# original yadcc is at hand, its runtime libraries, iproute2 and g++), then
+# runs schemathesis against a live server and every test, and last the tests
+# against the original yadcc daemons (tests/it/peers/).
 # Safe to run again: installed pieces are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,22 +32,46 @@ if [ "$have_major" != "$chromium_major" ]; then
   echo "warning: $message" >&2
 fi
 
-# buf for tests/it/grpc_clients.rs, pinned, in target/test-tools (where the
-# tests look; YADCC_TEST_TOOLS overrides). A marker names the pinned
-# version, so changing the pin reinstalls.
-tools=${YADCC_TEST_TOOLS:-target/test-tools}
-buf_npm='@bufbuild/buf@1.75.0'
-if [ "$(cat "$tools/npm/.pinned" 2>/dev/null)" != "$buf_npm" ]; then
-  echo "installing $buf_npm (buf curl test)..."
-  command -v npm >/dev/null 2>&1 || apt_install npm
-  rm -rf "$tools/npm"
-  mkdir -p "$tools/npm"
-  timeout 600 npm install --silent --no-audit --no-fund --save-exact --prefix "$tools/npm" "$buf_npm"
-  echo "$buf_npm" >"$tools/npm/.pinned"
-fi
-
 scripts/python_deps.sh
 scripts/validate_openapi.sh
+
+# Client tools of the integration tests, pinned, each set in its own
+# directory under target/test-tools (where the tests look; YADCC_TEST_TOOLS
+# overrides). A marker names the pinned versions, so changing a pin
+# reinstalls that set. pip is the test environment's (scripts/python_deps.sh),
+# so a fresh Debian machine needs no system pip.
+tools=${YADCC_TEST_TOOLS:-target/test-tools}
+python=$(scripts/python_deps.sh --print)
+pip_tools() { # DIR PURPOSE PINS...
+  local dir=$tools/$1 purpose=$2
+  shift 2
+  if [ "$(cat "$dir/.pinned" 2>/dev/null)" != "$*" ]; then
+    echo "installing $* ($purpose)..."
+    rm -rf "$dir"
+    timeout 1200 "$python" -m pip install --quiet --disable-pip-version-check --target "$dir" "$@"
+    echo "$*" >"$dir/.pinned"
+  fi
+}
+npm_tools() { # DIR PURPOSE PINS...
+  local dir=$tools/$1 purpose=$2
+  shift 2
+  if [ "$(cat "$dir/.pinned" 2>/dev/null)" != "$*" ]; then
+    echo "installing $* ($purpose)..."
+    command -v npm >/dev/null 2>&1 || apt_install npm
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    timeout 1200 npm install --silent --no-audit --no-fund --save-exact --prefix "$dir" "$@"
+    echo "$*" >"$dir/.pinned"
+  fi
+}
+pip_tools python "gRPC client and health tests" \
+  grpcio==1.76.0 grpcio-tools==1.76.0 grpcio-health-checking==1.76.0
+npm_tools npm "buf curl test" @bufbuild/buf@1.75.0
+# The OpenAPI consumers' tools (tests/it/openapi_clients.rs): linters, the
+# Python and TypeScript client generators, and the TypeScript compiler.
+pip_tools openapi-python "generated Python client test" openapi-python-client==0.29.1
+npm_tools openapi-npm "OpenAPI lint and TypeScript client tests" \
+  @redocly/cli@2.77.0 @stoplight/spectral-cli@6.16.3 openapi-typescript@7.13.0 typescript@5.9.3
 
 # The original yadcc (tests/it/peers/): where it is, and whether this
 # machine can run it (root for network namespaces).

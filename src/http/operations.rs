@@ -11,6 +11,8 @@ use axum::{
 use crate::rpc::state::AppState;
 
 /// The process is up.
+///
+/// Liveness: `200` as long as the process answers HTTP, also while it drains.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses((status = 200, description = "Up", content_type = "text/plain", body = String, example = "ok\n")))]
 pub async fn healthz() -> &'static str {
@@ -18,20 +20,29 @@ pub async fn healthz() -> &'static str {
 }
 
 /// Ready to take calls: not shutting down.
+///
+/// Readiness, for load balancers: `503` once a shutdown began. The gRPC
+/// health service (`grpc.health.v1.Health`) reports the same readiness.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready", content_type = "text/plain", body = String, example = "ready\n"),
         (status = 503, description = "Shutting down", content_type = "text/plain", body = String, example = "shutting down\n"),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    if state.service.engine().is_shutting_down() {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
-    } else {
-        "ready\n".into_response()
+    match state.readiness.current() {
+        Ok(()) => "ready\n".into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", reason.describe()),
+        )
+            .into_response(),
     }
 }
 
 /// Prometheus metrics (OpenMetrics text format).
+///
+/// Calls by protocol, method, encoding and outcome, latencies, connections,
+/// and the cluster as the engine sees it.
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Metrics of the gateway and the engine",
         content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String)))]

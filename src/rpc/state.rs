@@ -17,6 +17,7 @@ use crate::{
     engine::Scheduler,
     metrics::Metrics,
     protocol::PeerProtocols,
+    readiness::Readiness,
     service::SchedulerService,
 };
 
@@ -101,6 +102,8 @@ pub struct AppParts {
     pub body_budget: BodyBudget,
     /// `GetRunningTasks` answers, encoded once per list and encoding.
     pub running_tasks: RunningTasksAnswers,
+    /// Whether the scheduler takes calls (`/readyz`, gRPC health).
+    pub readiness: Readiness,
 }
 
 impl std::ops::Deref for AppState {
@@ -127,6 +130,7 @@ impl AppState {
             service: SchedulerService::new(engine),
             settings,
             running_tasks: RunningTasksAnswers::default(),
+            readiness: Readiness::new(),
         }))
     }
 }

@@ -35,7 +35,10 @@ use yadcc_scheduler::{
     },
 };
 
-use crate::support::{TOOL_LIMIT, bounded, heavy, python, run_bounded};
+use crate::{
+    support::{TOOL_LIMIT, bounded, heavy, run_bounded},
+    tools::python_program,
+};
 
 /// Generated messages per type and check: with six request and six response
 /// types, thousands in all.
@@ -44,7 +47,7 @@ const PER_TYPE: &str = "400";
 const SEED_VARIABLE: &str = "DIFFERENTIAL_SEED";
 
 fn python_with_protobuf() -> Option<std::ffi::OsString> {
-    let python = python();
+    let python = python_program();
     let ok = bounded(TOOL_LIMIT, &python)
         .args(["-c", "import google.protobuf.json_format"])
         .output()

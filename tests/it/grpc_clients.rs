@@ -3,49 +3,29 @@
 //! over gRPC and gRPC-Web. Both are installed by scripts/test.sh into
 //! target/test-tools.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{path::Path, process::Command};
 
 use crate::{
     grpc::{rpc_path, server},
     support::*,
+    tools::{installed, python, run, tool},
 };
-
-/// The tool at `relative`, or None (and a skip) when it is not installed;
-/// in CI a missing tool is a failure.
-fn installed(relative: &str) -> Option<PathBuf> {
-    let path = test_tools().join(relative);
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must install {relative} (scripts/test.sh does)"
-    );
-    eprintln!(
-        "SKIPPED: {} is missing; scripts/test.sh installs it",
-        path.display()
-    );
-    None
-}
 
 #[tokio::test]
 async fn a_python_grpcio_client_calls_every_rpc_and_gets_the_table_codes() {
     let Some(python_path) = installed("python/grpc_tools") else {
         return;
     };
+    let _heavy = heavy().await;
     let server = server().await;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let _heavy = heavy().await;
-    let mut command = bounded(TOOL_LIMIT, python());
+    let mut command = python();
     command
         .arg(root.join("tests/grpc/client.py"))
         .arg(server.addr.to_string())
         .arg(root.join("proto"))
         .env("PYTHONPATH", python_path.parent().unwrap());
-    let output = run_bounded(command).await;
+    let output = run(command).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -57,7 +37,7 @@ async fn a_python_grpcio_client_calls_every_rpc_and_gets_the_table_codes() {
 }
 
 fn buf_curl(buf: &Path, args: &[&str]) -> Command {
-    let mut command = bounded(TOOL_LIMIT, buf);
+    let mut command = tool(buf);
     command
         .arg("curl")
         .arg("--http2-prior-knowledge")
@@ -74,7 +54,7 @@ async fn buf_curl_lists_and_calls_over_grpc_and_grpc_web_by_reflection_alone() {
     let base = server.url("");
     for protocol in ["grpc", "grpcweb"] {
         for reflect in ["grpc-v1", "grpc-v1alpha"] {
-            let output = run_bounded(buf_curl(
+            let output = run(buf_curl(
                 &buf,
                 &[
                     "--protocol",
@@ -108,7 +88,7 @@ async fn buf_curl_lists_and_calls_over_grpc_and_grpc_web_by_reflection_alone() {
         }
 
         let data = format!(r#"{{"token":"{USER_TOKEN}"}}"#);
-        let output = run_bounded(buf_curl(
+        let output = run(buf_curl(
             &buf,
             &[
                 "--protocol",
@@ -127,7 +107,7 @@ async fn buf_curl_lists_and_calls_over_grpc_and_grpc_web_by_reflection_alone() {
         let answer: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
         assert!(answer["servingDaemonToken"].is_string(), "{answer}");
 
-        let output = run_bounded(buf_curl(
+        let output = run(buf_curl(
             &buf,
             &[
                 "--protocol",

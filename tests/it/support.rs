@@ -18,6 +18,7 @@ use yadcc_scheduler::{
     engine::{self, Scheduler},
     net,
     pb::{self, flare::rpc::RpcMeta},
+    readiness::Readiness,
     rpc::state::HttpSettings,
     sim::{
         client::{CallError, SerialConn},
@@ -61,29 +62,6 @@ pub fn bounded(limit: Duration, program: impl AsRef<std::ffi::OsStr>) -> Command
     command
 }
 
-/// Where scripts/test.sh installs the Python and npm test tools.
-pub fn test_tools() -> std::path::PathBuf {
-    std::env::var_os("YADCC_TEST_TOOLS")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tools")
-        })
-}
-
-/// The Python the tests run: `$PYTHON`, else the virtual environment
-/// scripts/python_deps.sh makes, else `python3`.
-pub fn python() -> std::ffi::OsString {
-    if let Some(python) = std::env::var_os("PYTHON") {
-        return python;
-    }
-    let venv = test_tools().join("venv/bin/python");
-    if venv.exists() {
-        venv.into_os_string()
-    } else {
-        "python3".into()
-    }
-}
-
 /// Runs a [`bounded`] command to its end off the runtime (the server under
 /// test keeps serving), and says so when it was stopped for taking too long.
 pub async fn run_bounded(mut command: Command) -> std::process::Output {
@@ -120,6 +98,8 @@ pub fn open_inspection() -> HttpSettings {
 pub struct Server {
     pub addr: SocketAddr,
     pub engine: Scheduler,
+    /// What `/readyz` and the gRPC health service report.
+    pub readiness: Readiness,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -141,6 +121,7 @@ impl Server {
         let addr = listener.local_addr().expect("local addr");
         let (shutdown, shutdown_rx) = oneshot::channel::<()>();
         let state = AppState::new(engine.clone(), settings);
+        let readiness = state.readiness.clone();
         let stopping = engine.clone();
         let task = tokio::spawn(async move {
             net::serve(listener, app(state.clone()), state, async move {
@@ -153,6 +134,7 @@ impl Server {
         Server {
             addr,
             engine,
+            readiness,
             shutdown: Some(shutdown),
             task,
         }
