@@ -3,8 +3,9 @@
 # (target/test-tools/venv; YADCC_TEST_TOOLS moves target/test-tools), so a
 # fresh Debian machine needs neither pip nor a system-wide install: Google's
 # `protobuf` (the differential JSON test, tests/it/differential.rs),
-# `schemathesis` (scripts/schemathesis.sh) and `openapi-spec-validator`
-# (scripts/validate_openapi.sh). The gRPC and OpenAPI client tools go into
+# `schemathesis` (scripts/schemathesis.sh), `openapi-spec-validator`
+# (scripts/validate_openapi.sh) and `prometheus-client` (its strict
+# OpenMetrics parser, scripts/check_openmetrics.py). The gRPC and OpenAPI client tools go into
 # directories of their own, with this environment's pip (scripts/test.sh):
 # grpcio-tools needs an older protobuf than the one pinned here.
 #
@@ -22,7 +23,7 @@ if [ "${1:-}" = "--print" ]; then
   exit 0
 fi
 
-pins="protobuf==7.36.2 schemathesis==4.32.5 openapi-spec-validator==0.9.0"
+pins="protobuf==7.36.2 schemathesis==4.32.5 openapi-spec-validator==0.9.0 prometheus-client==0.26.0"
 
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
   echo "making the Python test environment in $venv..."

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need on a fresh Debian machine
-# (Chromium for the dashboard browser test; a Python environment with
-# Google's protobuf, schemathesis and the OpenAPI validator, see
-# scripts/python_deps.sh; a grpcio client, grpcio-health-checking and buf for
-# the gRPC tests; the OpenAPI linters and client generators; when the
-# original yadcc is at hand, its runtime libraries, iproute2 and g++), then
-# runs schemathesis against a live server and every test, and last the tests
-# against the original yadcc daemons (tests/it/peers/).
+# (Chromium for the dashboard browser test and Lighthouse; promtool from
+# Debian's prometheus package for the /metrics test; a Python environment
+# with Google's protobuf, schemathesis, the OpenAPI validator and
+# prometheus-client, see scripts/python_deps.sh; a grpcio client,
+# grpcio-health-checking and buf for the gRPC tests; the OpenAPI linters and
+# client generators; when the original yadcc is at hand, its runtime
+# libraries, iproute2 and g++), then runs schemathesis against a live server,
+# Lighthouse against the demo's dashboard (scripts/lighthouse.sh) and every
+# test, and last the tests against the original yadcc daemons
+# (tests/it/peers/).
 # Safe to run again: installed pieces are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +33,11 @@ if [ "$have_major" != "$chromium_major" ]; then
     exit 1
   fi
   echo "warning: $message" >&2
+fi
+
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "installing prometheus (promtool, /metrics test)..."
+  apt_install --no-install-recommends prometheus
 fi
 
 scripts/python_deps.sh
@@ -107,6 +115,10 @@ fi
 
 echo "== schemathesis (every check, both route styles)"
 scripts/schemathesis.sh
+
+# The dashboard's Lighthouse goals (accessibility 100, performance >= 90,
+# CLS <= 0.1); the script bounds each audit, this the whole of it.
+timeout "${LIGHTHOUSE_TOTAL_TIMEOUT:-900}" scripts/lighthouse.sh
 
 cargo test --locked "$@"
 

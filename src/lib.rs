@@ -53,7 +53,7 @@
 //! service dashboard metrics       the six RPCs; beside the path: people, Prometheus
 //! contract                        what requests must satisfy, as data
 //! engine                          the scheduling rules
-//! edge protocol grammar readiness  leaves: limits, labels, grammars, readiness
+//! edge protocol grammar readiness build_info  leaves: limits, labels, grammars, readiness, the build
 //! sim                             the simulated daemons: generated types only
 //! pb                              generated types, Method, Encoding
 //! ```
@@ -100,7 +100,8 @@
 //!   comments), served at `/openapi.json` with Swagger UI at `/docs`;
 //!   committed in `openapi/`.
 //! - [`dashboard`] (`src/dashboard/`): `overview.rs` the JSON over the engine
-//!   snapshot, `history.rs` the history ring, `vars.rs` the original's dump at
+//!   snapshot, `history.rs` the history ring and the grant rates over 10 s,
+//!   `vars.rs` the original's dump at
 //!   `/inspect/vars/yadcc/task_dispatcher`, `access.rs` who may read them
 //!   ([`dashboard::InspectAccess`]: closed unless a flag opens them),
 //!   `assets.rs` the page from `web/` embedded and routed from one list, with
@@ -109,7 +110,10 @@
 //!   every panel uses), `cells.js`, `chart.js` and `chart-geometry.js`
 //!   (history), `format.js`, `dom.js`, `store.js`, and `views/` (servants,
 //!   grants, environments, requesters, summary cards, tabs, connection status).
-//! - [`metrics`]: Prometheus exposition.
+//! - [`metrics`]: Prometheus exposition, classic text or OpenMetrics as the
+//!   scraper asks (`exposition.rs`), the `process_*` series (`process.rs`)
+//!   and the build's version and commit ([`build_info`], embedded by
+//!   `build.rs`; `--version` prints them too).
 //! - [`config`]: the command line (`src/main.rs` starts and stops the server):
 //!   `server.rs` (the scheduler's flags), `demo.rs` (`--demo`, and with the
 //!   `bench-route` cargo feature the hidden `--bench_bare_route`),
@@ -141,6 +145,7 @@
 //! engine benchmarks in `benches/`; `scripts/schemathesis.sh` tests the
 //! OpenAPI document against a live server.
 
+pub mod build_info;
 pub mod config;
 pub mod contract;
 pub mod daemon;

@@ -7,7 +7,7 @@ use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 use yadcc_scheduler::{
     AppState, app,
-    config::{Cli, Settings},
+    config::{Cli, Settings, server::LogFormat},
     dashboard::InspectAccess,
     edge,
     engine::{self, Scheduler},
@@ -31,14 +31,24 @@ async fn main() -> ExitCode {
     } else {
         "info"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
-        )
-        // Logs are diagnostics: stderr, and colour only for a person at a terminal.
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    // Logs are diagnostics: stderr, and colour only for a person at a terminal.
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.server.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // One object per line: `timestamp`, `level`, `target` and the event's
+        // `fields` (its message among them); spans carry nothing worth a key.
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
     for warning in flag_warnings {
         tracing::warn!("{warning}");
     }
