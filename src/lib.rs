@@ -15,7 +15,7 @@
 //!        -> rpc             the one entry every protocol calls: deadline, metrics,
 //!                           access log, peer protocol ([`protocol::Protocol`] labels)
 //!        -> http::codec     bytes <-> prost message (binary protobuf, proto3 JSON;
-//!                           http::json brings every canonical JSON form to pbjson's)
+//!                           http::json reads JSON in one pass into binary protobuf)
 //!        -> service         prost message <-> engine domain types; scheduler `Status`
 //!        -> engine          servants, grants, waiters, tokens, expiry (no HTTP, no protobuf)
 //! ```
