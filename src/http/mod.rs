@@ -7,8 +7,6 @@ pub mod dialect;
 pub mod error;
 pub mod grpc;
 pub mod json;
-#[cfg(test)]
-mod json_legacy;
 pub mod operations;
 pub mod reflection;
 pub mod routes;
