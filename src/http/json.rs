@@ -1149,16 +1149,17 @@ fn out_of_range(token: &Token<'_>, kind: IntegerKind, at: &Path<'_>) -> String {
 }
 
 /// The common string form of an integer, what 64-bit integers are written
-/// as: up to 19 digits without a leading zero, always a u64.
+/// as: digits without a leading zero, within u64.
 fn plain_digits(text: &str) -> Option<u64> {
     let bytes = text.as_bytes();
-    let plain = matches!(bytes.len(), 1..=19)
-        && (bytes[0] != b'0' || bytes.len() == 1)
-        && bytes.iter().all(u8::is_ascii_digit);
-    plain.then(|| {
-        bytes
-            .iter()
-            .fold(0, |value, digit| value * 10 + u64::from(digit - b'0'))
+    if !matches!(bytes.len(), 1..=20) || (bytes[0] == b'0' && bytes.len() > 1) {
+        return None;
+    }
+    bytes.iter().try_fold(0_u64, |value, &digit| {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        value.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
     })
 }
 
@@ -1590,7 +1591,9 @@ mod tests {
             ("0", Some(0)),
             ("7", Some(7)),
             ("9999999999999999999", Some(9_999_999_999_999_999_999)),
-            ("10000000000000000000", None),
+            ("18446744073709551615", Some(u64::MAX)),
+            ("18446744073709551616", None),
+            ("99999999999999999999", None),
             ("01", None),
             ("-1", None),
             ("1e3", None),
