@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use yadcc_scheduler::{
-    http::codec::{decode, encode},
     pb::{self, Encoding},
+    rpc::codec::{decode, encode},
     sim::{ServantBehaviour, ServantSpec, environment_digest, servant::heartbeat_request},
 };
 

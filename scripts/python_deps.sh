@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the pinned Python test tools from PyPI when the installed version
 # differs: `protobuf` (Google's implementation, for the differential JSON test
-# in tests/it/differential.rs) and `schemathesis` (scripts/schemathesis.sh).
+# in tests/it/differential.rs), `schemathesis` (scripts/schemathesis.sh) and
+# `prometheus-client` (its strict OpenMetrics parser, scripts/check_openmetrics.py).
 # Safe to run again: matching versions are skipped.
 set -euo pipefail
 
 python=${PYTHON:-python3}
-pins=("protobuf==7.36.2" "schemathesis==4.32.5")
+pins=("protobuf==7.36.2" "schemathesis==4.32.5" "prometheus-client==0.26.0")
 
 for pin in "${pins[@]}"; do
   name=${pin%%==*}

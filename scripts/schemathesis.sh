@@ -5,7 +5,7 @@
 # content type and body as documented, basic auth honoured. Both route styles
 # are in the document, so both are tested.
 #
-# The server accepts any token (explicitly empty token lists), so the tester
+# The server accepts any token (--insecure_accept_any_token), so the tester
 # reaches the logic behind the token check, and guards /api/v1/ with a basic
 # auth credential that schemathesis is given. Run time is bounded by the
 # examples per operation: SCHEMATHESIS_MAX_EXAMPLES (default 100).
@@ -21,7 +21,7 @@ credential="schemathesis:$("$python" -c 'import secrets; print(secrets.token_hex
 log=$(mktemp)
 YADCC_INSPECT_CREDENTIAL="$credential" ./target/debug/yadcc-scheduler \
   --listen "127.0.0.1:$port" \
-  --acceptable_user_tokens= --acceptable_servant_tokens= >"$log" 2>&1 &
+  --insecure_accept_any_token >"$log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true; rm -f "$log"' EXIT
 

@@ -7,10 +7,11 @@ use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 use yadcc_scheduler::{
     AppState, app,
-    config::{Cli, Settings},
+    config::{Cli, Settings, server::LogFormat},
     dashboard::InspectAccess,
+    edge,
     engine::{self, Scheduler},
-    limits, net, sim,
+    net, sim,
 };
 
 /// The server allocates and frees small buffers on every request (bodies,
@@ -30,14 +31,24 @@ async fn main() -> ExitCode {
     } else {
         "info"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
-        )
-        // Logs are diagnostics: stderr, and colour only for a person at a terminal.
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    // Logs are diagnostics: stderr, and colour only for a person at a terminal.
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.server.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // One object per line: `timestamp`, `level`, `target` and the event's
+        // `fields` (its message among them); spans carry nothing worth a key.
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
     for warning in flag_warnings {
         tracing::warn!("{warning}");
     }
@@ -61,7 +72,7 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     warn_about_open_doors(&settings);
     let engine = Scheduler::new(settings.engine.clone());
     // Connections cost descriptors; the connection cap is derived from this.
-    match limits::raise_fd_limit() {
+    match edge::raise_fd_limit() {
         Ok(limit) => tracing::info!("file-descriptor limit: {limit}"),
         Err(error) => tracing::warn!("cannot raise the file-descriptor limit: {error}"),
     }
@@ -156,7 +167,7 @@ fn warn_about_open_doors(settings: &Settings) {
         ),
     ] {
         if tokens.accepts_anyone() {
-            tracing::warn!("{flag} is empty: ANYONE may {who}");
+            tracing::warn!("--insecure_accept_any_token: ANYONE may {who}");
         } else if tokens.accepts_empty_token() {
             tracing::warn!(
                 "POSSIBLE SECURITY BREACH: {flag} has an empty entry: daemons without --token may {who}"

@@ -6,9 +6,9 @@ use std::{net::SocketAddr, time::Duration};
 use super::Cli;
 use crate::{
     dashboard::InspectAccess,
+    edge::{self, EdgeSettings},
     engine::{self, Redacted},
-    http::state::HttpSettings,
-    limits::{self, EdgeSettings},
+    rpc::state::HttpSettings,
 };
 
 /// Parses `4096`, `512K`, `512M`, `10G`, `1T` (binary multiples; a trailing `B`
@@ -94,7 +94,13 @@ impl Cli {
         if self.server.debugging_no_inspect_auth {
             return InspectAccess::Open;
         }
-        if let Some(credential) = &self.server.inspect_credential {
+        // Empty is the original's default: closed.
+        if let Some(credential) = self
+            .server
+            .inspect_credential
+            .as_ref()
+            .filter(|credential| !credential.is_empty())
+        {
             return InspectAccess::Credential(credential.as_str().into());
         }
         if self.sim.demo && listen.ip().is_loopback() {
@@ -103,43 +109,57 @@ impl Cli {
         InspectAccess::Closed
     }
 
+    /// The user and servant token sets: both lists, the demo's public tokens
+    /// for a list not given to the demo, or anyone with
+    /// `--insecure_accept_any_token`. A list that is missing or empty stops
+    /// the start (the original refuses an empty one too).
+    fn token_sets(&self) -> Result<(engine::TokenSet, engine::TokenSet), String> {
+        if self.server.insecure_accept_any_token {
+            return Ok((engine::TokenSet::anyone(), engine::TokenSet::anyone()));
+        }
+        let list = |given: &Option<Redacted<String>>, flag: &str, demo: &str| match given {
+            Some(tokens) if tokens.is_empty() => Err(format!(
+                "{flag} is empty: list at least one token (the original scheduler refuses \
+                 to start too), or, to let anyone in, drop both token flags and pass \
+                 --insecure_accept_any_token"
+            )),
+            Some(tokens) => Ok(Some(engine::TokenSet::from_flag(tokens))),
+            None => Ok(self.sim.demo.then(|| engine::TokenSet::new([demo]))),
+        };
+        let user = list(
+            &self.server.acceptable_user_tokens,
+            "--acceptable_user_tokens",
+            crate::sim::DEMO_USER_TOKEN,
+        )?;
+        let servant = list(
+            &self.server.acceptable_servant_tokens,
+            "--acceptable_servant_tokens",
+            crate::sim::DEMO_SERVANT_TOKEN,
+        )?;
+        user.zip(servant).ok_or_else(|| {
+            "no tokens configured: pass --acceptable_user_tokens=TOKEN[,TOKEN...] \
+             (what delegates present) and --acceptable_servant_tokens=TOKEN[,TOKEN...] \
+             (what compile servants present), or set YADCC_ACCEPTABLE_USER_TOKENS and \
+             YADCC_ACCEPTABLE_SERVANT_TOKENS"
+                .to_owned()
+        })
+    }
+
     /// Checks the flags and turns them into settings. Errors say what to pass.
     pub fn settings(&self) -> Result<Settings, String> {
-        let demo_tokens = |given: &Option<Redacted<String>>, demo: &str| {
-            given
-                .as_ref()
-                .map(|tokens| tokens.0.clone())
-                .or_else(|| self.sim.demo.then(|| demo.to_owned()))
-        };
-        let (Some(user_tokens), Some(servant_tokens)) = (
-            &demo_tokens(
-                &self.server.acceptable_user_tokens,
-                crate::sim::DEMO_USER_TOKEN,
-            ),
-            &demo_tokens(
-                &self.server.acceptable_servant_tokens,
-                crate::sim::DEMO_SERVANT_TOKEN,
-            ),
-        ) else {
-            return Err(
-                "no tokens configured: pass --acceptable_user_tokens=TOKEN[,TOKEN...] \
-                 (what delegates present) and --acceptable_servant_tokens=TOKEN[,TOKEN...] \
-                 (what compile servants present), or set YADCC_ACCEPTABLE_USER_TOKENS and \
-                 YADCC_ACCEPTABLE_SERVANT_TOKENS; an empty value lets anyone in"
-                    .to_owned(),
-            );
-        };
+        let (user_tokens, servant_tokens) = self.token_sets()?;
         if let Some(credential) = &self.server.inspect_credential
+            && !credential.is_empty()
             && !credential.contains(':')
         {
             return Err("--inspect_credential must be user:password".to_owned());
         }
         let max_body_bytes = usize::try_from(self.server.max_body_bytes)
             .map_err(|_| "--max_body_bytes is too large".to_owned())?;
-        if self.server.idle_timeout < limits::MIN_IDLE_TIMEOUT {
+        if self.server.idle_timeout < edge::MIN_IDLE_TIMEOUT {
             return Err(format!(
                 "--idle_timeout must be at least {}s: stock daemons expect idle connections to stay open 60s",
-                limits::MIN_IDLE_TIMEOUT.as_secs()
+                edge::MIN_IDLE_TIMEOUT.as_secs()
             ));
         }
         for (flag, value) in [
@@ -174,8 +194,8 @@ impl Cli {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let engine = engine::Config {
-            user_tokens: engine::TokenSet::from_flag(user_tokens),
-            servant_tokens: engine::TokenSet::from_flag(servant_tokens),
+            user_tokens,
+            servant_tokens,
             min_daemon_version: self.server.min_daemon_version,
             servant_min_memory_for_accepting_new_task: self
                 .server

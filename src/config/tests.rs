@@ -3,7 +3,7 @@
 use std::{ffi::OsString, time::Duration};
 
 use super::*;
-use crate::{dashboard::InspectAccess, engine, limits::EdgeSettings};
+use crate::{dashboard::InspectAccess, edge::EdgeSettings, engine};
 
 fn cli(args: &[&str]) -> Cli {
     Cli::try_parse_args(std::iter::once("yadcc-scheduler").chain(args.iter().copied())).unwrap()
@@ -281,8 +281,6 @@ fn token_lists_are_read_as_the_original_reads_them() {
     assert!(!trailing.accepts_token("b") && !trailing.accepts_anyone());
     assert!(trailing.accepts_empty_token(), "warned about at start");
     assert!(user_tokens(",a").accepts_token(""));
-    // Only a flag that is empty as a whole keeps the open mode.
-    assert!(user_tokens("").accepts_anyone());
 }
 
 #[test]
@@ -300,11 +298,57 @@ fn a_flagfile_keeps_token_lists_literal() {
 }
 
 #[test]
-fn an_empty_token_list_means_anyone() {
-    let settings = cli(&["--acceptable_user_tokens=", "--acceptable_servant_tokens="])
-        .settings()
-        .unwrap();
+fn an_empty_token_flag_stops_the_start_and_names_the_flag() {
+    for (args, flag) in [
+        (
+            ["--acceptable_user_tokens=", "--acceptable_servant_tokens=s"],
+            "--acceptable_user_tokens",
+        ),
+        (
+            ["--acceptable_user_tokens=u", "--acceptable_servant_tokens="],
+            "--acceptable_servant_tokens",
+        ),
+    ] {
+        let error = cli(&args).settings().unwrap_err();
+        assert!(error.starts_with(&format!("{flag} is empty")), "{error}");
+        assert!(error.contains("--insecure_accept_any_token"), "{error}");
+    }
+}
+
+#[test]
+fn only_the_explicit_flag_lets_anyone_in() {
+    let settings = cli(&["--insecure_accept_any_token"]).settings().unwrap();
     assert_eq!(settings.engine.user_tokens, engine::TokenSet::anyone());
+    assert_eq!(settings.engine.servant_tokens, engine::TokenSet::anyone());
+    // Never together with a token list: one of them would be ignored.
+    let error = Cli::try_parse_args([
+        "yadcc-scheduler",
+        "--insecure_accept_any_token",
+        "--acceptable_user_tokens=u",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("cannot be used with"), "{error}");
+}
+
+#[test]
+fn an_empty_credential_keeps_inspection_closed() {
+    let settings = cli(&[
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+        "--inspect_credential=",
+    ])
+    .settings()
+    .unwrap();
+    assert!(matches!(settings.http.inspect, InspectAccess::Closed));
+    let error = cli(&[
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+        "--inspect_credential=nocolon",
+    ])
+    .settings()
+    .unwrap_err();
+    assert!(error.contains("user:password"), "{error}");
 }
 
 #[test]

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::envs::{Effects, PlaceKey};
 use super::grants::{GrantEnd, GrantRec, NewGrant, Origin, Renewal};
-use super::placement::{Effects, PlaceKey};
 use super::requesters::Owner;
 use super::state::State;
 use super::types::{EnvId, Grant, ServantKey, later};
@@ -156,7 +156,7 @@ impl State {
     /// servant), skipping servants older than `min_version`; the requester's
     /// own machine (same IP) is used only if nothing else is free. Stale
     /// entries met on the way are moved to their true place (see
-    /// `placement`).
+    /// `envs`).
     pub(crate) fn pick(
         &mut self,
         env: EnvId,

@@ -1,17 +1,17 @@
 //! The engine's state behind the one mutex: one owner per index family
-//! (`servants`, `grants`, `placement::Envs`, `queue::Waiters`, `requesters`,
+//! (`servants`, `grants`, `envs::Envs`, `wait_queues::WaitQueues`, `requesters`,
 //! `tokens`), plus what ties them together: deadlines for the expiry task,
 //! the expiry sweep, and the follow-up work of an index change.
 
 use tokio::time::Instant;
 
 use super::config::Config;
+use super::envs::{Effects, Envs};
 use super::grants::Grants;
-use super::placement::{Effects, Envs};
-use super::queue::Waiters;
 use super::requesters::Requesters;
 use super::servants::Servants;
 use super::tokens::TokenRing;
+use super::wait_queues::WaitQueues;
 
 /// Everything mutable, guarded by `Shared`'s mutex (a `std::sync::Mutex`
 /// that is never held across an `.await`). Each field is an owner that keeps
@@ -26,7 +26,7 @@ pub(crate) struct State {
     /// Per-environment indexes (free servants, versions, queues).
     pub(super) envs: Envs,
     /// Call numbers and the count of queued calls across the queues.
-    pub(super) waiters: Waiters,
+    pub(super) waiters: WaitQueues,
     /// Requesting machines: ownership figures, last served, waiting.
     pub(super) requesters: Requesters,
     pub(super) tokens: TokenRing,
@@ -49,7 +49,7 @@ impl State {
             ),
             grants: Grants::new(config, now),
             envs: Envs::default(),
-            waiters: Waiters::new(limits.max_waiters, limits.max_waiters_per_machine),
+            waiters: WaitQueues::new(limits.max_waiters, limits.max_waiters_per_machine),
             requesters: Requesters::new(limits.max_requesters),
             tokens: TokenRing::new(
                 config.serving_daemon_token_secret.clone().map(|s| s.0),

@@ -1,9 +1,9 @@
 //! The listener: accepts connections under the caps, reads each connection's
 //! first bytes to decide its protocol, and serves it; stops gracefully.
 //!
-//! - `CPRF`: the daemons' binary protocol ([`crate::flare`]).
+//! - `CPRF`: the daemons' binary protocol ([`crate::daemon::flare`]).
 //! - An HTTP/1 request under `/rpc/` carrying `Rpc-SeqNo`: the daemons'
-//!   `http+pb`, answered out of order ([`crate::flare::http`]).
+//!   `http+pb`, answered out of order ([`crate::daemon::http_pb`]).
 //! - Anything else (curl, browsers, Connect, h2c `PRI `): hyper, HTTP/1.1 and
 //!   HTTP/2, serving the axum router, the sniffed bytes replayed first.
 //!
@@ -40,14 +40,15 @@ use tower::ServiceExt;
 
 use self::io::{Activity, Rewind};
 use crate::{
-    flare::{
+    daemon::{
         self,
-        frame::MAGIC,
-        http::{HeadScan, MAX_HEAD_BYTES},
+        flare::{Flare, frame::MAGIC},
+        http_pb::{self, HeadScan, HttpPb, MAX_HEAD_BYTES},
     },
-    http::state::AppState,
-    limits::{self, EdgeSettings},
-    protocol::Protocol,
+    edge::{self, EdgeSettings},
+    protocol::CallProtocol,
+    readiness::NotReady,
+    rpc::state::AppState,
 };
 
 const LOG: &str = "yadcc_scheduler::net";
@@ -86,7 +87,7 @@ pub async fn serve(
         "connection caps: {cap} in all, {} per address",
         edge.max_connections_per_ip
     );
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Listener {
         hyper: hyper_builder(&edge),
         router,
         state,
@@ -122,6 +123,9 @@ pub async fn serve(
         }
     }
     drop(listener);
+    // Before the drain: probes (`/readyz`, gRPC health) on connections still
+    // open say so while they finish.
+    shared.state.readiness.set_not_ready(NotReady::ShuttingDown);
     let _ = stop.send(true);
     let grace = shared.edge.shutdown_grace;
     let drained = tokio::time::timeout(grace, async {
@@ -140,7 +144,8 @@ pub async fn serve(
     Ok(())
 }
 
-struct Shared {
+/// What every connection of the listener shares.
+struct Listener {
     state: AppState,
     router: Router,
     edge: EdgeSettings,
@@ -162,7 +167,7 @@ fn hyper_builder(edge: &EdgeSettings) -> auto::Builder<TokioExecutor> {
 /// A connection's place under the caps, given back when it closes.
 struct Admitted {
     _slot: OwnedSemaphorePermit,
-    shared: Arc<Shared>,
+    shared: Arc<Listener>,
     /// The address block counted under the per-address cap; None for a
     /// trusted proxy.
     counted_ip: Option<IpAddr>,
@@ -186,7 +191,7 @@ impl Drop for Admitted {
 /// A place under both caps, or None (the stream is then dropped: closed).
 /// A trusted reverse proxy carries everyone behind it, so the per-address
 /// cap does not apply to it (the global cap still does).
-fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Option<Admitted> {
+fn admit(shared: &Arc<Listener>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Option<Admitted> {
     let metrics = &shared.state.metrics;
     let Ok(slot) = Arc::clone(slots).try_acquire_owned() else {
         metrics.connection_refused("max_connections");
@@ -196,7 +201,7 @@ fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Opti
     let counted_ip = if shared.state.settings.is_trusted(ip) {
         None
     } else {
-        let block = limits::address_block(ip);
+        let block = edge::address_block(ip);
         let mut per_ip = shared.per_ip.lock().unwrap_or_else(|p| p.into_inner());
         let count = per_ip.entry(block).or_insert(0);
         if *count >= shared.edge.max_connections_per_ip {
@@ -215,7 +220,7 @@ fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Opti
 }
 
 async fn serve_connection(
-    shared: Arc<Shared>,
+    shared: Arc<Listener>,
     mut stream: TcpStream,
     peer: SocketAddr,
     stopping: watch::Receiver<bool>,
@@ -235,23 +240,16 @@ async fn serve_connection(
     let state = shared.state.clone();
     match protocol {
         Sniffed::Flare => {
-            let _open = state.metrics.connection_opened(Protocol::Flare);
-            flare::serve_binary(state.clone(), stream, peer, first, stopping).await;
+            let _open = state.metrics.connection_opened(CallProtocol::Flare);
+            daemon::serve(Flare, state.clone(), stream, peer, first, stopping).await;
         }
         Sniffed::DaemonHttp => {
-            let _open = state.metrics.connection_opened(Protocol::HttpPb);
-            flare::http::serve_http(
-                state.clone(),
-                shared.router.clone(),
-                stream,
-                peer,
-                first,
-                stopping,
-            )
-            .await;
+            let _open = state.metrics.connection_opened(CallProtocol::HttpPb);
+            let framing = HttpPb::new(shared.router.clone());
+            daemon::serve(framing, state.clone(), stream, peer, first, stopping).await;
         }
         Sniffed::Hyper => {
-            let _open = state.metrics.connection_opened(Protocol::Http);
+            let _open = state.metrics.connection_opened(CallProtocol::Http);
             serve_hyper(&shared, stream, peer, first, stopping).await;
         }
     }
@@ -294,7 +292,7 @@ fn classify(buf: &[u8]) -> Option<Sniffed> {
     if prefix == H2_PREFACE_START {
         return Some(Sniffed::Hyper);
     }
-    match flare::http::is_daemon_request(buf) {
+    match http_pb::is_daemon_request(buf) {
         None => None,
         Some(true) => Some(Sniffed::DaemonHttp),
         Some(false) => Some(Sniffed::Hyper),
@@ -302,7 +300,7 @@ fn classify(buf: &[u8]) -> Option<Sniffed> {
 }
 
 async fn serve_hyper(
-    shared: &Shared,
+    shared: &Listener,
     stream: TcpStream,
     peer: SocketAddr,
     first: BytesMut,
@@ -351,10 +349,10 @@ async fn serve_hyper(
 mod tests {
     use super::*;
 
-    fn shared_for(settings: crate::http::state::HttpSettings) -> Arc<Shared> {
+    fn shared_for(settings: crate::rpc::state::HttpSettings) -> Arc<Listener> {
         let engine = crate::engine::Scheduler::new(crate::engine::Config::default());
         let state = AppState::new(engine, settings);
-        Arc::new(Shared {
+        Arc::new(Listener {
             hyper: hyper_builder(&state.settings.edge),
             router: Router::new(),
             edge: state.settings.edge.clone(),
@@ -365,7 +363,7 @@ mod tests {
 
     #[tokio::test]
     async fn trusted_proxies_are_exempt_from_the_per_address_cap() {
-        let settings = crate::http::state::HttpSettings {
+        let settings = crate::rpc::state::HttpSettings {
             trusted_proxies: vec!["10.0.0.1".parse().unwrap()],
             edge: EdgeSettings {
                 max_connections_per_ip: 2,
@@ -402,7 +400,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_per_address_cap_counts_an_ipv6_slash_64_as_one_address() {
-        let settings = crate::http::state::HttpSettings {
+        let settings = crate::rpc::state::HttpSettings {
             edge: EdgeSettings {
                 max_connections_per_ip: 2,
                 ..EdgeSettings::default()

@@ -129,8 +129,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// What a delegate's tasks share.
-struct Shared {
+/// One delegate: what its tasks share.
+struct Delegate {
     behaviour: Arc<DelegateBehaviour>,
     endpoint: Arc<Endpoint>,
     registry: Arc<Registry>,
@@ -142,7 +142,7 @@ struct Shared {
     stop: watch::Receiver<bool>,
 }
 
-impl Shared {
+impl Delegate {
     async fn stopped(&self) {
         let mut stop = self.stop.clone();
         let _ = stop.wait_for(|stopped| *stopped).await;
@@ -163,7 +163,7 @@ pub async fn run(
     stop: watch::Receiver<bool>,
 ) {
     let max_jobs = behaviour.max_jobs;
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Delegate {
         behaviour,
         endpoint,
         registry,
@@ -225,7 +225,7 @@ fn random_phase(period: Duration) -> Duration {
 }
 
 /// Sleeps `duration` or until stopped; false if stopped.
-async fn pause(shared: &Shared, duration: Duration) -> bool {
+async fn pause(shared: &Delegate, duration: Duration) -> bool {
     tokio::select! {
         biased;
         () = shared.stopped() => false,
@@ -233,7 +233,7 @@ async fn pause(shared: &Shared, duration: Duration) -> bool {
     }
 }
 
-async fn config_loop(shared: Arc<Shared>) {
+async fn config_loop(shared: Arc<Delegate>) {
     let request = pb::GetConfigRequest {
         token: shared.behaviour.token.clone(),
     };
@@ -253,7 +253,7 @@ async fn config_loop(shared: Arc<Shared>) {
     }
 }
 
-async fn running_tasks_loop(shared: Arc<Shared>, interval: Duration) {
+async fn running_tasks_loop(shared: Arc<Delegate>, interval: Duration) {
     if !pause(&shared, random_phase(interval)).await {
         return;
     }
@@ -273,7 +273,7 @@ async fn running_tasks_loop(shared: Arc<Shared>, interval: Duration) {
 
 /// Renews running tasks every second; frees prefetched grants that were not
 /// used before their (early) expiry.
-async fn renew_loop(shared: Arc<Shared>) {
+async fn renew_loop(shared: Arc<Delegate>) {
     let behaviour = &shared.behaviour;
     let spare_life = Duration::from_millis(u64::from(
         behaviour
@@ -338,7 +338,7 @@ async fn renew_loop(shared: Arc<Shared>) {
 }
 
 /// `FreeTask`; errors are ignored (recorded in the stats), as the daemon does.
-async fn free(shared: &Shared, ids: Vec<u64>) {
+async fn free(shared: &Delegate, ids: Vec<u64>) {
     let request = pb::FreeTaskRequest {
         token: shared.behaviour.token.clone(),
         task_grant_ids: ids,
@@ -351,7 +351,7 @@ async fn free(shared: &Shared, ids: Vec<u64>) {
 
 /// The background loop of one compiler digest: asks for as many grants as
 /// jobs are waiting (plus a prefetch), one call at a time.
-async fn lane_loop(shared: Arc<Shared>, lane: Arc<Lane>) {
+async fn lane_loop(shared: Arc<Delegate>, lane: Arc<Lane>) {
     let behaviour = &shared.behaviour;
     let stats = shared.endpoint.stats().clone();
     loop {
@@ -423,7 +423,7 @@ async fn lane_loop(shared: Arc<Shared>, lane: Arc<Lane>) {
 }
 
 /// Produces jobs until stopped.
-async fn workload_loop(shared: Arc<Shared>) {
+async fn workload_loop(shared: Arc<Delegate>) {
     let mut rng = SmallRng::from_rng(&mut rand::rng());
     match shared.behaviour.workload.clone() {
         Workload::Rate { jobs_per_second } => {
@@ -507,7 +507,7 @@ fn random_duration(rng: &mut SmallRng, range: &RangeInclusive<Duration>) -> Dura
 
 /// One compilation: wait for a grant, run on the servant, free the grant.
 async fn job(
-    shared: Arc<Shared>,
+    shared: Arc<Delegate>,
     lane: Arc<Lane>,
     duration: Duration,
     _permit: OwnedSemaphorePermit,

@@ -28,11 +28,11 @@ use tokio::net::TcpListener;
 use yadcc_scheduler::{
     AppState, app,
     engine::{Config, Scheduler, TokenSet},
-    http::{
+    pb::{self, Encoding},
+    rpc::{
         codec::{decode, encode},
         state::HttpSettings,
     },
-    pb::{self, Encoding},
 };
 
 /// Generated messages per type and check: with six request and six response

@@ -14,9 +14,9 @@ use tokio::{
     time::Instant,
 };
 use yadcc_scheduler::{
-    http::state::HttpSettings,
-    limits::EdgeSettings,
+    edge::EdgeSettings,
     pb,
+    rpc::state::HttpSettings,
     sim::{
         client::SerialConn,
         wire::{Outcome, Protocol},
@@ -170,7 +170,7 @@ async fn flare_call_from(addr: SocketAddr, local: &str) -> bool {
 async fn a_flood_from_one_address_does_not_lock_out_another_with_1024_descriptors() {
     // The flood needs more descriptors than the server has; this process
     // raises its own limit as the server does.
-    yadcc_scheduler::limits::raise_fd_limit().expect("raise this process's descriptor limit");
+    yadcc_scheduler::edge::raise_fd_limit().expect("raise this process's descriptor limit");
     let server = Binary::start(&["--header_read_timeout=30s"], Some(1024));
     assert_eq!(server.open_files_limit(), 1024);
     // More connections than the process has descriptors, all from 127.0.0.2,

@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 use tokio::{net::TcpStream, time::Instant};
-use yadcc_scheduler::{engine, http::state::HttpSettings, pb};
+use yadcc_scheduler::{engine, pb, rpc::state::HttpSettings};
 
 use crate::{fixtures::take_the_only_slot, support::*};
 

@@ -15,9 +15,10 @@ use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use yadcc_scheduler::{
     AppState, app,
     engine::{self, Scheduler},
-    http::state::HttpSettings,
     net,
     pb::{self, flare::rpc::RpcMeta},
+    readiness::Readiness,
+    rpc::state::HttpSettings,
     sim::{
         client::{CallError, SerialConn},
         wire::{self, Protocol},
@@ -55,6 +56,8 @@ pub fn open_inspection() -> HttpSettings {
 pub struct Server {
     pub addr: SocketAddr,
     pub engine: Scheduler,
+    /// What `/readyz` and the gRPC health service report.
+    pub readiness: Readiness,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -76,6 +79,7 @@ impl Server {
         let addr = listener.local_addr().expect("local addr");
         let (shutdown, shutdown_rx) = oneshot::channel::<()>();
         let state = AppState::new(engine.clone(), settings);
+        let readiness = state.readiness.clone();
         let stopping = engine.clone();
         let task = tokio::spawn(async move {
             net::serve(listener, app(state.clone()), state, async move {
@@ -88,6 +92,7 @@ impl Server {
         Server {
             addr,
             engine,
+            readiness,
             shutdown: Some(shutdown),
             task,
         }
@@ -375,6 +380,7 @@ pub fn http_client() -> reqwest::Client {
 pub struct Binary {
     pub child: Child,
     pub addr: SocketAddr,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Binary {
@@ -387,12 +393,25 @@ impl Binary {
     /// Starts `yadcc-scheduler` listening on `listen` (e.g. the port a killed
     /// instance held) with `flags`, under `ulimit -n nofile` if given.
     pub fn start_on(listen: SocketAddr, flags: &[&str], nofile: Option<u32>) -> Binary {
-        let program = env!("CARGO_BIN_EXE_yadcc-scheduler");
-        let mut args: Vec<String> = vec![
-            format!("--listen={listen}"),
+        let tokens = [
             format!("--acceptable_user_tokens={USER_TOKEN}"),
             format!("--acceptable_servant_tokens={SERVANT_TOKEN}"),
         ];
+        let mut args: Vec<&str> = tokens.iter().map(String::as_str).collect();
+        args.extend(flags);
+        Binary::start_exactly(listen, &args, &[], nofile)
+    }
+
+    /// Starts `yadcc-scheduler` on a free loopback port with exactly `flags`
+    /// (no token flags added) and the variables `env` set.
+    pub fn start_exactly(
+        listen: SocketAddr,
+        flags: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u32>,
+    ) -> Binary {
+        let program = env!("CARGO_BIN_EXE_yadcc-scheduler");
+        let mut args: Vec<String> = vec![format!("--listen={listen}")];
         args.extend(flags.iter().map(|flag| (*flag).to_owned()));
         let mut command = match nofile {
             Some(limit) => {
@@ -409,6 +428,7 @@ impl Binary {
         };
         let mut child = command
             .args(&args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info,yadcc_scheduler::access=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -417,10 +437,13 @@ impl Binary {
             .expect("start the binary");
         let stderr = child.stderr.take().expect("stderr");
         let (found, address) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = std::sync::Arc::clone(&log);
         std::thread::spawn(move || {
             let mut found = Some(found);
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
+                lines.lock().expect("log").push(line.clone());
                 if let Some(at) = line.find("listening on http://") {
                     let rest = &line[at + "listening on http://".len()..];
                     let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
@@ -435,7 +458,12 @@ impl Binary {
             .expect("the binary says where it listens")
             .parse()
             .expect("socket address");
-        Binary { child, addr }
+        Binary { child, addr, log }
+    }
+
+    /// The lines it has logged so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().expect("log").clone()
     }
 
     pub fn rss_kib(&self) -> u64 {

@@ -16,6 +16,7 @@ mod adoption;
 mod expiry;
 mod grants;
 mod placement;
+mod rules;
 mod running_tasks;
 mod servants;
 mod snapshot;

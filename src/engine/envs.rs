@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::Arc;
 
-use super::queue::WaitQueue;
 use super::types::{EnvId, ServantKey, ServantPriority};
+use super::wait_queues::WaitQueue;
 
 /// One environment a servant offers, and what that environment's index
 /// holds for the servant.
@@ -152,7 +152,7 @@ pub(crate) struct EnvEntry {
     /// Servants with a free slot, in placement order (held keys may lag
     /// below the true ones after grants; see the module documentation).
     free: BTreeSet<PlaceKey>,
-    /// Queued requests, by machine (see `queue` and `waiters`).
+    /// Queued requests, by machine (see `wait_queues` and `waiters`).
     waiters: WaitQueue,
 }
 
@@ -259,7 +259,7 @@ impl Envs {
         }
     }
 
-    /// The queue of a live slot: `Waiters` changes it, nothing else.
+    /// The queue of a live slot: `WaitQueues` changes it, nothing else.
     pub(crate) fn queue_mut(&mut self, id: EnvId) -> Option<&mut WaitQueue> {
         self.get_mut(id).map(|e| &mut e.waiters)
     }

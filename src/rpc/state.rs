@@ -1,6 +1,6 @@
 //! Everything a request handler may need ([`AppState`]) and the transport
-//! settings fixed at start ([`HttpSettings`]). Below the routes, the dialects,
-//! the daemons' protocols and [`crate::rpc`], which all take it; it knows
+//! settings fixed at start ([`HttpSettings`]). Every transport (the daemons'
+//! connections, the HTTP protocols) and [`crate::rpc`] take it; it knows
 //! none of them.
 
 use std::{
@@ -10,14 +10,14 @@ use std::{
 
 use axum::http::{HeaderMap, HeaderValue};
 
-use super::codec::EncodedCache;
+use super::running_tasks::RunningTasksAnswers;
 use crate::{
     dashboard::{self, Dashboard},
+    edge::{BodyBudget, EdgeSettings},
     engine::Scheduler,
-    limits::{BodyBudget, EdgeSettings},
     metrics::Metrics,
-    pb,
     protocol::PeerProtocols,
+    readiness::Readiness,
     service::SchedulerService,
 };
 
@@ -101,7 +101,9 @@ pub struct AppParts {
     /// Bytes buffered for large request bodies, on every protocol.
     pub body_budget: BodyBudget,
     /// `GetRunningTasks` answers, encoded once per list and encoding.
-    pub running_tasks_encoded: EncodedCache<pb::GetRunningTasksResponse>,
+    pub running_tasks: RunningTasksAnswers,
+    /// Whether the scheduler takes calls (`/readyz`, gRPC health).
+    pub readiness: Readiness,
 }
 
 impl std::ops::Deref for AppState {
@@ -127,7 +129,8 @@ impl AppState {
             body_budget: BodyBudget::new(settings.edge.max_buffered_body_bytes),
             service: SchedulerService::new(engine),
             settings,
-            running_tasks_encoded: EncodedCache::default(),
+            running_tasks: RunningTasksAnswers::default(),
+            readiness: Readiness::new(),
         }))
     }
 }

@@ -2,22 +2,14 @@
 //! 1001..1006) or the transport's, is an [`ApiError`], and [`ErrorKind::wire`]
 //! is the single table that gives it an HTTP status, the framework's numeric
 //! `Rpc-Error-Code` (what `http+pb` clients read) and a Connect code (what
-//! Connect clients read). Both RPC route styles answer with the same status,
-//! headers and body, so a client of either style sees the same thing.
+//! Connect clients read). Each protocol writes a row in its own form (the
+//! HTTP one, headers and JSON body, is [`crate::http::dialect`]'s), so a
+//! client of any protocol sees the same outcome.
 
-use axum::{
-    Json,
-    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
-    response::{IntoResponse, Response},
-};
+use axum::http::StatusCode;
 use serde::Serialize;
 
 use crate::{pb, service::RpcStatus};
-
-/// Header carrying the numeric error code on the `http+pb` wire.
-pub const RPC_ERROR_CODE: HeaderName = HeaderName::from_static("rpc-error-code");
-/// Header carrying a one-line human reason on the `http+pb` wire.
-pub const RPC_ERROR_REASON: HeaderName = HeaderName::from_static("rpc-error-reason");
 
 /// What went wrong, independent of how it is written on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,9 +26,12 @@ pub enum ErrorKind {
     PayloadTooLarge,
     /// Not a POST.
     MethodNotAllowed,
-    /// No such service.
+    /// No route: a path that names no RPC of this server (another service on
+    /// the Connect or gRPC path, or no RPC path at all).
     ServiceNotFound,
-    /// The service exists, the method does not.
+    /// No such method; under `/rpc/` and on the binary protocol any name the
+    /// server does not know, another service's too, as the daemons' framework
+    /// answers.
     MethodNotFound,
     /// The server will not take the call now (a per-connection limit of
     /// calls in flight, or the call waited past its deadline before it ran).
@@ -196,47 +191,10 @@ impl From<RpcStatus> for ApiError {
 }
 
 impl ApiError {
-    /// The headers every HTTP answer of this error carries (`Rpc-Error-Code`,
-    /// `Rpc-Error-Reason`, `Allow`), on hyper's path and on the daemons'
-    /// out-of-order `http+pb` alike.
-    pub fn wire_headers(&self) -> HeaderMap {
-        let wire = self.kind.wire();
-        let mut headers = HeaderMap::new();
-        headers.insert(RPC_ERROR_CODE, HeaderValue::from(wire.rpc_code));
-        if let Ok(reason) = HeaderValue::from_str(&header_safe(&self.message)) {
-            headers.insert(RPC_ERROR_REASON, reason);
-        }
-        if self.kind == ErrorKind::MethodNotAllowed {
-            headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
-        }
-        headers
-    }
-
     /// The JSON error body ([`ErrorBody`]), served as `application/json`.
     pub fn json_body(&self) -> Vec<u8> {
         serde_json::to_vec(&self.body()).unwrap_or_else(|_| b"{}".to_vec())
     }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = self.kind.wire().http_status;
-        (status, self.wire_headers(), Json(self.body())).into_response()
-    }
-}
-
-/// Header values end at CR or LF, and the `http+pb` client reads them raw:
-/// keep one line of printable ASCII.
-fn header_safe(text: &str) -> String {
-    const MAX_REASON: usize = 512;
-    text.chars()
-        .map(|c| match c {
-            '\r' | '\n' | '\t' => ' ',
-            c if c.is_ascii() && !c.is_ascii_control() => c,
-            _ => '?',
-        })
-        .take(MAX_REASON)
-        .collect()
 }
 
 #[cfg(test)]
@@ -277,19 +235,5 @@ mod tests {
                 "README lacks {kind:?}: {row}"
             );
         }
-    }
-
-    #[test]
-    fn reasons_lose_line_breaks_and_non_ascii() {
-        assert_eq!(header_safe("a\r\nb\tc"), "a  b c");
-        assert_eq!(header_safe("naïve"), "na?ve");
-    }
-
-    #[test]
-    fn method_not_allowed_names_post() {
-        let response = ApiError::new(ErrorKind::MethodNotAllowed, "use POST").into_response();
-        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
-        assert_eq!(response.headers()[header::ALLOW], "POST");
-        assert_eq!(response.headers()[RPC_ERROR_CODE], "5");
     }
 }

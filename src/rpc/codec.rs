@@ -6,10 +6,7 @@
 //! unknown fields of any shape) straight into binary protobuf, which prost
 //! decodes as any binary request, and refuses the rest naming the field.
 
-use std::sync::{Arc, Mutex};
-
 use axum::http::{HeaderMap, header};
-use bytes::Bytes;
 use serde::Serialize;
 
 use super::{
@@ -69,51 +66,6 @@ impl BodyFormat {
                     ),
                 )
             })
-    }
-}
-
-/// The encodings of one shared message, for an answer that many callers
-/// fetch unchanged. Keyed by the message's identity: a new `Arc` is a new
-/// message.
-#[derive(Debug)]
-pub struct EncodedCache<T> {
-    latest: Mutex<Option<Encoded<T>>>,
-}
-
-/// A message and its encodings, indexed binary then JSON.
-type Encoded<T> = (Arc<T>, [Option<Bytes>; 2]);
-
-impl<T> Default for EncodedCache<T> {
-    fn default() -> Self {
-        Self {
-            latest: Mutex::new(None),
-        }
-    }
-}
-
-impl<T: prost::Message + Serialize> EncodedCache<T> {
-    /// `message` encoded as `encoding`, encoding it only the first time.
-    pub fn encode(&self, encoding: Encoding, message: &Arc<T>) -> Result<Bytes, ApiError> {
-        let slot = match encoding {
-            Encoding::Binary => 0,
-            Encoding::Json => 1,
-        };
-        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
-        if !latest
-            .as_ref()
-            .is_some_and(|(cached, _)| Arc::ptr_eq(cached, message))
-        {
-            *latest = Some((Arc::clone(message), [None, None]));
-        }
-        let Some((_, encoded)) = latest.as_mut() else {
-            unreachable!("set just above")
-        };
-        if let Some(bytes) = &encoded[slot] {
-            return Ok(bytes.clone());
-        }
-        let bytes = Bytes::from(encode(encoding, message.as_ref())?);
-        encoded[slot] = Some(bytes.clone());
-        Ok(bytes)
     }
 }
 
@@ -270,26 +222,6 @@ mod tests {
             decode(Encoding::Json, br#"{"servantPriority":1}"#).unwrap();
         assert_eq!(by_name.servant_priority, 1);
         assert_eq!(by_number.servant_priority, 1);
-    }
-
-    #[test]
-    fn a_shared_answer_is_encoded_once_per_message_and_encoding() {
-        let cache = EncodedCache::default();
-        let first = Arc::new(pb::GetRunningTasksResponse {
-            running_tasks: vec![pb::RunningTask {
-                task_grant_id: 7,
-                ..Default::default()
-            }],
-        });
-        let binary = cache.encode(Encoding::Binary, &first).unwrap();
-        let again = cache.encode(Encoding::Binary, &first).unwrap();
-        assert_eq!(binary.as_ptr(), again.as_ptr(), "served from the cache");
-        let json = cache.encode(Encoding::Json, &first).unwrap();
-        assert_eq!(&json[..], br#"{"runningTasks":[{"taskGrantId":"7"}]}"#);
-
-        let second = Arc::new(pb::GetRunningTasksResponse::default());
-        assert!(cache.encode(Encoding::Binary, &second).unwrap().is_empty());
-        assert_eq!(&cache.encode(Encoding::Json, &second).unwrap()[..], b"{}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The queues of waiting requests: one per environment, grouped by
-//! requesting machine, and [`Waiters`], which numbers the calls and counts
-//! them across every queue. Only `Waiters` puts a call into a queue or takes
+//! requesting machine, and [`WaitQueues`], which numbers the calls and counts
+//! them across every queue. Only `WaitQueues` puts a call into a queue or takes
 //! one out, so its count is the sum of the queues' lengths.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -156,7 +156,7 @@ impl WaitQueue {
 
 /// Every queue's bookkeeping: call numbers, the number of calls queued in
 /// all, and the bounds on both.
-pub(crate) struct Waiters {
+pub(crate) struct WaitQueues {
     next_seq: u64,
     count: usize,
     max: usize,
@@ -165,9 +165,9 @@ pub(crate) struct Waiters {
     no_quota: u64,
 }
 
-impl Waiters {
+impl WaitQueues {
     pub(crate) fn new(max: usize, max_per_machine: usize) -> Self {
-        Waiters {
+        WaitQueues {
             next_seq: 1,
             count: 0,
             max,

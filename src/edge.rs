@@ -1,7 +1,7 @@
 //! The edge's limits, shared by every protocol: the settings (one flag each,
 //! see `config.rs`) and the global budget of bytes buffered for requests that
 //! have not finished arriving. A leaf: the listener (`net`), the daemons'
-//! protocols (`flare`) and the HTTP dialects read it.
+//! protocols (`daemon`) and the HTTP protocols read it.
 
 use std::{
     sync::{

@@ -4,21 +4,31 @@
 //! back the encoded answer or an [`ApiError`] to write in their own wire form
 //! (each form is a column of [`ErrorKind::wire`]). Metrics, the access log and
 //! the per-peer protocol record happen here, once, for every protocol.
+//!
+//! The call core below every transport: it imports none of them. Beside the
+//! entry: [`state`] (what every transport takes), [`error`] (the one error
+//! table), [`codec`] and [`json`] (bytes <-> messages), [`running_tasks`]
+//! (the one owner of the `GetRunningTasks` answer).
+
+pub mod codec;
+pub mod error;
+pub mod json;
+pub mod running_tasks;
+pub mod state;
 
 use std::{future::Future, net::IpAddr, time::Duration};
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use self::{
+    error::{ApiError, ErrorKind},
+    state::AppState,
+};
 use crate::{
-    http::{
-        codec,
-        error::{ApiError, ErrorKind},
-        state::AppState,
-    },
     metrics::CallEnd,
     pb::{Encoding, Method},
-    protocol::Protocol,
+    protocol::CallProtocol,
     service::CallContext,
 };
 
@@ -51,7 +61,7 @@ pub fn body_too_slow(timeout: Duration) -> ApiError {
 /// What the transport knows about one call before running it.
 #[derive(Debug, Clone, Copy)]
 pub struct Call {
-    pub protocol: Protocol,
+    pub protocol: CallProtocol,
     pub encoding: Encoding,
     /// The caller's address (the socket's, or a trusted proxy's client).
     pub peer: IpAddr,
@@ -60,6 +70,27 @@ pub struct Call {
     pub deadline: Option<Instant>,
     /// When the transport started on the call, for the latency it reports.
     pub started: Instant,
+}
+
+impl Call {
+    /// A call the transport `started` on, whose caller asked for an answer
+    /// within `timeout`: the one place a deadline is clamped to
+    /// [`MAX_DEADLINE`].
+    pub fn new(
+        protocol: CallProtocol,
+        encoding: Encoding,
+        peer: IpAddr,
+        timeout: Option<Duration>,
+        started: Instant,
+    ) -> Self {
+        Call {
+            protocol,
+            encoding,
+            peer,
+            deadline: timeout.map(|timeout| started + timeout.min(MAX_DEADLINE)),
+            started,
+        }
+    }
 }
 
 /// Runs one call and records it. `method` carries the transport's checks
@@ -158,10 +189,11 @@ pub async fn dispatch(
             &service.keep_task_alive(decode(encoding, body)?, ctx)?,
         ),
         Method::FreeTask => encode(encoding, &service.free_task(decode(encoding, body)?, ctx)?),
-        // Every daemon asks for the same list every second: encode it once.
+        // Every daemon asks for the same list every second: one owner
+        // builds and encodes it once per version.
         Method::GetRunningTasks => {
-            let response = service.get_running_tasks(decode(encoding, body)?, ctx)?;
-            return state.running_tasks_encoded.encode(encoding, &response);
+            let request = decode(encoding, body)?;
+            return state.running_tasks.encoded(service, request, ctx, encoding);
         }
     };
     encoded.map(Bytes::from)

@@ -1,12 +1,11 @@
-//! The daemons' `http+pb`, served as their framework's own server does: the
-//! requests pipelined on one connection do not wait for each other (long
-//! polls wait concurrently) and each answer is written as soon as its call is
-//! done, carrying the request's `Rpc-SeqNo`,
-//! always with `Content-Length`. Heads are parsed with `httparse`; the checks,
-//! status codes, headers and bodies are those of the general HTTP path
-//! ([`crate::http::dialect`]), so a call answers the same on both.
+//! The daemons' `http+pb` as a daemon connection's [`Framing`]: requests
+//! pipelined on one connection, each answered as soon as its call is done,
+//! carrying the request's `Rpc-SeqNo`, always with `Content-Length`. Heads
+//! are parsed with `httparse`; the checks, status codes, headers and bodies
+//! are those of the general HTTP path ([`crate::http::dialect`]), so a call
+//! answers the same on both.
 
-use std::{future::ready, net::SocketAddr};
+use std::net::SocketAddr;
 
 use axum::{
     Router,
@@ -15,23 +14,22 @@ use axum::{
     http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header},
 };
 use bytes::{BufMut, Bytes, BytesMut};
-use tokio::{net::TcpStream, sync::watch, time::Instant};
+use tokio::time::Instant;
 use tower::ServiceExt;
 
-use super::{
-    conn::{Connection, Next, Reader},
-    may_wait,
-};
+use super::{After, Framing, Incoming, Request, conn::Reader};
 use crate::{
     http::{
-        dialect::{self, Dialect, RPC_SEQ_NO},
+        dialect::{self, Dialect, DialectAnswer, RPC_SEQ_NO, Served},
+        handler,
+    },
+    pb::RPC_PATH_PREFIX,
+    protocol::CallProtocol,
+    rpc::{
+        self,
         error::{ApiError, ErrorKind},
         state::AppState,
     },
-    limits::Reservation,
-    pb::{Method, RPC_PATH_PREFIX},
-    protocol::Protocol,
-    rpc,
 };
 
 /// Headers a request may carry at most (the daemons send four).
@@ -39,127 +37,42 @@ const MAX_HEADERS: usize = 64;
 /// Largest request head accepted.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
-const LOG: &str = "yadcc_scheduler::flare";
-
-/// Serves one daemon `http+pb` connection; `already_read` holds the bytes the
-/// listener read to recognise it.
-pub async fn serve_http(
-    state: AppState,
+/// The daemons' `http+pb` framing of one connection.
+#[derive(Debug)]
+pub struct HttpPb {
+    /// Serves the requests on the connection that are not daemon calls.
     router: Router,
-    stream: TcpStream,
-    peer: SocketAddr,
-    already_read: BytesMut,
-    stop: watch::Receiver<bool>,
-) {
-    let edge = state.settings.edge.clone();
-    let mut connection = Connection::for_daemon(stream, already_read, &edge, stop);
-    let mut unread_rest = false;
-    loop {
-        match connection.next_request().await {
-            Next::Request => {}
-            Next::Idle | Next::Stopping => break,
-            Next::Closed => return,
-        }
-        let request = match read_request(&mut connection.reader, &state, peer).await {
-            Ok(request) => request,
-            Err(Refused::Silently(reason)) => {
-                tracing::debug!(target: LOG, %peer, "closing the connection: {reason}");
-                connection.abandon();
-                return;
-            }
-            Err(Refused::Answered(last_answer)) => {
-                // Answer, then close: the rest of the stream cannot be trusted.
-                let _ = connection.answers.send(last_answer).await;
-                unread_rest = true;
-                break;
-            }
-        };
-        let close_after = request.close;
-        if let Some(plain) = request.plain {
-            // Not a daemon call: a client that also uses this connection for
-            // other endpoints. The router answers it, as on any connection.
-            let answer = route_plain(&router, plain, request.body, peer).await;
-            drop(request.budget);
-            if connection.answers.send(answer).await.is_err() || close_after {
-                break;
-            }
-            continue;
-        }
-        if !may_wait(&request.head.method) {
-            let answer = request.answer(&state).await;
-            if connection.answers.send(answer).await.is_err() || close_after {
-                break;
-            }
-            continue;
-        }
-        let Some(slot) = connection.call_slot() else {
-            let overloaded = ApiError::new(
-                ErrorKind::Overloaded,
-                "too many calls in flight on this connection",
-            );
-            let answer = run(
-                &state,
-                request.head(Err(overloaded)),
-                request.seq_no,
-                Bytes::new(),
-            )
-            .await;
-            if connection.answers.send(answer).await.is_err() {
-                break;
-            }
-            continue;
-        };
-        let state = state.clone();
-        let answers = connection.answers.clone();
-        connection.spawn_call(slot, async move {
-            let _ = answers.send(request.answer(&state).await).await;
-        });
-        if close_after {
-            break;
-        }
-    }
-    let reader = connection.finish().await;
-    if unread_rest {
-        reader.linger().await;
+}
+
+impl HttpPb {
+    pub fn new(router: Router) -> Self {
+        Self { router }
     }
 }
 
-/// A request read whole, its head checked.
-struct Request {
-    /// Set when this is not a daemon call (no `Rpc-SeqNo`, or not under
-    /// `/rpc/`): the router serves it.
-    plain: Option<Plain>,
-    head: dialect::CheckedHead,
-    seq_no: Option<HeaderValue>,
-    body: Bytes,
-    budget: Reservation,
-    /// `Connection: close` or HTTP/1.0: no request follows.
-    close: bool,
-}
+/// `http+pb` as the daemons' connections serve it: the general HTTP
+/// path's rules, the calls recorded as `http+pb`.
+const DAEMON_HTTP_PB: Served = Served {
+    dialect: Dialect::HttpPb,
+    protocol: CallProtocol::HttpPb,
+};
 
-impl Request {
-    /// Runs the call and encodes its answer; the body's share of the budget
-    /// is given back once the call is answered.
-    async fn answer(self, state: &AppState) -> Bytes {
-        let Request {
-            head,
-            seq_no,
-            body,
-            budget,
-            ..
-        } = self;
-        let answer = run(state, head, seq_no, body).await;
-        drop(budget);
-        answer
+impl Framing for HttpPb {
+    /// The request's media type and `Rpc-SeqNo`.
+    type Reply = DialectAnswer;
+
+    async fn read_request(
+        &mut self,
+        reader: &mut Reader,
+        state: &AppState,
+        peer: SocketAddr,
+    ) -> Result<Incoming<DialectAnswer>, String> {
+        read_request(reader, state, peer, &self.router).await
     }
 
-    /// This request's head with another outcome.
-    fn head(&self, method: Result<Method, ApiError>) -> dialect::CheckedHead {
-        dialect::CheckedHead {
-            call: self.head.call,
-            method,
-            media_type: self.head.media_type,
-        }
+    fn answer(reply: DialectAnswer, outcome: Result<Bytes, ApiError>) -> Bytes {
+        let (status, headers, payload) = dialect::answer_parts(outcome, reply.media_type);
+        write_answer(status, &headers, reply.seq_no.as_ref(), &payload)
     }
 }
 
@@ -199,14 +112,6 @@ async fn route_plain(router: &Router, plain: Plain, body: Bytes, peer: SocketAdd
     headers.remove(header::CONTENT_LENGTH);
     headers.remove(header::TRANSFER_ENCODING);
     write_answer(parts.status, &headers, None, &body)
-}
-
-/// Why reading a request ended the connection.
-enum Refused {
-    /// Nothing can be answered (the client went away, or sent garbage).
-    Silently(String),
-    /// This answer is written, then the connection is closed.
-    Answered(Bytes),
 }
 
 /// A parsed head, owned.
@@ -250,50 +155,43 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, String> {
     }))
 }
 
+/// Reads one request: its head within the header-read timeout, then its
+/// body within the body-read timeout. A request refused after its head is
+/// answered like any failed call, and the connection closed (its body
+/// unread).
 async fn read_request(
     reader: &mut Reader,
     state: &AppState,
     peer: SocketAddr,
-) -> Result<Request, Refused> {
+    router: &Router,
+) -> Result<Incoming<DialectAnswer>, String> {
     let edge = &state.settings.edge;
     let head_deadline = Instant::now() + edge.header_read_timeout;
     let mut scan = HeadScan::default();
     let head = loop {
         let oversized = reader.buf.len() > MAX_HEAD_BYTES;
         if scan.worth_parsing(&reader.buf) || oversized {
-            match parse_head(&reader.buf) {
-                Ok(Some(head)) => break head,
-                Ok(None) if oversized => {
-                    return Err(Refused::Silently("request head too large".to_owned()));
-                }
-                Ok(None) => {}
-                Err(reason) => return Err(Refused::Silently(reason)),
+            match parse_head(&reader.buf)? {
+                Some(head) => break head,
+                None if oversized => return Err("request head too large".to_owned()),
+                None => {}
             }
         }
         match tokio::time::timeout_at(head_deadline, reader.read_more()).await {
-            Ok(Ok(0)) => return Err(Refused::Silently("closed mid-head".to_owned())),
+            Ok(Ok(0)) => return Err("closed mid-head".to_owned()),
             Ok(Ok(_)) => {}
-            Ok(Err(error)) => return Err(Refused::Silently(format!("read failed: {error}"))),
-            Err(_) => {
-                return Err(Refused::Silently(
-                    "the request head did not arrive in time".to_owned(),
-                ));
-            }
+            Ok(Err(error)) => return Err(format!("read failed: {error}")),
+            Err(_) => return Err("the request head did not arrive in time".to_owned()),
         }
     };
-    let headers = head.headers.map_err(Refused::Silently)?;
-    let http_method = head.method.map_err(Refused::Silently)?;
-    let seq_no = dialect::echoed_seq_no(&headers);
+    let headers = head.headers?;
+    let http_method = head.method?;
     let close = head.http10
         || headers
             .get(header::CONNECTION)
             .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"close"));
+    let then = if close { After::Close } else { After::ReadOn };
     let path = head.path.split('?').next().unwrap_or("");
-    let plain = (!(path.starts_with(RPC_PATH_PREFIX) && seq_no.is_some())).then(|| Plain {
-        method: http_method.clone(),
-        uri: head.path.clone(),
-        headers: headers.clone(),
-    });
     let method = match path.strip_prefix(RPC_PATH_PREFIX) {
         Some(full_name) => dialect::resolve_full_name(full_name),
         None => Err(ApiError::new(
@@ -301,28 +199,30 @@ async fn read_request(
             format!("no route for {http_method} {path}; RPCs live under {RPC_PATH_PREFIX}"),
         )),
     };
-    let checked = dialect::check_head(
-        state,
-        Dialect::HttpPb,
-        Protocol::HttpPb,
-        &http_method,
-        method,
-        &headers,
-        peer,
-    );
+    let checked = handler::check_head(state, &DAEMON_HTTP_PB, &http_method, method, &headers, peer);
+    let reply = checked.answer;
+    let daemon_call = path.starts_with(RPC_PATH_PREFIX) && reply.seq_no.is_some();
+    let plain = (!daemon_call).then(|| Plain {
+        method: http_method.clone(),
+        uri: head.path.clone(),
+        headers: headers.clone(),
+    });
     // From here on, a refusal is answered like any failed call, then the
     // connection is closed (its body was not read).
-    let refuse = |error: ApiError, checked: dialect::CheckedHead, seq_no: Option<HeaderValue>| async move {
-        let head = dialect::CheckedHead {
+    let refused = |error: ApiError, reply: DialectAnswer| {
+        Ok(Incoming::Call(Request {
+            call: checked.call,
             method: Err(error),
-            ..checked
-        };
-        Refused::Answered(run(state, head, seq_no, Bytes::new()).await)
+            body: Bytes::new(),
+            budget: None,
+            reply,
+            then: After::Drain,
+        }))
     };
     if headers.contains_key(header::TRANSFER_ENCODING) {
         let error =
             ApiError::malformed("chunked bodies are not supported here; send Content-Length");
-        return Err(refuse(error, checked, seq_no).await);
+        return refused(error, reply);
     }
     let length = match headers.get(header::CONTENT_LENGTH) {
         None => 0,
@@ -333,8 +233,10 @@ async fn read_request(
         {
             Some(length) => length,
             None => {
-                let error = ApiError::malformed("Content-Length must be a number");
-                return Err(refuse(error, checked, seq_no).await);
+                return refused(
+                    ApiError::malformed("Content-Length must be a number"),
+                    reply,
+                );
             }
         },
     };
@@ -344,42 +246,34 @@ async fn read_request(
             ErrorKind::PayloadTooLarge,
             format!("body is larger than the {limit}-byte limit"),
         );
-        return Err(refuse(error, checked, seq_no).await);
+        return refused(error, reply);
     }
     let length = length as usize;
     let Some(budget) = state.body_budget.reserve(length) else {
-        return Err(refuse(rpc::budget_exhausted(), checked, seq_no).await);
+        return refused(rpc::budget_exhausted(), reply);
     };
     let end = head.len + length;
     match tokio::time::timeout(edge.body_read_timeout, reader.fill_to(end)).await {
         Ok(Ok(true)) => {}
-        Ok(Ok(false)) | Ok(Err(_)) => return Err(Refused::Silently("closed mid-body".to_owned())),
-        Err(_) => {
-            let error = rpc::body_too_slow(edge.body_read_timeout);
-            return Err(refuse(error, checked, seq_no).await);
-        }
+        Ok(Ok(false)) | Ok(Err(_)) => return Err("closed mid-body".to_owned()),
+        Err(_) => return refused(rpc::body_too_slow(edge.body_read_timeout), reply),
     }
     let body = reader.buf.split_to(end).freeze().slice(head.len..);
-    Ok(Request {
-        plain,
-        head: checked,
-        seq_no,
+    if let Some(plain) = plain {
+        // Not a daemon call: a client that also uses this connection for
+        // other endpoints. The router answers it, as on any connection.
+        let answer = route_plain(router, plain, body, peer).await;
+        drop(budget);
+        return Ok(Incoming::Answered { answer, then });
+    }
+    Ok(Incoming::Call(Request {
+        call: checked.call,
+        method: checked.method,
         body,
-        budget,
-        close,
-    })
-}
-
-/// Runs the call and writes its HTTP answer.
-async fn run(
-    state: &AppState,
-    head: dialect::CheckedHead,
-    seq_no: Option<HeaderValue>,
-    body: Bytes,
-) -> Bytes {
-    let outcome = rpc::call(state, &head.call, head.method, ready(Ok(body))).await;
-    let (status, headers, payload) = dialect::answer_parts(outcome, head.media_type);
-    write_answer(status, &headers, seq_no.as_ref(), &payload)
+        budget: Some(budget),
+        reply,
+        then,
+    }))
 }
 
 /// An HTTP/1.1 answer, with `Content-Length` and the echoed `Rpc-SeqNo`.

@@ -23,7 +23,7 @@ use tokio::{
     time::{Instant, Sleep},
 };
 
-use crate::limits::{EdgeSettings, MAX_CALLS_IN_FLIGHT_PER_CONNECTION};
+use crate::edge::{EdgeSettings, MAX_CALLS_IN_FLIGHT_PER_CONNECTION};
 
 /// Read granularity while waiting for a head. A daemon's heartbeat frame is
 /// about 1.3 KB, so one read takes a whole call; larger bodies are read to
