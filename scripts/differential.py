@@ -331,6 +331,10 @@ def check_refusals(args, classes, failures):
         ("yadcc.scheduler.HeartbeatRequest", '{"envDescs": {"compilerDigest": "d"}}'),
         ("yadcc.scheduler.WaitForStartingTaskRequest", '{"envDesc": "d"}'),
         ("yadcc.scheduler.KeepTaskAliveRequest", '{"nextKeepAliveInMs": 1e400}'),
+        # No JSON value at all: a message needs at least `{}`.
+        ("yadcc.scheduler.GetRunningTasksRequest", ""),
+        ("yadcc.scheduler.GetRunningTasksRequest", " \t\r\n"),
+        ("yadcc.scheduler.KeepTaskAliveRequest", '{"future": {"a": 1, "a": 2}}'),
     ]
     for name, text in cases:
         cls = classes["all"][name]

@@ -19,7 +19,7 @@
 //!        -> rpc             the call core every protocol calls: deadline, dispatch,
 //!                           metrics, access log, peer protocol ([`protocol::CallProtocol`])
 //!        -> rpc::codec      bytes <-> prost message (binary protobuf, proto3 JSON;
-//!                           rpc::json brings every canonical JSON form to pbjson's)
+//!                           rpc::json reads JSON in one pass into binary protobuf)
 //!        -> service         prost message <-> engine domain types; scheduler `Status`
 //!        -> engine          servants, grants, waiters, tokens, expiry (no HTTP, no protobuf)
 //! ```
