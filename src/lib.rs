@@ -19,7 +19,7 @@
 //!        -> rpc             the call core every protocol calls: deadline, dispatch,
 //!                           metrics, access log, peer protocol ([`protocol::CallProtocol`])
 //!        -> rpc::codec      bytes <-> prost message (binary protobuf, proto3 JSON;
-//!                           rpc::json brings every canonical JSON form to pbjson's)
+//!                           rpc::json reads JSON in one pass into binary protobuf)
 //!        -> service         prost message <-> engine domain types; scheduler `Status`
 //!        -> engine          servants, grants, waiters, tokens, expiry (no HTTP, no protobuf)
 //! ```
@@ -144,9 +144,11 @@
 //! `tests/it/` (with `differential.rs`, the JSON mapping against Google's
 //! protobuf through `scripts/differential.py`, and `openapi_*.rs`, the
 //! document against the code and a live server's answers against the
-//! document's schemas with `jsonschema`), engine benchmarks in
-//! `benches/`; `scripts/schemathesis.sh` tests the OpenAPI document against a
-//! live server.
+//! document's schemas with `jsonschema`, and `peers/`, the original yadcc's
+//! daemons and compiler wrapper in network namespaces against the real
+//! binary; heavy tests take `support::heavy()` and run one at a time),
+//! engine benchmarks in `benches/`; `scripts/schemathesis.sh` tests the
+//! OpenAPI document against a live server.
 
 pub mod build_info;
 pub mod config;

@@ -142,12 +142,12 @@ impl WaitQueue {
 
     /// Moves a requester from its held key to its true one.
     pub(crate) fn rekey(&mut self, requester: RequesterId, truth: TurnKey) {
-        if let Some(r) = self.requesters.get_mut(&requester) {
-            if r.held != truth {
-                self.order.remove(&r.held);
-                self.order.insert(truth);
-                r.held = truth;
-            }
+        if let Some(r) = self.requesters.get_mut(&requester)
+            && r.held != truth
+        {
+            self.order.remove(&r.held);
+            self.order.insert(truth);
+            r.held = truth;
         }
     }
 

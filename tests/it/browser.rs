@@ -13,13 +13,17 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
+    time::Duration,
 };
 
 use prost::Message;
 use yadcc_scheduler::pb;
 
 use crate::support::*;
+
+/// Longest one headless Chromium run may take: its virtual time budget is
+/// 8 s, the rest is start-up on a loaded machine.
+const CHROMIUM_LIMIT: Duration = Duration::from_secs(120);
 
 fn chromium() -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -52,11 +56,11 @@ struct ChromiumRun {
 
 /// Runs Chromium headless against `url` with the extra flags.
 fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> ChromiumRun {
-    // One profile per run: tests run Chromium concurrently.
+    // One profile per run: tests may run Chromium concurrently.
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let profile = std::env::temp_dir().join(format!("yadcc-chromium-{}-{run}", std::process::id()));
-    let output = Command::new(binary)
+    let output = bounded(CHROMIUM_LIMIT, binary)
         .args([
             "--headless",
             "--no-sandbox",
@@ -78,6 +82,12 @@ fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> ChromiumRun {
         .output()
         .expect("chromium starts");
     let _ = std::fs::remove_dir_all(&profile);
+    assert_ne!(
+        output.status.code(),
+        Some(124),
+        "chromium ran for over {CHROMIUM_LIMIT:?} and was stopped: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(
         output.status.success(),
         "chromium failed: {}",
@@ -145,6 +155,7 @@ const SERVANTS: [(&str, &str, u32); 3] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
+    let _heavy = heavy().await;
     let Some(binary) = chromium_or_skip() else {
         return;
     };
@@ -443,6 +454,7 @@ const MAX_ELEMENTS: usize = 2200;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_stays_light_with_a_thousand_servants() {
+    let _heavy = heavy().await;
     let Some(binary) = chromium_or_skip() else {
         return;
     };

@@ -27,6 +27,7 @@ mod openapi_live;
 mod openapi_schema;
 mod operations;
 mod operators;
+mod peers;
 mod protocols;
 mod restart;
 mod sim;

@@ -2,10 +2,7 @@
 //! checked by a real parser of its own (promtool for the classic text, the
 //! Prometheus Python client's strict OpenMetrics parser for OpenMetrics).
 
-use std::{
-    io::Write,
-    process::{Command, Stdio},
-};
+use std::{io::Write, process::Stdio};
 
 use yadcc_scheduler::{build_info, pb};
 
@@ -15,8 +12,12 @@ const OPENMETRICS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,app
 
 /// `program` with `args`, fed `input`: exit success, stdout, stderr. None
 /// when it cannot start (not installed).
-fn run_with_input(program: &str, args: &[&str], input: &str) -> Option<(bool, String, String)> {
-    let mut child = Command::new(program)
+fn run_with_input(
+    program: impl AsRef<std::ffi::OsStr>,
+    args: &[&str],
+    input: &str,
+) -> Option<(bool, String, String)> {
+    let mut child = crate::tools::tool(program)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -238,7 +239,7 @@ async fn the_openmetrics_answer_parses_strictly() {
     let server = busy_server().await;
     let (_, openmetrics) = scrape(&server, Some(OPENMETRICS_ACCEPT)).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/check_openmetrics.py");
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let python = crate::tools::python_program();
     let Some((ok, stdout, stderr)) = run_with_input(&python, &[script], &openmetrics) else {
         tool_missing("python3");
         server.stop().await;
