@@ -186,6 +186,9 @@ pub struct Accepted(u64);
 impl Accepted {
     /// A caller that inflates nothing (every protocol but the binary one).
     pub const NONE: Accepted = Accepted(0);
+    /// A caller that inflates every algorithm the framework defines: what
+    /// stock daemons send (62).
+    pub const ALL: Accepted = Accepted(0b11_1110);
 
     pub fn from_bits(bits: u64) -> Accepted {
         Accepted(bits)
@@ -347,6 +350,7 @@ mod tests {
         }
         // Stock daemons send 62: none, gzip, lz4, snappy and zstd.
         let daemon = Accepted::from_bits(62);
+        assert_eq!(daemon, Accepted::ALL);
         assert!(Algorithm::PREFERRED.iter().all(|&a| daemon.accepts(a)));
         assert_eq!(daemon.preferred(), Some(Algorithm::Zstd));
         assert_eq!(Accepted::from_bits(1 << 1).preferred(), None);

@@ -229,7 +229,8 @@ pub async fn dispatch(
             let request = decode(encoding, body)?;
             return state
                 .running_tasks
-                .encoded(service, request, ctx, encoding, call.accepts);
+                .encoded(service, request, ctx, encoding, call.accepts)
+                .await;
         }
     }?;
     let (compression, payload) = compression::compress_answer(Bytes::from(encoded), call.accepts);

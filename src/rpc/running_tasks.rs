@@ -10,14 +10,14 @@
 //! take answers up to 512 MiB. Its one bound is `--max_running_tasks_bytes`
 //! (the encoding, before compression); a longer list is cut, with a warning.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 
 use super::{
     Answer, codec,
     compression::{self, Accepted, Algorithm},
-    error::ApiError,
+    error::{ApiError, ErrorKind},
 };
 use crate::{
     pb::{self, Encoding},
@@ -30,6 +30,10 @@ pub const DEFAULT_MAX_ANSWER_BYTES: usize = 64 << 20;
 
 /// How often a list over the bound is reported in the log while it stays so.
 const CUT_WARNING_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Log target of the builds (`RUST_LOG=yadcc_scheduler::running_tasks=debug`
+/// shows how long each took).
+const LOG: &str = "yadcc_scheduler::running_tasks";
 
 /// Compressions an encoded copy may have: none, or one of the algorithms.
 const COMPRESSIONS: usize = 1 + Algorithm::PREFERRED.len();
@@ -55,9 +59,17 @@ fn slot(encoding: Encoding, compression: Option<Algorithm>) -> usize {
 }
 
 /// The latest `GetRunningTasks` answer and its encoded copies.
+///
+/// Building a large cluster's answer (listing, encoding, compressing) takes
+/// milliseconds: it runs on a blocking thread, one build at a time, while
+/// the callers that need it wait asynchronously. Every other call, and every
+/// caller of an answer already built, goes on meanwhile: a build never holds
+/// a runtime thread or the lock callers read the answer under.
 #[derive(Debug)]
 pub struct RunningTasksAnswers {
-    latest: Mutex<Latest>,
+    latest: Arc<Mutex<Latest>>,
+    /// Held by the one build (or encoding) in progress.
+    building: tokio::sync::Mutex<()>,
     /// The bound on an answer's encoding (`--max_running_tasks_bytes`).
     max_bytes: usize,
 }
@@ -69,14 +81,54 @@ struct Latest {
     cut_reported: Option<Instant>,
 }
 
-/// An answer for one version of the list.
-#[derive(Debug)]
+/// An answer for one version of the list. Cheap to clone: the response is
+/// shared, the copies are reference-counted bytes.
+#[derive(Debug, Clone)]
 struct Built {
     version: u64,
-    response: pb::GetRunningTasksResponse,
+    response: Arc<pb::GetRunningTasksResponse>,
     /// A compressed slot holds the plain bytes when compression did not
     /// shrink them (so it is tried once, too).
     encoded: [Option<Answer>; SLOTS],
+}
+
+impl Built {
+    /// The answer for a caller of `encoding` accepting `accepts`, if its
+    /// copy is made already.
+    fn answer(&self, encoding: Encoding, accepts: Accepted) -> Option<Answer> {
+        let plain = self.encoded[slot(encoding, None)].as_ref()?;
+        match compression::choose(plain.payload.len(), accepts) {
+            None => Some(plain.clone()),
+            Some(algorithm) => self.encoded[slot(encoding, Some(algorithm))].clone(),
+        }
+    }
+
+    /// The same, making the copies it needs: encoding, then compressing.
+    fn make_answer(&mut self, encoding: Encoding, accepts: Accepted) -> Result<Answer, ApiError> {
+        let plain = match &self.encoded[slot(encoding, None)] {
+            Some(plain) => plain.clone(),
+            None => {
+                let bytes = codec::encode(encoding, &*self.response)?;
+                let plain = Answer::plain(bytes.into());
+                self.encoded[slot(encoding, None)] = Some(plain.clone());
+                plain
+            }
+        };
+        let Some(algorithm) = compression::choose(plain.payload.len(), accepts) else {
+            return Ok(plain);
+        };
+        let copy = &mut self.encoded[slot(encoding, Some(algorithm))];
+        if let Some(compressed) = copy {
+            return Ok(compressed.clone());
+        }
+        let (compression, payload) = compression::compress_with(plain.payload, algorithm);
+        let compressed = Answer {
+            payload,
+            compression,
+        };
+        *copy = Some(compressed.clone());
+        Ok(compressed)
+    }
 }
 
 impl Default for RunningTasksAnswers {
@@ -89,17 +141,19 @@ impl RunningTasksAnswers {
     /// Answers whose encoding is at most `max_bytes`.
     pub fn new(max_bytes: usize) -> Self {
         Self {
-            latest: Mutex::default(),
+            latest: Arc::default(),
+            building: tokio::sync::Mutex::new(()),
             max_bytes,
         }
     }
 
-    /// The answer in `encoding` for a caller accepting `accepts`, built when
-    /// the engine's list changed, encoded the first time it is asked for in
-    /// that encoding and compressed the first time a caller accepts that
-    /// algorithm. Callers meanwhile wait for the one build instead of each
-    /// building their own.
-    pub fn encoded(
+    /// The answer in `encoding` for a caller accepting `accepts`: the list
+    /// is built when the engine's version changed, encoded the first time
+    /// it is asked for in that encoding and compressed the first time a
+    /// caller accepts that algorithm (a large binary list for the daemons'
+    /// preferred algorithm at once, with the build). Callers meanwhile wait
+    /// for the one build instead of each building their own.
+    pub async fn encoded(
         &self,
         service: &SchedulerService,
         request: pb::GetRunningTasksRequest,
@@ -108,45 +162,76 @@ impl RunningTasksAnswers {
         accepts: Accepted,
     ) -> Result<Answer, ApiError> {
         let version = service.running_tasks_version();
-        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
-        let built = match latest.built.take() {
-            Some(built) if built.version == version => built,
-            _ => {
-                let answer = service.get_running_tasks(request, ctx, self.max_bytes)?;
-                if answer.left_out > 0 {
-                    latest.report_cut(answer.response.running_tasks.len(), answer.left_out);
-                }
-                Built {
-                    version: answer.version,
-                    response: answer.response,
-                    encoded: Default::default(),
-                }
-            }
-        };
-        let built = latest.built.insert(built);
-        let plain = match &built.encoded[slot(encoding, None)] {
-            Some(plain) => plain.clone(),
-            None => {
-                let bytes = codec::encode(encoding, &built.response)?;
-                let plain = Answer::plain(bytes.into());
-                built.encoded[slot(encoding, None)] = Some(plain.clone());
-                plain
-            }
-        };
-        let Some(algorithm) = compression::choose(plain.payload.len(), accepts) else {
-            return Ok(plain);
-        };
-        let copy = &mut built.encoded[slot(encoding, Some(algorithm))];
-        if let Some(compressed) = copy {
-            return Ok(compressed.clone());
+        if let Some(answer) = self.ready(version, encoding, accepts) {
+            return Ok(answer);
         }
-        let (compression, payload) = compression::compress_with(plain.payload, algorithm);
-        let compressed = Answer {
-            payload,
-            compression,
+        let _building = self.building.lock().await;
+        // Another caller may have built it while this one waited.
+        if let Some(answer) = self.ready(version, encoding, accepts) {
+            return Ok(answer);
+        }
+        let current = self.lock().built.clone().filter(|b| b.version >= version);
+        let service = service.clone();
+        let (ctx, max_bytes) = (*ctx, self.max_bytes);
+        let job = move || -> Result<(Built, Answer, usize), ApiError> {
+            let started = std::time::Instant::now();
+            let (mut built, left_out) = match current {
+                Some(built) => (built, 0),
+                None => {
+                    let answer = service.get_running_tasks(request, &ctx, max_bytes)?;
+                    let mut built = Built {
+                        version: answer.version,
+                        response: Arc::new(answer.response),
+                        encoded: Default::default(),
+                    };
+                    // Every stock daemon accepts the preferred algorithm:
+                    // a large list is compressed for them with the build.
+                    built.make_answer(Encoding::Binary, Accepted::ALL)?;
+                    (built, answer.left_out)
+                }
+            };
+            let answer = built.make_answer(encoding, accepts)?;
+            tracing::debug!(
+                target: LOG,
+                version = built.version,
+                tasks = built.response.running_tasks.len(),
+                bytes = answer.payload.len(),
+                compression = answer.compression.map(Algorithm::label),
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "built a GetRunningTasks answer"
+            );
+            Ok((built, answer, left_out))
         };
-        *copy = Some(compressed.clone());
-        Ok(compressed)
+        let (built, answer, left_out) =
+            tokio::task::spawn_blocking(job).await.map_err(|error| {
+                ApiError::new(
+                    ErrorKind::Internal,
+                    format!("building the task list failed: {error}"),
+                )
+            })??;
+        let mut latest = self.lock();
+        if left_out > 0 {
+            latest.report_cut(built.response.running_tasks.len(), left_out);
+        }
+        if latest
+            .built
+            .as_ref()
+            .is_none_or(|b| b.version <= built.version)
+        {
+            latest.built = Some(built);
+        }
+        Ok(answer)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Latest> {
+        self.latest.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The answer already made for `version` (or a later one), if any.
+    fn ready(&self, version: u64, encoding: Encoding, accepts: Accepted) -> Option<Answer> {
+        let latest = self.lock();
+        let built = latest.built.as_ref().filter(|b| b.version >= version)?;
+        built.answer(encoding, accepts)
     }
 }
 
@@ -215,7 +300,7 @@ mod tests {
     }
 
     /// The answer `answers` gives a caller of `encoding` accepting `accepts`.
-    fn ask(
+    async fn ask(
         answers: &RunningTasksAnswers,
         service: &SchedulerService,
         encoding: Encoding,
@@ -234,6 +319,7 @@ mod tests {
                 encoding,
                 accepts,
             )
+            .await
             .unwrap()
     }
 
@@ -241,26 +327,26 @@ mod tests {
     async fn the_answer_is_encoded_once_per_version_and_encoding() {
         let service = service();
         let answers = RunningTasksAnswers::default();
-        let ask = |encoding| ask(&answers, &service, encoding, Accepted::NONE).payload;
-        let empty = ask(Encoding::Binary);
+        let plain = |encoding| ask(&answers, &service, encoding, Accepted::NONE);
+        let empty = plain(Encoding::Binary).await.payload;
         assert!(empty.is_empty());
-        assert_eq!(&ask(Encoding::Json)[..], b"{}");
+        assert_eq!(&plain(Encoding::Json).await.payload[..], b"{}");
 
         servant_with_tasks(&service, 1);
         tokio::time::advance(engine::Config::default().running_tasks_refresh).await;
-        let binary = ask(Encoding::Binary);
+        let binary = plain(Encoding::Binary).await.payload;
         assert!(
             !binary.is_empty(),
             "a new version of the list is a new answer"
         );
-        let again = ask(Encoding::Binary);
+        let again = plain(Encoding::Binary).await.payload;
         assert_eq!(binary.as_ptr(), again.as_ptr(), "one encoding, shared");
-        let json = ask(Encoding::Json);
+        let json = plain(Encoding::Json).await.payload;
         assert_eq!(
             &json[..],
             br#"{"runningTasks":[{"servantTaskId":"3","servantLocation":"10.0.0.1:8335","taskDigest":"digest"}]}"#
         );
-        assert_eq!(json.as_ptr(), ask(Encoding::Json).as_ptr());
+        assert_eq!(json.as_ptr(), plain(Encoding::Json).await.payload.as_ptr());
     }
 
     #[tokio::test(start_paused = true)]
@@ -269,11 +355,11 @@ mod tests {
         let answers = RunningTasksAnswers::default();
         servant_with_tasks(&service, 2000);
         tokio::time::advance(engine::Config::default().running_tasks_refresh).await;
-        let ask = |accepts| ask(&answers, &service, Encoding::Binary, accepts);
-        let plain = ask(Accepted::NONE);
+        let binary = |accepts| ask(&answers, &service, Encoding::Binary, accepts);
+        let plain = binary(Accepted::NONE).await;
         assert_eq!(plain.compression, None);
         assert!(plain.payload.len() >= compression::COMPRESS_FROM_BYTES);
-        let daemon = ask(Accepted::from_bits(62));
+        let daemon = binary(Accepted::ALL).await;
         assert_eq!(daemon.compression, Some(Algorithm::Zstd));
         assert!(daemon.payload.len() < plain.payload.len() / 2);
         assert_eq!(
@@ -284,12 +370,12 @@ mod tests {
         );
         // Every later caller accepting zstd gets the same compressed bytes.
         assert_eq!(
-            ask(Accepted::from_bits(62)).payload.as_ptr(),
+            binary(Accepted::ALL).await.payload.as_ptr(),
             daemon.payload.as_ptr()
         );
         for algorithm in Algorithm::PREFERRED {
             let only = Accepted::from_bits(1 << algorithm.wire());
-            let answer = ask(only);
+            let answer = binary(only).await;
             assert_eq!(answer.compression, Some(algorithm));
             assert_eq!(
                 algorithm
@@ -298,13 +384,33 @@ mod tests {
                 plain.payload,
                 "{algorithm:?}"
             );
-            assert_eq!(ask(only).payload.as_ptr(), answer.payload.as_ptr());
+            assert_eq!(binary(only).await.payload.as_ptr(), answer.payload.as_ptr());
         }
         // A new version of the list is compressed anew.
         servant_with_tasks(&service, 1999);
         tokio::time::advance(engine::Config::default().running_tasks_refresh).await;
-        let next = ask(Accepted::from_bits(62));
+        let next = binary(Accepted::ALL).await;
         assert_ne!(next.payload, daemon.payload);
+    }
+
+    /// Callers of one new version wait for one build, not one each.
+    #[tokio::test(start_paused = true)]
+    async fn callers_of_a_new_version_share_one_build() {
+        let service = service();
+        let answers = RunningTasksAnswers::default();
+        servant_with_tasks(&service, 2000);
+        tokio::time::advance(engine::Config::default().running_tasks_refresh).await;
+        let callers: Vec<_> = (0..8)
+            .map(|_| ask(&answers, &service, Encoding::Binary, Accepted::ALL))
+            .collect();
+        let answered = futures_util::future::join_all(callers).await;
+        let first = answered[0].payload.as_ptr();
+        assert!(
+            answered
+                .iter()
+                .all(|answer| answer.payload.as_ptr() == first),
+            "the same bytes for every caller"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -312,12 +418,21 @@ mod tests {
         let service = service();
         servant_with_tasks(&service, 2000);
         tokio::time::advance(engine::Config::default().running_tasks_refresh).await;
-        let plain = |answers: &RunningTasksAnswers| {
-            ask(answers, &service, Encoding::Binary, Accepted::NONE)
-        };
-        let whole = plain(&RunningTasksAnswers::default());
+        let whole = ask(
+            &RunningTasksAnswers::default(),
+            &service,
+            Encoding::Binary,
+            Accepted::NONE,
+        )
+        .await;
         let bound = whole.payload.len() / 3;
-        let cut = plain(&RunningTasksAnswers::new(bound));
+        let cut = ask(
+            &RunningTasksAnswers::new(bound),
+            &service,
+            Encoding::Binary,
+            Accepted::NONE,
+        )
+        .await;
         assert!(cut.payload.len() <= bound && cut.payload.len() > bound - 200);
         let listed = <pb::GetRunningTasksResponse as prost::Message>::decode(cut.payload)
             .unwrap()
