@@ -1,11 +1,14 @@
 //! What the daemons' two protocols share on one connection: a buffered
 //! reader with the edge's timeouts, answers written in the order calls finish
 //! (by the finishing task when the socket takes them at once, else by the
-//! connection's writer task), and the cap on calls in flight.
+//! connection's writer task), and the cap on calls in flight. An [`Answer`]
+//! is a head and a payload written with one vectored write: the payload may
+//! be shared by every caller (the encoded `GetRunningTasks` list) and is
+//! never copied per caller.
 
 use std::{
     collections::VecDeque,
-    io,
+    io::{self, IoSlice},
     pin::Pin,
     sync::{Arc, Mutex},
     time::Duration,
@@ -34,8 +37,55 @@ const READ_CHUNK: usize = 2 * 1024;
 /// Answers waiting for the writer; a caller that stops reading fills this,
 /// then the call tasks wait, then the reader stops taking requests.
 const ANSWER_QUEUE: usize = 256;
-/// The writer gathers queued answers into one write up to this size.
-const WRITE_BATCH: usize = 256 * 1024;
+/// The writer gathers queued answers into one vectored write of at most this
+/// many pieces (a head and a payload each).
+const WRITE_PIECES: usize = 64;
+
+/// One answer as it goes to the socket: the framing's head (a frame header
+/// and meta; a status line and headers) and the payload. The payload may be
+/// shared with every other caller of the same answer (the encoded
+/// `GetRunningTasks` list): it is written from where it is, never copied into
+/// a buffer of its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answer {
+    pub head: Bytes,
+    pub payload: Bytes,
+}
+
+impl Answer {
+    pub fn new(head: Bytes, payload: Bytes) -> Self {
+        Self { head, payload }
+    }
+
+    /// Bytes on the wire.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.payload.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes on the wire, in one buffer (for tests and diagnostics).
+    pub fn to_vec(&self) -> Vec<u8> {
+        [&self.head[..], &self.payload[..]].concat()
+    }
+
+    /// Drops the first `written` bytes.
+    fn advance(&mut self, written: usize) {
+        let from_head = written.min(self.head.len());
+        self.head.advance(from_head);
+        self.payload.advance(written - from_head);
+    }
+
+    /// The pieces still to write, as slices for a vectored write.
+    fn slices(&self) -> impl Iterator<Item = IoSlice<'_>> {
+        [&self.head, &self.payload]
+            .into_iter()
+            .filter(|piece| !piece.is_empty())
+            .map(|piece| IoSlice::new(piece))
+    }
+}
 
 /// The read side: the socket and what was read from it but not yet used.
 #[derive(Debug)]
@@ -336,7 +386,7 @@ struct Outbox {
 
 #[derive(Debug, Default)]
 struct Queue {
-    answers: VecDeque<Bytes>,
+    answers: VecDeque<Answer>,
     /// The writer task owns the socket's write side: answers are queued or
     /// being written, so a new answer must queue behind them.
     writing: bool,
@@ -367,7 +417,7 @@ pub struct Broken;
 
 impl Answers {
     /// Sends one answer; waits while [`ANSWER_QUEUE`] answers are queued.
-    pub async fn send(&self, mut answer: Bytes) -> Result<(), Broken> {
+    pub async fn send(&self, mut answer: Answer) -> Result<(), Broken> {
         let outbox = &*self.outbox;
         loop {
             let room = outbox.room.notified();
@@ -378,7 +428,9 @@ impl Answers {
                     return Err(Broken);
                 }
                 if !queue.writing {
-                    match outbox.write.try_write(&answer) {
+                    let slices: [IoSlice<'_>; 2] =
+                        [IoSlice::new(&answer.head), IoSlice::new(&answer.payload)];
+                    match outbox.write.try_write_vectored(&slices) {
                         Ok(written) if written == answer.len() => return Ok(()),
                         Ok(written) => answer.advance(written),
                         Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
@@ -421,40 +473,32 @@ fn spawn_writer(write: OwnedWriteHalf, write_timeout: Duration) -> (Answers, Joi
 }
 
 async fn write_queued(outbox: Arc<Outbox>, write_timeout: Duration) {
-    let mut batch = BytesMut::new();
+    let mut batch = VecDeque::new();
     loop {
-        let next = {
+        {
             let mut queue = outbox.lock();
             if queue.broken {
                 return;
             }
-            match queue.answers.pop_front() {
-                None => {
-                    queue.writing = false;
-                    if queue.finishing {
-                        return;
-                    }
-                    None
-                }
-                Some(first) if queue.answers.is_empty() => Some(first),
-                Some(first) => {
-                    batch.extend_from_slice(&first);
-                    while batch.len() < WRITE_BATCH {
-                        let Some(next) = queue.answers.pop_front() else {
-                            break;
-                        };
-                        batch.extend_from_slice(&next);
-                    }
-                    Some(batch.split().freeze())
+            while batch.len() < WRITE_PIECES / 2 {
+                let Some(answer) = queue.answers.pop_front() else {
+                    break;
+                };
+                batch.push_back(answer);
+            }
+            if batch.is_empty() {
+                queue.writing = false;
+                if queue.finishing {
+                    return;
                 }
             }
-        };
-        let Some(bytes) = next else {
+        }
+        if batch.is_empty() {
             outbox.work.notified().await;
             continue;
-        };
+        }
         outbox.room.notify_waiters();
-        if write_all(&outbox.write, &bytes, write_timeout)
+        if write_all(&outbox.write, &mut batch, write_timeout)
             .await
             .is_err()
         {
@@ -464,17 +508,35 @@ async fn write_queued(outbox: Arc<Outbox>, write_timeout: Duration) {
     }
 }
 
-/// Writes all of `bytes`; fails when the socket does, or takes nothing for
-/// `stall_timeout`.
+/// Writes all of `answers` with vectored writes; fails when the socket does,
+/// or takes nothing for `stall_timeout`.
 async fn write_all(
     write: &OwnedWriteHalf,
-    mut bytes: &[u8],
+    answers: &mut VecDeque<Answer>,
     stall_timeout: Duration,
 ) -> io::Result<()> {
-    while !bytes.is_empty() {
-        match write.try_write(bytes) {
+    while !answers.is_empty() {
+        let mut slices = [IoSlice::new(&[]); WRITE_PIECES];
+        let mut count = 0;
+        for (slot, slice) in slices
+            .iter_mut()
+            .zip(answers.iter().flat_map(Answer::slices))
+        {
+            *slot = slice;
+            count += 1;
+        }
+        match write.try_write_vectored(&slices[..count]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(written) => bytes = &bytes[written..],
+            Ok(mut written) => {
+                while let Some(front) = answers.front_mut() {
+                    if written < front.len() {
+                        front.advance(written);
+                        break;
+                    }
+                    written -= front.len();
+                    answers.pop_front();
+                }
+            }
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                 tokio::time::timeout(stall_timeout, write.writable())
                     .await
@@ -515,17 +577,20 @@ mod tests {
         let (connection, mut caller, _stop) = pair(Duration::from_secs(10)).await;
         // Small answers the socket takes at once, and answers larger than its
         // buffer, which the writer task finishes while more queue behind them.
-        let answers: Vec<Bytes> = (0..300u32)
+        // Every fiftieth answer carries one shared 3 MiB payload.
+        let shared = Bytes::from(vec![7u8; 3 << 20]);
+        let answers: Vec<Answer> = (0..300u32)
             .map(|index| {
-                let len = if index % 50 == 7 {
-                    3 << 20
+                let head = Bytes::from(vec![(index % 251) as u8; 20 + index as usize % 40]);
+                let payload = if index % 50 == 7 {
+                    shared.clone()
                 } else {
-                    40 + index as usize
+                    Bytes::from(vec![(index % 13) as u8; index as usize])
                 };
-                Bytes::from(vec![(index % 251) as u8; len])
+                Answer::new(head, payload)
             })
             .collect();
-        let expected: Vec<u8> = answers.iter().flat_map(|answer| answer.to_vec()).collect();
+        let expected: Vec<u8> = answers.iter().flat_map(Answer::to_vec).collect();
         let reading = tokio::spawn(async move {
             let mut received = Vec::new();
             caller.read_to_end(&mut received).await.unwrap();
@@ -548,7 +613,7 @@ mod tests {
     #[tokio::test]
     async fn a_caller_that_stops_reading_is_cut_off_after_the_write_timeout() {
         let (connection, _caller, _stop) = pair(Duration::from_millis(200)).await;
-        let answer = Bytes::from(vec![1u8; 1 << 20]);
+        let answer = Answer::new(Bytes::from_static(b"head"), Bytes::from(vec![1u8; 1 << 20]));
         let started = std::time::Instant::now();
         let mut sent = 0;
         let refused = tokio::time::timeout(Duration::from_secs(20), async {
@@ -567,7 +632,10 @@ mod tests {
         );
         // Nothing more goes out on a connection that was cut off.
         assert_eq!(
-            connection.answers.send(Bytes::from_static(b"x")).await,
+            connection
+                .answers
+                .send(Answer::new(Bytes::from_static(b"x"), Bytes::new()))
+                .await,
             Err(Broken)
         );
     }

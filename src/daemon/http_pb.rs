@@ -17,7 +17,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use super::{After, Framing, Incoming, Request, conn::Reader};
+use super::{
+    After, Framing, Incoming, Request,
+    conn::{Answer, Reader},
+};
 use crate::{
     http::{
         dialect::{self, Dialect, DialectAnswer, RPC_SEQ_NO, Served},
@@ -70,9 +73,9 @@ impl Framing for HttpPb {
         read_request(reader, state, peer, &self.router).await
     }
 
-    fn answer(reply: DialectAnswer, outcome: Result<Bytes, ApiError>) -> Bytes {
+    fn answer(reply: DialectAnswer, outcome: Result<Bytes, ApiError>) -> Answer {
         let (status, headers, payload) = dialect::answer_parts(outcome, reply.media_type);
-        write_answer(status, &headers, reply.seq_no.as_ref(), &payload)
+        write_answer(status, &headers, reply.seq_no.as_ref(), payload)
     }
 }
 
@@ -85,7 +88,7 @@ struct Plain {
 
 /// Serves a request that is not a daemon call through the router and
 /// writes its answer whole, with `Content-Length`.
-async fn route_plain(router: &Router, plain: Plain, body: Bytes, peer: SocketAddr) -> Bytes {
+async fn route_plain(router: &Router, plain: Plain, body: Bytes, peer: SocketAddr) -> Answer {
     let request = axum::http::Request::builder()
         .method(plain.method)
         .uri(plain.uri)
@@ -95,7 +98,7 @@ async fn route_plain(router: &Router, plain: Plain, body: Bytes, peer: SocketAdd
         Err(error) => {
             let error = ApiError::malformed(format!("unusable request line: {error}"));
             let (status, headers, payload) = dialect::answer_parts(Err(error), "application/json");
-            return write_answer(status, &headers, None, &payload);
+            return write_answer(status, &headers, None, payload);
         }
     };
     *request.headers_mut() = plain.headers;
@@ -111,7 +114,7 @@ async fn route_plain(router: &Router, plain: Plain, body: Bytes, peer: SocketAdd
     let mut headers = parts.headers;
     headers.remove(header::CONTENT_LENGTH);
     headers.remove(header::TRANSFER_ENCODING);
-    write_answer(parts.status, &headers, None, &body)
+    write_answer(parts.status, &headers, None, body)
 }
 
 /// A parsed head, owned.
@@ -276,24 +279,25 @@ async fn read_request(
     }))
 }
 
-/// An HTTP/1.1 answer, with `Content-Length` and the echoed `Rpc-SeqNo`.
+/// An HTTP/1.1 answer, with `Content-Length` and the echoed `Rpc-SeqNo`:
+/// the head written here, the body as it is.
 fn write_answer(
     status: StatusCode,
     headers: &HeaderMap,
     seq_no: Option<&HeaderValue>,
-    body: &[u8],
-) -> Bytes {
-    let mut out = BytesMut::with_capacity(128 + body.len());
-    out.put_slice(b"HTTP/1.1 ");
-    out.put_slice(status.as_str().as_bytes());
-    out.put_u8(b' ');
-    out.put_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
-    out.put_slice(b"\r\n");
+    body: Bytes,
+) -> Answer {
+    let mut head = BytesMut::with_capacity(128);
+    head.put_slice(b"HTTP/1.1 ");
+    head.put_slice(status.as_str().as_bytes());
+    head.put_u8(b' ');
+    head.put_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+    head.put_slice(b"\r\n");
     let mut line = |name: &[u8], value: &[u8]| {
-        out.put_slice(name);
-        out.put_slice(b": ");
-        out.put_slice(value);
-        out.put_slice(b"\r\n");
+        head.put_slice(name);
+        head.put_slice(b": ");
+        head.put_slice(value);
+        head.put_slice(b"\r\n");
     };
     if let Some(seq_no) = seq_no {
         line(RPC_SEQ_NO.as_str().as_bytes(), seq_no.as_bytes());
@@ -302,9 +306,8 @@ fn write_answer(
         line(name.as_str().as_bytes(), value.as_bytes());
     }
     line(b"content-length", body.len().to_string().as_bytes());
-    out.put_slice(b"\r\n");
-    out.put_slice(body);
-    out.freeze()
+    head.put_slice(b"\r\n");
+    Answer::new(head.freeze(), body)
 }
 
 /// When a request head still arriving is worth parsing again. Parsing from

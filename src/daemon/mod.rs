@@ -26,6 +26,7 @@ use std::{future::ready, net::SocketAddr};
 use bytes::{Bytes, BytesMut};
 use tokio::{net::TcpStream, sync::watch};
 
+pub use self::conn::Answer;
 use self::conn::{Connection, Next, Reader};
 use crate::{
     edge::Reservation,
@@ -58,8 +59,9 @@ pub trait Framing: Send + 'static {
         peer: SocketAddr,
     ) -> impl Future<Output = Result<Incoming<Self::Reply>, String>> + Send;
 
-    /// The bytes of the answer to a call.
-    fn answer(reply: Self::Reply, outcome: Result<Bytes, ApiError>) -> Bytes;
+    /// The answer to a call: the framing's head and the payload, as it is
+    /// (never copied: it may be shared by every caller).
+    fn answer(reply: Self::Reply, outcome: Result<Bytes, ApiError>) -> Answer;
 }
 
 /// What [`Framing::read_request`] read.
@@ -68,7 +70,7 @@ pub enum Incoming<R> {
     Call(Request<R>),
     /// A request the framing answered itself (`http+pb`: one for another
     /// endpoint, which the router served).
-    Answered { answer: Bytes, then: After },
+    Answered { answer: Answer, then: After },
 }
 
 /// One call as a daemon framing read it.
@@ -183,7 +185,7 @@ fn may_wait(method: &Result<Method, ApiError>) -> bool {
 
 /// Runs a call and writes its answer in the framing's form; the body's
 /// share of the budget is given back once the call is answered.
-async fn answer<F: Framing>(state: &AppState, request: Request<F::Reply>) -> Bytes {
+async fn answer<F: Framing>(state: &AppState, request: Request<F::Reply>) -> Answer {
     let Request {
         call,
         method,
