@@ -53,7 +53,7 @@
 //! service dashboard metrics       the six RPCs; beside the path: people, Prometheus
 //! contract                        what requests must satisfy, as data
 //! engine                          the scheduling rules
-//! edge protocol grammar           leaves: edge limits, protocol labels, grammars
+//! edge protocol grammar logging   leaves: edge limits, protocol labels, grammars, log limits
 //! sim                             the simulated daemons: generated types only
 //! pb                              generated types, Method, Encoding
 //! ```
@@ -143,6 +143,7 @@ pub mod edge;
 pub mod engine;
 pub mod grammar;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 pub mod net;
 pub mod openapi;

@@ -11,6 +11,7 @@ use yadcc_scheduler::{
     dashboard::InspectAccess,
     edge,
     engine::{self, Scheduler},
+    logging::LimitedWarnings,
     net, sim,
 };
 
@@ -38,6 +39,9 @@ async fn main() -> ExitCode {
         // Logs are diagnostics: stderr, and colour only for a person at a terminal.
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        // A client can make warnings happen (an HTTP/2 connection reset,
+        // accept failures): at most one line a second from each place.
+        .event_format(LimitedWarnings::default())
         .init();
     for warning in flag_warnings {
         tracing::warn!("{warning}");

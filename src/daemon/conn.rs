@@ -26,7 +26,9 @@ use tokio::{
     time::{Instant, Sleep},
 };
 
-use crate::edge::{EdgeSettings, MAX_CALLS_IN_FLIGHT_PER_CONNECTION};
+use crate::edge::{
+    ConnectionBudget, EdgeSettings, MAX_CALLS_IN_FLIGHT_PER_CONNECTION, answer_queue_bound,
+};
 
 /// Read granularity while waiting for a head. A daemon's heartbeat frame is
 /// about 1.3 KB, so one read takes a whole call; larger bodies are read to
@@ -34,9 +36,6 @@ use crate::edge::{EdgeSettings, MAX_CALLS_IN_FLIGHT_PER_CONNECTION};
 /// buffered, and ten thousand servants at 8 KiB each held ~60 MiB more
 /// resident memory in P3 (BENCHMARKS.md) for no speed.
 const READ_CHUNK: usize = 2 * 1024;
-/// Answers waiting for the writer; a caller that stops reading fills this,
-/// then the call tasks wait, then the reader stops taking requests.
-const ANSWER_QUEUE: usize = 256;
 /// The writer gathers queued answers into one vectored write of at most this
 /// many pieces (a head and a payload each).
 const WRITE_PIECES: usize = 64;
@@ -87,18 +86,22 @@ impl Answer {
     }
 }
 
-/// The read side: the socket and what was read from it but not yet used.
+/// The read side: the socket, what was read from it but not yet used, and
+/// the connection's share of the budget for buffered requests.
 #[derive(Debug)]
 pub struct Reader {
     read: OwnedReadHalf,
     pub buf: BytesMut,
+    /// What a request's bytes are reserved from while they are buffered.
+    pub budget: ConnectionBudget,
 }
 
 impl Reader {
-    pub fn new(read: OwnedReadHalf, already_read: BytesMut) -> Self {
+    pub fn new(read: OwnedReadHalf, already_read: BytesMut, budget: ConnectionBudget) -> Self {
         Self {
             read,
             buf: already_read,
+            budget,
         }
     }
 
@@ -219,16 +222,19 @@ impl Connection {
     /// A daemon connection under the edge's limits: idle for
     /// `idle_timeout`; an answer that makes no progress for
     /// `body_read_timeout` (a daemon that stopped reading) is given up, the
-    /// same allowance a request's body gets.
+    /// same allowance a request's body gets; requests buffered within
+    /// `budget`.
     pub fn for_daemon(
         stream: TcpStream,
         already_read: BytesMut,
         edge: &EdgeSettings,
+        budget: ConnectionBudget,
         stop: watch::Receiver<bool>,
     ) -> Self {
         Self::open(
             stream,
             already_read,
+            budget,
             edge.idle_timeout,
             edge.body_read_timeout,
             stop,
@@ -240,6 +246,7 @@ impl Connection {
     pub fn open(
         stream: TcpStream,
         already_read: BytesMut,
+        budget: ConnectionBudget,
         idle_timeout: Duration,
         write_timeout: Duration,
         stop: watch::Receiver<bool>,
@@ -254,7 +261,7 @@ impl Connection {
         Self {
             stop,
             stopping,
-            reader: Reader::new(read, already_read),
+            reader: Reader::new(read, already_read, budget),
             answers,
             writer,
             in_flight: InFlight::default(),
@@ -269,12 +276,25 @@ impl Connection {
     /// only wait to expire, so its calls and the writer are stopped here.
     pub async fn next_request(&mut self) -> Next {
         while self.calls.try_join_next().is_some() {}
-        let next = self.wait_for_request().await;
+        let next = match self.wait_for_room().await {
+            Some(next) => next,
+            None => self.wait_for_request().await,
+        };
         if next == Next::Closed {
             self.calls.abort_all();
             self.writer.abort();
         }
         next
+    }
+
+    /// While the answers queued exceed their bound, no new call is read:
+    /// waits for room. Some(next) when the connection ends instead.
+    async fn wait_for_room(&mut self) -> Option<Next> {
+        tokio::select! {
+            biased;
+            room = self.answers.room() => room.err().map(|Broken| Next::Closed),
+            () = self.stopping.as_mut() => Some(Next::Stopping),
+        }
     }
 
     /// Waits for the first byte of the next request. The idle timeout only
@@ -335,9 +355,11 @@ impl Connection {
         });
     }
 
-    /// The stream cannot be trusted any more: close without answering.
+    /// The stream cannot be trusted any more, or its answers cannot be
+    /// written: close without answering, and stop the calls in flight.
     pub fn abandon(self) {
         self.writer.abort();
+        // Dropping `calls` aborts them.
     }
 
     /// Lets the calls in flight finish and their answers go out, then gives
@@ -380,13 +402,18 @@ struct Outbox {
     queue: Mutex<Queue>,
     /// Wakes the writer task when answers are queued (or the connection finishes).
     work: Notify,
-    /// Wakes senders waiting for room in a full queue.
+    /// Wakes senders (and the reader) waiting for the queue to shrink under
+    /// its bound.
     room: Notify,
 }
 
 #[derive(Debug, Default)]
 struct Queue {
     answers: VecDeque<Answer>,
+    /// Bytes of the answers queued or in the writer's hands, not written yet.
+    bytes: usize,
+    /// The largest answer queued on this connection, for the bound.
+    largest: usize,
     /// The writer task owns the socket's write side: answers are queued or
     /// being written, so a new answer must queue behind them.
     writing: bool,
@@ -403,9 +430,19 @@ impl Outbox {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// `bytes` of queued answers went out: room for more, perhaps.
+    fn written(&self, bytes: usize) {
+        let mut queue = self.lock();
+        queue.bytes = queue.bytes.saturating_sub(bytes);
+        if !queue.over_bound() {
+            self.room.notify_waiters();
+        }
+    }
+
     fn break_off(&self, queue: &mut Queue) {
         queue.broken = true;
         queue.answers.clear();
+        queue.bytes = 0;
         self.room.notify_waiters();
         self.work.notify_one();
     }
@@ -416,7 +453,8 @@ impl Outbox {
 pub struct Broken;
 
 impl Answers {
-    /// Sends one answer; waits while [`ANSWER_QUEUE`] answers are queued.
+    /// Sends one answer; first waits while the answers queued exceed the
+    /// connection's bound ([`answer_queue_bound`]).
     pub async fn send(&self, mut answer: Answer) -> Result<(), Broken> {
         let outbox = &*self.outbox;
         loop {
@@ -427,6 +465,7 @@ impl Answers {
                 if queue.broken {
                     return Err(Broken);
                 }
+                queue.largest = queue.largest.max(answer.len());
                 if !queue.writing {
                     let slices: [IoSlice<'_>; 2] =
                         [IoSlice::new(&answer.head), IoSlice::new(&answer.payload)];
@@ -440,11 +479,13 @@ impl Answers {
                         }
                     }
                     queue.writing = true;
+                    queue.bytes += answer.len();
                     queue.answers.push_back(answer);
                     outbox.work.notify_one();
                     return Ok(());
                 }
-                if queue.answers.len() < ANSWER_QUEUE {
+                if !queue.over_bound() {
+                    queue.bytes += answer.len();
                     queue.answers.push_back(answer);
                     return Ok(());
                 }
@@ -454,6 +495,33 @@ impl Answers {
             }
             room.await;
         }
+    }
+
+    /// Waits until the answers queued are within the connection's bound:
+    /// the reader takes no new call before (its peer is not reading).
+    pub async fn room(&self) -> Result<(), Broken> {
+        let outbox = &*self.outbox;
+        loop {
+            let room = outbox.room.notified();
+            tokio::pin!(room);
+            {
+                let queue = outbox.lock();
+                if queue.broken {
+                    return Err(Broken);
+                }
+                if !queue.over_bound() {
+                    return Ok(());
+                }
+                room.as_mut().enable();
+            }
+            room.await;
+        }
+    }
+}
+
+impl Queue {
+    fn over_bound(&self) -> bool {
+        self.bytes > answer_queue_bound(self.largest)
     }
 }
 
@@ -497,24 +565,22 @@ async fn write_queued(outbox: Arc<Outbox>, write_timeout: Duration) {
             outbox.work.notified().await;
             continue;
         }
-        outbox.room.notify_waiters();
-        if write_all(&outbox.write, &mut batch, write_timeout)
-            .await
-            .is_err()
-        {
+        if write_all(&outbox, &mut batch, write_timeout).await.is_err() {
             outbox.break_off(&mut outbox.lock());
             return;
         }
     }
 }
 
-/// Writes all of `answers` with vectored writes; fails when the socket does,
-/// or takes nothing for `stall_timeout`.
+/// Writes all of `answers` with vectored writes, counting each write off the
+/// queue's bytes; fails when the socket does, or takes nothing for
+/// `stall_timeout`.
 async fn write_all(
-    write: &OwnedWriteHalf,
+    outbox: &Outbox,
     answers: &mut VecDeque<Answer>,
     stall_timeout: Duration,
 ) -> io::Result<()> {
+    let write = &outbox.write;
     while !answers.is_empty() {
         let mut slices = [IoSlice::new(&[]); WRITE_PIECES];
         let mut count = 0;
@@ -528,6 +594,7 @@ async fn write_all(
         match write.try_write_vectored(&slices[..count]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(mut written) => {
+                outbox.written(written);
                 while let Some(front) = answers.front_mut() {
                     if written < front.len() {
                         front.advance(written);
@@ -565,6 +632,7 @@ mod tests {
         let connection = Connection::open(
             served,
             BytesMut::new(),
+            ConnectionBudget::new(&crate::edge::BodyBudget::new(1 << 20)),
             Duration::from_secs(60),
             write_timeout,
             stop_changes,
@@ -608,6 +676,54 @@ mod tests {
             .unwrap();
         assert_eq!(received.len(), expected.len());
         assert!(received == expected, "answers arrived out of order or torn");
+    }
+
+    #[tokio::test]
+    async fn no_call_is_read_while_the_answers_queued_exceed_the_bound() {
+        let (mut connection, mut caller, _stop) = pair(Duration::from_secs(30)).await;
+        // One shared payload: the bound counts the bytes each answer puts on
+        // the wire, shared or not.
+        let payload = Bytes::from(vec![3u8; 1 << 20]);
+        let answer = Answer::new(Bytes::from_static(b"head"), payload.clone());
+        let bound = crate::edge::answer_queue_bound(answer.len());
+        let answers = connection.answers.clone();
+        let sending = tokio::spawn(async move {
+            loop {
+                answers.send(answer.clone()).await.unwrap();
+            }
+        });
+        // The caller reads nothing: the queue fills past the bound (less
+        // what the socket buffers took), then the sender waits, and the
+        // connection takes no new call.
+        let queued = || connection.answers.outbox.lock().bytes;
+        let filled = tokio::time::timeout(Duration::from_secs(10), async {
+            while queued() <= bound {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        filled.await.expect("the queue fills past its bound");
+        let waiting =
+            tokio::time::timeout(Duration::from_millis(500), connection.wait_for_room()).await;
+        assert!(waiting.is_err(), "the reader waits for room");
+        let queued = connection.answers.outbox.lock().bytes;
+        assert!(
+            queued > bound && queued <= bound + 2 * (1 << 20),
+            "{queued} bytes queued for a bound of {bound}"
+        );
+        // Once the caller reads, there is room again.
+        sending.abort();
+        let reading = tokio::spawn(async move {
+            let mut chunk = vec![0u8; 1 << 16];
+            loop {
+                if caller.read(&mut chunk).await.unwrap_or(0) == 0 {
+                    return;
+                }
+            }
+        });
+        let resumed =
+            tokio::time::timeout(Duration::from_secs(10), connection.wait_for_room()).await;
+        assert_eq!(resumed.expect("room once the caller reads"), None);
+        reading.abort();
     }
 
     #[tokio::test]

@@ -82,8 +82,8 @@ async fn read_frame(reader: &mut Reader, state: &AppState) -> Result<Frame, Stri
         .try_into()
         .map_err(|_| "short header".to_owned())?;
     let header = FrameHeader::parse(&header_bytes).map_err(|error| error.to_string())?;
-    let budget = state
-        .body_budget
+    let budget = reader
+        .budget
         .reserve(header.body_len())
         .ok_or_else(|| "the budget for buffered bodies is exhausted".to_owned())?;
     let meta_end = HEADER_LEN + header.meta_size;

@@ -22,6 +22,7 @@ use super::{
     conn::{Answer, Reader},
 };
 use crate::{
+    edge::ConnectionBudget,
     http::{
         dialect::{self, Dialect, DialectAnswer, RPC_SEQ_NO, Served},
         handler,
@@ -88,7 +89,13 @@ struct Plain {
 
 /// Serves a request that is not a daemon call through the router and
 /// writes its answer whole, with `Content-Length`.
-async fn route_plain(router: &Router, plain: Plain, body: Bytes, peer: SocketAddr) -> Answer {
+async fn route_plain(
+    router: &Router,
+    plain: Plain,
+    body: Bytes,
+    peer: SocketAddr,
+    budget: &ConnectionBudget,
+) -> Answer {
     let request = axum::http::Request::builder()
         .method(plain.method)
         .uri(plain.uri)
@@ -103,6 +110,7 @@ async fn route_plain(router: &Router, plain: Plain, body: Bytes, peer: SocketAdd
     };
     *request.headers_mut() = plain.headers;
     request.extensions_mut().insert(ConnectInfo(peer));
+    request.extensions_mut().insert(budget.clone());
     let response = match router.clone().oneshot(request).await {
         Ok(response) => response,
         Err(never) => match never {},
@@ -252,7 +260,7 @@ async fn read_request(
         return refused(error, reply);
     }
     let length = length as usize;
-    let Some(budget) = state.body_budget.reserve(length) else {
+    let Some(budget) = reader.budget.reserve(length) else {
         return refused(rpc::budget_exhausted(), reply);
     };
     let end = head.len + length;
@@ -265,7 +273,7 @@ async fn read_request(
     if let Some(plain) = plain {
         // Not a daemon call: a client that also uses this connection for
         // other endpoints. The router answers it, as on any connection.
-        let answer = route_plain(router, plain, body, peer).await;
+        let answer = route_plain(router, plain, body, peer, &reader.budget).await;
         drop(budget);
         return Ok(Incoming::Answered { answer, then });
     }

@@ -29,7 +29,7 @@ use tokio::{net::TcpStream, sync::watch};
 pub use self::conn::Answer;
 use self::conn::{Connection, Next, Reader};
 use crate::{
-    edge::Reservation,
+    edge::{ConnectionBudget, Reservation},
     pb::Method,
     rpc::{
         self,
@@ -111,7 +111,8 @@ pub async fn serve<F: Framing>(
     stop: watch::Receiver<bool>,
 ) {
     let edge = state.settings.edge.clone();
-    let mut connection = Connection::for_daemon(stream, already_read, &edge, stop);
+    let budget = ConnectionBudget::new(&state.body_budget);
+    let mut connection = Connection::for_daemon(stream, already_read, &edge, budget, stop);
     let mut drain = false;
     loop {
         match connection.next_request().await {
@@ -125,7 +126,11 @@ pub async fn serve<F: Framing>(
         {
             Ok(Incoming::Call(request)) => request,
             Ok(Incoming::Answered { answer, then }) => {
-                if connection.answers.send(answer).await.is_err() || then != After::ReadOn {
+                if connection.answers.send(answer).await.is_err() {
+                    connection.abandon();
+                    return;
+                }
+                if then != After::ReadOn {
                     break;
                 }
                 continue;
@@ -162,7 +167,10 @@ pub async fn serve<F: Framing>(
         if let Some(answer) = answered_here
             && connection.answers.send(answer).await.is_err()
         {
-            break;
+            // The peer read nothing for the write timeout, or the socket
+            // failed: its calls' answers have nowhere to go.
+            connection.abandon();
+            return;
         }
         if then != After::ReadOn {
             break;

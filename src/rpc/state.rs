@@ -10,11 +10,12 @@ use std::{
 
 use axum::http::{HeaderMap, HeaderValue};
 
-use super::running_tasks::RunningTasksAnswers;
+use super::{AccessKind, running_tasks::RunningTasksAnswers};
 use crate::{
     dashboard::{self, Dashboard},
     edge::{BodyBudget, EdgeSettings},
     engine::Scheduler,
+    logging::{AccessLog, RateLimit},
     metrics::Metrics,
     protocol::PeerProtocols,
     service::SchedulerService,
@@ -37,6 +38,8 @@ pub struct HttpSettings {
     /// Origins whose browser pages may call the RPCs (CORS); `*` for any.
     /// Empty: no cross-origin calls.
     pub cors_allowed_origins: Vec<HeaderValue>,
+    /// Which calls and requests the access log writes.
+    pub access_log: AccessLog,
 }
 
 impl Default for HttpSettings {
@@ -47,6 +50,7 @@ impl Default for HttpSettings {
             inspect: dashboard::InspectAccess::Closed,
             edge: EdgeSettings::default(),
             cors_allowed_origins: Vec::new(),
+            access_log: AccessLog::default(),
         }
     }
 }
@@ -101,6 +105,8 @@ pub struct AppParts {
     pub body_budget: BodyBudget,
     /// `GetRunningTasks` answers, encoded once per list and encoding.
     pub running_tasks: RunningTasksAnswers,
+    /// Access lines of failed and slow calls, one a second per kind.
+    pub access_lines: RateLimit<AccessKind>,
 }
 
 impl std::ops::Deref for AppState {
@@ -127,6 +133,7 @@ impl AppState {
             service: SchedulerService::new(engine),
             settings,
             running_tasks: RunningTasksAnswers::default(),
+            access_lines: RateLimit::default(),
         }))
     }
 }

@@ -398,14 +398,17 @@ impl Binary {
     }
 
     /// Starts `yadcc-scheduler` on a free loopback port with exactly `flags`
-    /// (no token flags added) and the variables `env` set.
+    /// (no token flags added) and the variables `env` set. The binary is this
+    /// build's, or the one `YADCC_SCHEDULER_BINARY` names.
     pub fn start_exactly(
         listen: SocketAddr,
         flags: &[&str],
         env: &[(&str, &str)],
         nofile: Option<u32>,
     ) -> Binary {
-        let program = env!("CARGO_BIN_EXE_yadcc-scheduler");
+        // Another build may stand in, to see a test fail on older code.
+        let program = std::env::var_os("YADCC_SCHEDULER_BINARY")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_yadcc-scheduler").into());
         let mut args: Vec<String> = vec![format!("--listen={listen}")];
         args.extend(flags.iter().map(|flag| (*flag).to_owned()));
         let mut command = match nofile {
