@@ -23,6 +23,7 @@ use super::{
 };
 use crate::{
     edge::ConnectionBudget,
+    grammar,
     http::{
         dialect::{self, Dialect, DialectAnswer, RPC_SEQ_NO, Served},
         handler,
@@ -235,21 +236,10 @@ async fn read_request(
             ApiError::malformed("chunked bodies are not supported here; send Content-Length");
         return refused(error, reply);
     }
-    let length = match headers.get(header::CONTENT_LENGTH) {
-        None => 0,
-        Some(value) => match value
-            .to_str()
-            .ok()
-            .and_then(|text| text.trim().parse::<u64>().ok())
-        {
-            Some(length) => length,
-            None => {
-                return refused(
-                    ApiError::malformed("Content-Length must be a number"),
-                    reply,
-                );
-            }
-        },
+    let values = headers.get_all(header::CONTENT_LENGTH);
+    let length = match grammar::content_length(values.iter().map(HeaderValue::as_bytes)) {
+        Ok(length) => length.unwrap_or(0),
+        Err(bad) => return refused(ApiError::malformed(bad.to_string()), reply),
     };
     let limit = state.settings.max_body_bytes;
     if length > limit as u64 {

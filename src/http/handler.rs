@@ -11,7 +11,7 @@ use std::{future::Future, net::SocketAddr, time::Duration};
 use axum::{
     body::Body,
     extract::Request,
-    http::{HeaderMap, Method as HttpMethod, header, request::Parts},
+    http::{HeaderMap, HeaderValue, Method as HttpMethod, header, request::Parts},
     response::Response,
 };
 use bytes::Bytes;
@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use super::access_log::CallLogged;
 use crate::{
     edge::{ConnectionBudget, QueuedAnswers},
+    grammar,
     pb::{Encoding, Method},
     protocol::CallProtocol,
     rpc::{
@@ -159,11 +160,11 @@ pub async fn read_body(
             format!("body is larger than the {limit}-byte limit"),
         )
     };
-    let declared = head
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|text| text.parse::<u64>().ok());
+    // hyper has refused a malformed length already.
+    let values = head.headers.get_all(header::CONTENT_LENGTH);
+    let declared = grammar::content_length(values.iter().map(HeaderValue::as_bytes))
+        .ok()
+        .flatten();
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(too_large());
     }
