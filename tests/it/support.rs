@@ -398,7 +398,8 @@ impl Binary {
     }
 
     /// Starts `yadcc-scheduler` on a free loopback port with exactly `flags`
-    /// (no token flags added) and the variables `env` set. The binary is this
+    /// (no token flags added) and the variables `env` set (`RUST_LOG` keeps
+    /// the access log out unless `env` sets it). The binary is this
     /// build's, or the one `YADCC_SCHEDULER_BINARY` names.
     pub fn start_exactly(
         listen: SocketAddr,
@@ -426,8 +427,8 @@ impl Binary {
         };
         let mut child = command
             .args(&args)
-            .envs(env.iter().copied())
             .env("RUST_LOG", "info,yadcc_scheduler::access=warn")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
