@@ -67,7 +67,7 @@ async fn withstand(attack: Attack, legitimate: Legitimate) {
     let cpu_before = cpu_time(pid);
     // Sampled on its own, so a legitimate call that hangs does not hide the
     // peak: the attack ends at `length`, or once the peak passes `stop_kib`.
-    let sampling = tokio::spawn(async move {
+    let mut sampling = tokio::spawn(async move {
         let mut peak_kib = 0;
         while started.elapsed() < length && peak_kib <= stop_kib {
             peak_kib = peak_rss_kib(pid);
@@ -77,19 +77,36 @@ async fn withstand(attack: Attack, legitimate: Legitimate) {
     });
     let mut latencies = Vec::new();
     let mut failure = None;
-    while !sampling.is_finished() {
-        let sent = Instant::now();
-        match tokio::time::timeout(STEP, client.call()).await {
-            Ok(Ok(())) => latencies.push(sent.elapsed()),
-            Ok(Err(error)) => failure = Some(error),
-            Err(_) => failure = Some(format!("no answer within {STEP:?}")),
-        }
+    let peak_kib = loop {
         if failure.is_some() {
-            break;
+            break (&mut sampling).await.expect("sampling");
+        }
+        let sent = Instant::now();
+        tokio::select! {
+            // The attack is over (or past the limit) while a call waits.
+            peak = &mut sampling => {
+                let waited = sent.elapsed();
+                if waited > LEGITIMATE_LATENCY_LIMIT {
+                    latencies.push(waited);
+                    failure = Some(format!(
+                        "a call unanswered for {} ms when the attack ended",
+                        waited.as_millis()
+                    ));
+                }
+                break peak.expect("sampling");
+            }
+            answered = tokio::time::timeout(STEP, client.call()) => match answered {
+                Ok(Ok(())) => latencies.push(sent.elapsed()),
+                Ok(Err(error)) => failure = Some(error),
+                Err(_) => {
+                    latencies.push(STEP);
+                    failure = Some(format!("no answer within {STEP:?}"));
+                }
+            },
         }
         tokio::time::sleep(LEGITIMATE_PERIOD.saturating_sub(sent.elapsed())).await;
-    }
-    let peak_kib = sampling.await.expect("sampling").max(peak_rss_kib(pid));
+    };
+    let peak_kib = peak_kib.max(peak_rss_kib(pid));
     let cpu = cpu_time(pid).saturating_sub(cpu_before);
     attacking.stop();
     let worst = latencies.iter().max().copied().unwrap_or_default();
