@@ -10,12 +10,15 @@
 //!   with a proto2 `RpcMeta` ([`flare::frame`]: the bytes).
 //! - [`http_pb`]: the daemons' `http+pb` (requests carrying `Rpc-SeqNo`),
 //!   answered out of order with `Rpc-SeqNo` echoed.
-//! - [`conn`]: the reader, the answers' way to the socket, calls in flight.
+//! - [`conn`]: the reader, the answers' way to the socket ([`Answer`]: a
+//!   head and a payload shared by every caller), calls in flight.
 //!
 //! The rules are the loop's, the same for both: which calls get a task, the
-//! "overloaded" answer at the cap of calls in flight, closing after an
-//! answer, idle time, stalled writers (in `conn`) and shutdown. Every call
-//! ends in [`crate::rpc::call`] like every other protocol's.
+//! "overloaded" answer at the cap of calls in flight, no new call read while
+//! the queued answers exceed their bound ([`crate::edge::answer_queue_bound`]),
+//! closing after an answer, idle time, stalled writers (in `conn`) and
+//! shutdown. Every call ends in [`crate::rpc::call`] like every other
+//! protocol's.
 
 pub mod conn;
 pub mod flare;

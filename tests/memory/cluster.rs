@@ -9,7 +9,7 @@ use std::{
 };
 
 use prost::Message;
-use yadcc_scheduler::pb;
+use yadcc_scheduler::{pb, sim::process};
 
 use crate::support::{
     Binary, Connection, DIGEST, Method, SERVANT_TOKEN, USER_TOKEN, flare_request, heartbeat,
@@ -121,7 +121,7 @@ pub async fn scheduler_with_running_tasks() -> Binary {
         "memory: {RUNNING_TASKS} running tasks, a {answer_bytes}-byte GetRunningTasks answer, \
          set up in {} ms; peak RSS so far {} MiB",
         started.elapsed().as_millis(),
-        peak_rss_kib(binary.child.id()) / 1024
+        usage(binary.child.id()).1 / 1024
     );
     binary
 }
@@ -142,29 +142,8 @@ fn servant(location: &str, tasks: Vec<pb::RunningTask>) -> Vec<u8> {
     .encode_to_vec()
 }
 
-/// The CPU time process `pid` has used so far, user and system.
-pub fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's stat");
-    // Fields after the command (which may hold spaces), from the 3rd on.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |at: usize| fields.get(at).and_then(|value| value.parse::<u64>().ok());
-    // utime and stime, fields 14 and 15, in clock ticks of 10 ms.
-    let total = ticks(11).unwrap_or(0) + ticks(12).unwrap_or(0);
-    Duration::from_millis(total * 10)
-}
-
-/// The scheduler's peak resident set (`VmHWM`), KiB.
-pub fn peak_rss_kib(pid: u32) -> u64 {
-    let status =
-        std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the scheduler's status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|value| value.split_whitespace().next())
-        .and_then(|kib| kib.parse().ok())
-        .expect("VmHWM")
+/// The scheduler's CPU time so far and its peak resident set (`VmHWM`), KiB.
+pub fn usage(pid: u32) -> (Duration, u64) {
+    let sample = process::sample(pid).expect("the scheduler's /proc");
+    (sample.cpu, sample.peak_rss_kib)
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use self::{
     attacks::Attack,
-    cluster::{cpu_time, peak_rss_kib, scheduler_with_running_tasks},
+    cluster::{scheduler_with_running_tasks, usage},
     legitimate::Legitimate,
     support::STEP,
 };
@@ -64,13 +64,13 @@ async fn withstand(attack: Attack, legitimate: Legitimate) {
     let attacking = attack.start(binary.addr);
     let started = Instant::now();
     let pid = binary.child.id();
-    let cpu_before = cpu_time(pid);
+    let cpu_before = usage(pid).0;
     // Sampled on its own, so a legitimate call that hangs does not hide the
     // peak: the attack ends at `length`, or once the peak passes `stop_kib`.
     let mut sampling = tokio::spawn(async move {
         let mut peak_kib = 0;
         while started.elapsed() < length && peak_kib <= stop_kib {
-            peak_kib = peak_rss_kib(pid);
+            peak_kib = usage(pid).1;
             tokio::time::sleep(SAMPLE_PERIOD).await;
         }
         peak_kib
@@ -106,8 +106,9 @@ async fn withstand(attack: Attack, legitimate: Legitimate) {
         }
         tokio::time::sleep(LEGITIMATE_PERIOD.saturating_sub(sent.elapsed())).await;
     };
-    let peak_kib = peak_kib.max(peak_rss_kib(pid));
-    let cpu = cpu_time(pid).saturating_sub(cpu_before);
+    let (cpu_after, peak_after) = usage(pid);
+    let peak_kib = peak_kib.max(peak_after);
+    let cpu = cpu_after.saturating_sub(cpu_before);
     attacking.stop();
     let worst = latencies.iter().max().copied().unwrap_or_default();
     println!(
