@@ -198,3 +198,54 @@ pub async fn read_body(
         .await
         .map_err(|_| rpc::body_too_slow(timeout))?
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::{extract::ConnectInfo, http::StatusCode};
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::{
+        edge::ANSWER_QUEUE_FLOOR,
+        engine::{self, Scheduler},
+        rpc::state::HttpSettings,
+    };
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_waits_while_its_connections_answers_exceed_the_bound() {
+        let engine = Scheduler::new(engine::Config {
+            user_tokens: engine::TokenSet::new(["u"]),
+            ..engine::Config::default()
+        });
+        let state = AppState::new(engine, HttpSettings::default());
+        let router = crate::app(state);
+        let queued = QueuedAnswers::default();
+        for _ in 0..4 {
+            queued.add(ANSWER_QUEUE_FLOOR / 4);
+        }
+        queued.add(1);
+        let mut request = Request::post("/yadcc.scheduler.SchedulerService/GetConfig")
+            .header("content-type", "application/json")
+            .body(Body::from(r#"{"token":"u"}"#))
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert(ConnectInfo(SocketAddr::from(([10, 0, 0, 1], 5000))));
+        request.extensions_mut().insert(queued.clone());
+        let mut answer = tokio::spawn(router.oneshot(request));
+        let waited = tokio::time::timeout(Duration::from_secs(5), &mut answer).await;
+        assert!(
+            waited.is_err(),
+            "no call runs while the answers exceed the bound"
+        );
+        queued.remove(1);
+        let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+            .await
+            .expect("the call runs once there is room")
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::OK);
+    }
+}

@@ -29,10 +29,12 @@ use crate::edge::QueuedAnswers;
 /// The most a response body hands hyper at once.
 pub const ANSWER_SLICE: usize = 64 * 1024;
 
-/// A body's last progress: milliseconds after the connection's start, or
-/// [`DONE`] once it has handed over everything.
+/// When a body last handed hyper a slice that hyper has not come back for
+/// since: milliseconds after the connection's start, or [`NOT_WAITING`]
+/// (it is waiting for its own next bytes, as a streaming answer does, or is
+/// done).
 type Stamp = AtomicU64;
-const DONE: u64 = u64::MAX;
+const NOT_WAITING: u64 = u64::MAX;
 
 /// The answers of one connection: what is queued, and each body's progress.
 #[derive(Debug)]
@@ -85,7 +87,7 @@ impl Answers {
         bodies.retain(|body| match body.upgrade() {
             Some(stamp) => {
                 let last = stamp.load(Ordering::Relaxed);
-                if last != DONE {
+                if last != NOT_WAITING {
                     oldest = oldest.min(last);
                 }
                 true
@@ -118,7 +120,7 @@ impl Counted {
     }
 
     fn finished(&mut self) {
-        self.stamp.store(DONE, Ordering::Relaxed);
+        self.stamp.store(NOT_WAITING, Ordering::Relaxed);
         self.answers
             .queued
             .remove(std::mem::take(&mut self.counted));
@@ -158,7 +160,12 @@ impl HttpBody for Counted {
                 this.finished();
                 Poll::Ready(Some(Err(error)))
             }
-            Poll::Pending => Poll::Pending,
+            // Hyper came back for more and the answer has none yet: it
+            // is not waiting for the peer.
+            Poll::Pending => {
+                this.stamp.store(NOT_WAITING, Ordering::Relaxed);
+                Poll::Pending
+            }
         }
     }
 
@@ -220,6 +227,26 @@ mod tests {
             Duration::ZERO,
             "a finished body is never stalled"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_streaming_answer_waiting_for_its_own_bytes_is_not_stalled() {
+        let answers = Answers::new(QueuedAnswers::default());
+        let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(1);
+        let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+            let bytes = receiver.recv().await?;
+            Some((Ok::<_, std::convert::Infallible>(bytes), receiver))
+        });
+        let mut body = answers.track(Body::from_stream(stream));
+        sender.send(Bytes::from_static(b"first")).await.unwrap();
+        body.frame().await.unwrap().unwrap();
+        // Hyper comes back at once; the stream has nothing for a minute.
+        let next = tokio::spawn(async move { body.frame().await.map(|frame| frame.is_ok()) });
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(answers.stalled_for(), Duration::ZERO);
+        sender.send(Bytes::from_static(b"second")).await.unwrap();
+        assert_eq!(next.await.unwrap(), Some(true));
     }
 
     #[tokio::test(start_paused = true)]
