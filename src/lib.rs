@@ -19,15 +19,15 @@
 //!        -> rpc             the call core every protocol calls: deadline, dispatch,
 //!                           metrics, access log, peer protocol ([`protocol::CallProtocol`])
 //!        -> rpc::codec      bytes <-> prost message (binary protobuf, proto3 JSON;
-//!                           rpc::json brings every canonical JSON form to pbjson's)
+//!                           rpc::json reads JSON in one pass into binary protobuf)
 //!        -> service         prost message <-> engine domain types; scheduler `Status`
 //!        -> engine          servants, grants, waiters, tokens, expiry (no HTTP, no protobuf)
 //! ```
 //!
 //! The call core ([`rpc`]) is below every transport and imports none of
 //! them: [`rpc::state`] (`AppState`: service, metrics, dashboard, settings,
-//! the body budget, the `GetRunningTasks` answer) is what every transport
-//! takes; [`rpc::error`] is the one error table, mapping every failure to an
+//! the body budget, the `GetRunningTasks` answer, the [`readiness`]) is what
+//! every transport takes; [`rpc::error`] is the one error table, mapping every failure to an
 //! HTTP status, the framework's numeric `Rpc-Error-Code` (also the binary
 //! protocol's `status`), a Connect code and a JSON body (the HTTP form is
 //! [`http::dialect`]'s); [`rpc::running_tasks`] owns the `GetRunningTasks`
@@ -48,12 +48,12 @@
 //! daemon                          the daemons' connections and framings
 //! http::routes                    the router: wiring every handler
 //! openapi                         the document, built from the descriptors
-//! http                            HTTP protocols: seam, dialects, gRPC, reflection
+//! http                            HTTP protocols: seam, dialects, gRPC, reflection, health
 //! rpc                             the call core: dispatch, state, errors, codecs
 //! service dashboard metrics       the six RPCs; beside the path: people, Prometheus
 //! contract                        what requests must satisfy, as data
 //! engine                          the scheduling rules
-//! edge protocol grammar logging   leaves: edge limits, protocol labels, grammars, log limits
+//! edge protocol grammar readiness build_info logging  leaves: limits, labels, grammars, readiness, the build, log limits
 //! sim                             the simulated daemons: generated types only
 //! pb                              generated types, Method, Encoding
 //! ```
@@ -98,13 +98,18 @@
 //!   `proto/`), and the names every protocol and the simulator share:
 //!   [`pb::Method`] (each RPC's name, full name, `/rpc/` and Connect paths)
 //!   and [`pb::Encoding`].
-//! - [`http::reflection`]: gRPC server reflection from that descriptor set.
+//! - [`http::reflection`]: gRPC server reflection from that descriptor set;
+//!   [`http::health`]: the gRPC health service, reporting [`readiness`] (the
+//!   one readiness `/readyz` reports, flipped by [`net`] when a shutdown
+//!   begins); both served over gRPC, gRPC-Web and Connect by
+//!   [`http::connect_bridge`] (Connect in front of tonic's services).
 //! - [`openapi`]: the OpenAPI document built from the descriptor pool (one
 //!   file per part: paths, schemas, errors, security, examples, prose and
 //!   comments), served at `/openapi.json` with Swagger UI at `/docs`;
 //!   committed in `openapi/`.
 //! - [`dashboard`] (`src/dashboard/`): `overview.rs` the JSON over the engine
-//!   snapshot, `history.rs` the history ring, `vars.rs` the original's dump at
+//!   snapshot, `history.rs` the history ring and the grant rates over 10 s,
+//!   `vars.rs` the original's dump at
 //!   `/inspect/vars/yadcc/task_dispatcher`, `access.rs` who may read them
 //!   ([`dashboard::InspectAccess`]: closed unless a flag opens them),
 //!   `assets.rs` the page from `web/` embedded and routed from one list, with
@@ -113,7 +118,10 @@
 //!   every panel uses), `cells.js`, `chart.js` and `chart-geometry.js`
 //!   (history), `format.js`, `dom.js`, `store.js`, and `views/` (servants,
 //!   grants, environments, requesters, summary cards, tabs, connection status).
-//! - [`metrics`]: Prometheus exposition.
+//! - [`metrics`]: Prometheus exposition, classic text or OpenMetrics as the
+//!   scraper asks (`exposition.rs`), the `process_*` series (`process.rs`)
+//!   and the build's version and commit ([`build_info`], embedded by
+//!   `build.rs`; `--version` prints them too).
 //! - [`config`]: the command line (`src/main.rs` starts and stops the server):
 //!   `server.rs` (the scheduler's flags), `demo.rs` (`--demo`, and with the
 //!   `bench-route` cargo feature the hidden `--bench_bare_route`),
@@ -138,13 +146,16 @@
 //! paused time), issue 22's attacks on the real binary in `tests/memory/`
 //! (a test binary of its own, one attack at a time: peak RSS and a
 //! legitimate daemon's latency), integration tests over real sockets and
-//! real Chromium in `tests/it/` (with `differential.rs`, the JSON mapping against Google's
-//! protobuf through `scripts/differential.py`, and `openapi_*.rs`, the
+//! real Chromium in `tests/it/` (with `differential.rs`, the JSON mapping
+//! against Google's protobuf through `scripts/differential.py`, and `openapi_*.rs`, the
 //! document against the code and a live server's answers against the
-//! document's schemas with `jsonschema`), engine benchmarks in
-//! `benches/`; `scripts/schemathesis.sh` tests the OpenAPI document against a
-//! live server.
+//! document's schemas with `jsonschema`, and `peers/`, the original yadcc's
+//! daemons and compiler wrapper in network namespaces against the real
+//! binary; heavy tests take `support::heavy()` and run one at a time),
+//! engine benchmarks in `benches/`; `scripts/schemathesis.sh` tests the
+//! OpenAPI document against a live server.
 
+pub mod build_info;
 pub mod config;
 pub mod contract;
 pub mod daemon;
@@ -159,6 +170,7 @@ pub mod net;
 pub mod openapi;
 pub mod pb;
 pub mod protocol;
+pub mod readiness;
 pub mod rpc;
 pub mod service;
 pub mod sim;

@@ -11,10 +11,7 @@ use std::{collections::HashMap, fmt, hash::Hash, sync::Mutex, time::Duration};
 use tokio::time::Instant;
 use tracing::{Event, Level, Subscriber, callsite};
 use tracing_subscriber::{
-    fmt::{
-        FmtContext, FormatEvent, FormatFields,
-        format::{self, Writer},
-    },
+    fmt::{FmtContext, FormatEvent, FormatFields, format::Writer},
     registry::LookupSpan,
 };
 
@@ -106,7 +103,8 @@ impl<K: Hash + Eq> RateLimit<K> {
 
 /// The log's format with warnings and errors limited: at most one line per
 /// second from each place in the code that writes one, the next line after
-/// some were left out saying how many. Every other level goes through as is.
+/// some were left out saying how many (`left_out`). Every other level goes
+/// through as is.
 #[derive(Debug)]
 pub struct LimitedWarnings<F> {
     inner: F,
@@ -119,12 +117,6 @@ impl<F> LimitedWarnings<F> {
             inner,
             limit: RateLimit::default(),
         }
-    }
-}
-
-impl Default for LimitedWarnings<format::Format> {
-    fn default() -> Self {
-        Self::new(format::Format::default())
     }
 }
 
@@ -152,14 +144,22 @@ where
                 let mut line = String::new();
                 self.inner
                     .format_event(ctx, Writer::new(&mut line), event)?;
-                let line = line.trim_end_matches('\n');
                 writeln!(
                     writer,
-                    "{line} ({left_out} more like this left out in the {} s before)",
-                    LINE_PERIOD.as_secs()
+                    "{}",
+                    with_left_out(line.trim_end_matches('\n'), left_out)
                 )
             }
         }
+    }
+}
+
+/// A formatted line with the count of the lines of its kind left out: a
+/// key of its own in a JSON object (`--log_format=json`), else a last field.
+fn with_left_out(line: &str, left_out: u64) -> String {
+    match line.strip_suffix('}') {
+        Some(object) if line.starts_with('{') => format!("{object},\"left_out\":{left_out}}}"),
+        _ => format!("{line} left_out={left_out}"),
     }
 }
 
@@ -201,6 +201,18 @@ mod tests {
             Some(0),
             "the old ones are cleaned up"
         );
+    }
+
+    #[test]
+    fn the_count_is_a_field_of_a_text_line_and_a_key_of_a_json_one() {
+        assert_eq!(
+            with_left_out("WARN x: reset", 3),
+            "WARN x: reset left_out=3"
+        );
+        let json = with_left_out(r#"{"level":"WARN","fields":{"message":"reset"}}"#, 3);
+        let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(parsed["left_out"], 3);
+        assert_eq!(parsed["fields"]["message"], "reset");
     }
 
     /// What the log writes, line by line.
@@ -256,8 +268,7 @@ mod tests {
             warnings,
             [
                 "WARN yadcc_scheduler::logging::tests: connection reset 0",
-                "WARN yadcc_scheduler::logging::tests: connection reset 0 \
-                 (599 more like this left out in the 1 s before)"
+                "WARN yadcc_scheduler::logging::tests: connection reset 0 left_out=599"
             ]
         );
         assert_eq!(

@@ -7,7 +7,7 @@ use std::{
     time::Duration,
 };
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use super::settings::{parse_duration, parse_size};
 use crate::{engine::Redacted, logging::AccessLog};
@@ -136,8 +136,20 @@ pub struct ServerFlags {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
 
+    /// Log lines on stderr: `text` for people, `json` for log shippers (one
+    /// object per line: timestamp, level, target, fields).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
     /// Comma-separated origins (`https://ci.example.com`) whose pages may call
     /// the RPCs from a browser (Connect, gRPC-Web); `*` for any. Default: none.
     #[arg(long, value_delimiter = ',')]
     pub cors_allowed_origins: Vec<String>,
+}
+
+/// How log lines are written (`--log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }

@@ -327,6 +327,12 @@ impl Scheduler {
             .with_state(|st, _| (st.totals(), st.counters()))
     }
 
+    /// Each requesting machine's figures, sorted by IP: O(machines), without
+    /// the rest of a snapshot, for the dashboard's once-a-second grant rates.
+    pub fn requesters(&self) -> Vec<RequesterView> {
+        self.shared().with_state(|st, _| st.requesters.views())
+    }
+
     /// Inspection data for the dashboard (O(cluster); not for hot paths).
     pub fn snapshot(&self) -> Snapshot {
         self.shared().with_state(|st, now| st.snapshot(now))
@@ -336,11 +342,5 @@ impl Scheduler {
     /// later waits do not block. Idempotent.
     pub fn shutdown(&self) {
         self.shared().with_state(|st, _| st.shutdown());
-    }
-
-    /// True once [`Scheduler::shutdown`] ran, so readiness probes can report
-    /// "not ready" while the server drains.
-    pub fn is_shutting_down(&self) -> bool {
-        self.shared().with_state(|st, _| st.shutting_down)
     }
 }

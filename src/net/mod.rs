@@ -51,6 +51,7 @@ use crate::{
     },
     edge::{self, ConnectionBudget, EdgeSettings, QueuedAnswers},
     protocol::CallProtocol,
+    readiness::NotReady,
     rpc::state::AppState,
 };
 
@@ -131,6 +132,9 @@ pub async fn serve(
         }
     }
     drop(listener);
+    // Before the drain: probes (`/readyz`, gRPC health) on connections still
+    // open say so while they finish.
+    shared.state.readiness.set_not_ready(NotReady::ShuttingDown);
     let _ = stop.send(true);
     let grace = shared.edge.shutdown_grace;
     let drained = tokio::time::timeout(grace, async {
@@ -272,10 +276,8 @@ async fn sniff(stream: &mut TcpStream, buf: &mut BytesMut) -> Option<Sniffed> {
         // a head worth parsing again can change the answer.
         let worth_classifying =
             buf.len() <= 4 || buf.len() > MAX_HEAD_BYTES || scan.worth_parsing(buf);
-        if worth_classifying {
-            if let Some(sniffed) = classify(buf) {
-                return Some(sniffed);
-            }
+        if worth_classifying && let Some(sniffed) = classify(buf) {
+            return Some(sniffed);
         }
         if buf.len() > MAX_HEAD_BYTES {
             // Let hyper answer an oversized head.

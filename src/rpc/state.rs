@@ -18,6 +18,7 @@ use crate::{
     logging::{AccessLog, RateLimit},
     metrics::Metrics,
     protocol::PeerProtocols,
+    readiness::Readiness,
     service::SchedulerService,
 };
 
@@ -101,12 +102,15 @@ pub struct AppParts {
     pub dashboard: Arc<Dashboard>,
     /// The protocol of each peer's latest call (shown by the dashboard).
     pub peer_protocols: Arc<PeerProtocols>,
-    /// Bytes buffered for large request bodies, on every protocol.
+    /// The global budget of buffered request bytes, beyond each
+    /// connection's own allowance, on every protocol.
     pub body_budget: BodyBudget,
     /// `GetRunningTasks` answers, encoded once per list and encoding.
     pub running_tasks: RunningTasksAnswers,
     /// Access lines of failed and slow calls, one a second per kind.
     pub access_lines: RateLimit<AccessKind>,
+    /// Whether the scheduler takes calls (`/readyz`, gRPC health).
+    pub readiness: Readiness,
 }
 
 impl std::ops::Deref for AppState {
@@ -134,6 +138,7 @@ impl AppState {
             settings,
             running_tasks: RunningTasksAnswers::default(),
             access_lines: RateLimit::default(),
+            readiness: Readiness::new(),
         }))
     }
 }

@@ -218,9 +218,19 @@ async fn a_switch_set_false_on_the_command_line_overrides_its_variable() {
 /// The access log lines of a server run with `flags`: three calls that
 /// succeed, then five refused (a wrong token) within a second, then a
 /// graceful stop, after which every line it wrote has been read.
-async fn access_lines(flags: &[&'static str]) -> Vec<String> {
-    let binary = start(with_tokens(flags), vec![("RUST_LOG", "info")]).await;
-    for token in ["u", "u", "u", "wrong", "wrong", "wrong", "wrong", "wrong"] {
+async fn access_lines(flags: &'static [&'static str]) -> Vec<String> {
+    let binary = tokio::task::spawn_blocking(move || {
+        Launch {
+            flags,
+            rust_log: "info",
+            ..Launch::default()
+        }
+        .start()
+    })
+    .await
+    .expect("start");
+    let tokens = [USER_TOKEN; 3].into_iter().chain(["wrong"; 5]);
+    for token in tokens {
         let request = yadcc_scheduler::pb::GetConfigRequest {
             token: token.into(),
         };

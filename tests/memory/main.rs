@@ -6,8 +6,8 @@
 //! be answered within [`LEGITIMATE_LATENCY_LIMIT`] every time.
 //!
 //! A test binary of its own: each attack takes seconds of both cores, so the
-//! tests run one at a time (they take [`ONE_AT_A_TIME`]) and apart from the
-//! `it` suite. `YADCC_SCHEDULER_BINARY` runs them against another build (an
+//! tests run one at a time (each takes [`support::heavy`]) and apart from
+//! the `it` suite. `YADCC_SCHEDULER_BINARY` runs them against another build (an
 //! older one, to see them fail); `YADCC_MEMORY_ATTACK_SECONDS` and
 //! `YADCC_MEMORY_STOP_MIB` lengthen an attack and let it run past the limit,
 //! for the figures in BENCHMARKS.md (`scripts/bench_memory.sh`).
@@ -26,7 +26,7 @@ use self::{
     attacks::Attack,
     cluster::{scheduler_with_running_tasks, usage},
     legitimate::Legitimate,
-    support::STEP,
+    support::{STEP, heavy},
 };
 
 /// The most the scheduler may ever hold resident during an attack.
@@ -41,10 +41,6 @@ const LEGITIMATE_PERIOD: Duration = Duration::from_millis(100);
 /// How often the peak RSS is read.
 const SAMPLE_PERIOD: Duration = Duration::from_millis(50);
 
-/// The attacks run one at a time: each needs the machine's cores and
-/// memory to itself for its figures to mean anything.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -55,7 +51,9 @@ fn env_number(name: &str, default: u64) -> u64 {
 /// Runs `attack` against a fresh scheduler while `legitimate` calls it from
 /// another address; asserts the peak RSS and the legitimate latencies.
 async fn withstand(attack: Attack, legitimate: Legitimate) {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    // One attack at a time: each needs the machine's cores and memory to
+    // itself for its figures to mean anything.
+    let _alone = heavy().await;
     let binary = scheduler_with_running_tasks().await;
     let length = Duration::from_secs(env_number("YADCC_MEMORY_ATTACK_SECONDS", ATTACK_SECONDS));
     let stop_kib =
