@@ -51,6 +51,7 @@
 //! http                            HTTP protocols: seam, dialects, gRPC, reflection
 //! rpc                             the call core: dispatch, state, errors, codecs
 //! service dashboard metrics       the six RPCs; beside the path: people, Prometheus
+//! ha                              hot standby: leadership elected on etcd, fencing
 //! contract                        what requests must satisfy, as data
 //! engine                          the scheduling rules
 //! edge protocol grammar           leaves: edge limits, protocol labels, grammars
@@ -142,6 +143,7 @@ pub mod dashboard;
 pub mod edge;
 pub mod engine;
 pub mod grammar;
+pub mod ha;
 pub mod http;
 pub mod metrics;
 pub mod net;

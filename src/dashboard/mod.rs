@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use axum::{Router, middleware, routing::get};
 
-use crate::{engine::Scheduler, protocol::PeerProtocols};
+use crate::{engine::Scheduler, ha::Leadership, protocol::PeerProtocols};
 
 pub use access::InspectAccess;
 pub use assets::{ASSETS, Asset, CONTENT_SECURITY_POLICY, SECURITY_HEADERS};
@@ -49,6 +49,8 @@ pub struct Dashboard {
     access: access::Access,
     /// The protocol of each peer's latest call.
     peer_protocols: Arc<PeerProtocols>,
+    /// Leader or standby, shown with a hot standby.
+    leadership: Leadership,
 }
 
 impl Dashboard {
@@ -58,6 +60,7 @@ impl Dashboard {
         engine: Scheduler,
         access: InspectAccess,
         peer_protocols: Arc<PeerProtocols>,
+        leadership: Leadership,
     ) -> Arc<Dashboard> {
         let dashboard = Arc::new(Dashboard {
             engine,
@@ -65,6 +68,7 @@ impl Dashboard {
             overview_cache: Mutex::default(),
             access: access::Access::from(access),
             peer_protocols,
+            leadership,
         });
         tokio::spawn(sample_forever(Arc::downgrade(&dashboard)));
         dashboard

@@ -53,6 +53,10 @@ impl Dashboard {
         Overview {
             generated_at_ms: unix_millis(now),
             uptime_seconds: snapshot.uptime.as_secs(),
+            leadership: self
+                .leadership
+                .stats()
+                .map(|_| self.leadership.current().describe()),
             totals: TotalsView {
                 servants_up: totals.servants_up as u64,
                 servants_accepting: totals.servants_accepting as u64,
@@ -134,7 +138,12 @@ fn as_string<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Erro
 pub struct Overview {
     /// Wall-clock time of this document, milliseconds since the Unix epoch.
     pub generated_at_ms: u64,
+    /// Seconds since start, or since this instance last won the election.
     pub uptime_seconds: u64,
+    /// With a hot standby (`--ha_etcd_endpoints`): `leader`, or
+    /// `standby, leader is NAME`. Absent for the only scheduler.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leadership: Option<String>,
     pub totals: TotalsView,
     /// Servants in registration order.
     pub servants: Vec<ServantRow>,

@@ -17,15 +17,17 @@ pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready to take calls: not shutting down.
+/// Ready to take calls: not shutting down, and not a hot standby.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready", content_type = "text/plain", body = String, example = "ready\n"),
-        (status = 503, description = "Shutting down", content_type = "text/plain", body = String, example = "shutting down\n"),
+        (status = 503, description = "Shutting down, or a standby", content_type = "text/plain", body = String, example = "shutting down\n"),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     if state.service.engine().is_shutting_down() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
+    } else if let Some(standby) = state.leadership.refusal() {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{standby}\n")).into_response()
     } else {
         "ready\n".into_response()
     }

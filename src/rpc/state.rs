@@ -15,6 +15,7 @@ use crate::{
     dashboard::{self, Dashboard},
     edge::{BodyBudget, EdgeSettings},
     engine::Scheduler,
+    ha::Leadership,
     metrics::Metrics,
     protocol::PeerProtocols,
     service::SchedulerService,
@@ -101,6 +102,8 @@ pub struct AppParts {
     pub body_budget: BodyBudget,
     /// `GetRunningTasks` answers, encoded once per list and encoding.
     pub running_tasks: RunningTasksAnswers,
+    /// Whether this instance serves (always, unless it is a hot standby).
+    pub leadership: Leadership,
 }
 
 impl std::ops::Deref for AppState {
@@ -112,21 +115,35 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
-    /// Must run inside a tokio runtime (the dashboard starts its sampler).
+    /// The only scheduler. Must run inside a tokio runtime (the dashboard
+    /// starts its sampler).
     pub fn new(engine: Scheduler, settings: HttpSettings) -> Self {
+        Self::with_leadership(engine, settings, Leadership::solo())
+    }
+
+    /// One of several elected on etcd ([`crate::ha`]), or [`Leadership::solo`].
+    pub fn with_leadership(
+        engine: Scheduler,
+        settings: HttpSettings,
+        leadership: Leadership,
+    ) -> Self {
         let peer_protocols = Arc::new(PeerProtocols::default());
+        let mut metrics = Metrics::new(engine.clone());
+        metrics.register_leadership(&leadership);
         Self(Arc::new(AppParts {
-            metrics: Metrics::new(engine.clone()),
+            metrics,
             dashboard: Dashboard::start(
                 engine.clone(),
                 settings.inspect.clone(),
                 Arc::clone(&peer_protocols),
+                leadership.clone(),
             ),
             peer_protocols,
             body_budget: BodyBudget::new(settings.edge.max_buffered_body_bytes),
             service: SchedulerService::new(engine),
             settings,
             running_tasks: RunningTasksAnswers::default(),
+            leadership,
         }))
     }
 }
