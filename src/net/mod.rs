@@ -7,11 +7,15 @@
 //! - Anything else (curl, browsers, Connect, h2c `PRI `): hyper, HTTP/1.1 and
 //!   HTTP/2, serving the axum router, the sniffed bytes replayed first.
 //!
+//! From a `--trusted_proxies` address, a PROXY protocol header (v1 or v2,
+//! [`proxy`]) may come first: the connection is then the named client's.
+//!
 //! Over the global cap (derived from the file-descriptor limit) or the
 //! per-address cap, a connection is accepted and closed at once, so it never
 //! waits in the backlog and never costs anyone else a descriptor.
 
 pub mod io;
+pub mod proxy;
 
 use std::{
     collections::HashMap,
@@ -218,15 +222,18 @@ fn admit(shared: &Arc<Listener>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Op
 async fn serve_connection(
     shared: Arc<Listener>,
     mut stream: TcpStream,
-    peer: SocketAddr,
+    mut peer: SocketAddr,
     stopping: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let mut first = BytesMut::with_capacity(1024);
-    let sniffed = tokio::time::timeout(
-        shared.edge.header_read_timeout,
-        sniff(&mut stream, &mut first),
-    )
+    let from_proxy = shared.state.settings.is_trusted(peer.ip().to_canonical());
+    let sniffed = tokio::time::timeout(shared.edge.header_read_timeout, async {
+        if from_proxy {
+            peer = read_proxy_header(&mut stream, &mut first).await?.unwrap_or(peer);
+        }
+        sniff(&mut stream, &mut first).await
+    })
     .await;
     let protocol = match sniffed {
         Ok(Some(protocol)) => protocol,
@@ -255,6 +262,34 @@ async fn serve_connection(
         Sniffed::Hyper => {
             let _open = state.metrics.connection_opened(CallProtocol::Http);
             serve_hyper(&shared, stream, peer, first, stopping).await;
+        }
+    }
+}
+
+/// Reads a trusted proxy's PROXY header, if one comes, and takes it out of
+/// `buf`: Some(the client it names), Some(None) without one, None if the
+/// peer closed first or sent a header that does not parse.
+async fn read_proxy_header(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> Option<Option<SocketAddr>> {
+    loop {
+        match proxy::parse(buf) {
+            proxy::Header::Absent => return Some(None),
+            proxy::Header::Present { len, client } => {
+                let _ = buf.split_to(len);
+                return Some(client);
+            }
+            proxy::Header::Invalid => {
+                tracing::debug!(target: LOG, "closed: a PROXY header that does not parse");
+                return None;
+            }
+            proxy::Header::Incomplete => {}
+        }
+        buf.reserve(proxy::MAX_HEADER_BYTES);
+        match stream.read_buf(buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
         }
     }
 }
