@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need on a fresh Debian machine
-# (Chromium for the dashboard browser test, the OpenAPI validator, a Python
+# (Chromium for the dashboard browser test, etcd and HAProxy for the hot
+# standby's, the OpenAPI validator, a Python
 # grpcio client and buf for the gRPC tests, Google's protobuf and schemathesis
 # from PyPI), then runs schemathesis against a live server and every test.
 # Safe to run again: installed pieces are skipped.
@@ -20,6 +21,16 @@ apt_install() {
 if ! command -v chromium >/dev/null 2>&1; then
   echo "installing chromium (dashboard browser test)..."
   apt_install chromium
+fi
+
+# The hot standby's tests (tests/ha/) start Debian's etcd and HAProxy.
+if ! command -v etcd >/dev/null 2>&1; then
+  echo "installing etcd-server (hot standby tests)..."
+  apt_install etcd-server
+fi
+if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
+  echo "installing haproxy (hot standby tests)..."
+  apt_install haproxy
 fi
 
 # gRPC clients for tests/it/grpc.rs, pinned, in target/test-tools (where the
