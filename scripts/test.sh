@@ -2,7 +2,8 @@
 # The test command: installs what the tests need on a fresh Debian machine
 # (Chromium for the dashboard browser test, etcd and HAProxy for the hot
 # standby's, the OpenAPI validator, a Python
-# grpcio client and buf for the gRPC tests, Google's protobuf and schemathesis
+# grpcio client, grpcio-health-checking and buf for the gRPC tests, the
+# OpenAPI linters and client generators, Google's protobuf and schemathesis
 # from PyPI), then runs schemathesis against a live server and every test.
 # Safe to run again: installed pieces are skipped.
 set -euo pipefail
@@ -33,28 +34,42 @@ if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
   apt_install haproxy
 fi
 
-# gRPC clients for tests/it/grpc.rs, pinned, in target/test-tools (where the
-# tests look; YADCC_TEST_TOOLS overrides). A marker names the pinned
-# versions, so changing a pin reinstalls.
+# Client tools of the integration tests, pinned, each set in its own
+# directory under target/test-tools (where the tests look; YADCC_TEST_TOOLS
+# overrides). A marker names the pinned versions, so changing a pin
+# reinstalls that set.
 tools=${YADCC_TEST_TOOLS:-target/test-tools}
 python=${PYTHON:-python3}
-grpc_python='grpcio==1.76.0 grpcio-tools==1.76.0'
-if [ "$(cat "$tools/python/.pinned" 2>/dev/null)" != "$grpc_python" ]; then
-  echo "installing $grpc_python (gRPC client test)..."
-  rm -rf "$tools/python"
-  # shellcheck disable=SC2086 # the pins are separate words
-  "$python" -m pip install --quiet --disable-pip-version-check --target "$tools/python" $grpc_python
-  echo "$grpc_python" >"$tools/python/.pinned"
-fi
-buf_npm='@bufbuild/buf@1.75.0'
-if [ "$(cat "$tools/npm/.pinned" 2>/dev/null)" != "$buf_npm" ]; then
-  echo "installing $buf_npm (buf curl test)..."
-  command -v npm >/dev/null 2>&1 || apt_install npm
-  rm -rf "$tools/npm"
-  mkdir -p "$tools/npm"
-  npm install --silent --no-audit --no-fund --prefix "$tools/npm" "$buf_npm"
-  echo "$buf_npm" >"$tools/npm/.pinned"
-fi
+pip_tools() { # DIR PURPOSE PINS...
+  local dir=$tools/$1 purpose=$2
+  shift 2
+  if [ "$(cat "$dir/.pinned" 2>/dev/null)" != "$*" ]; then
+    echo "installing $* ($purpose)..."
+    rm -rf "$dir"
+    "$python" -m pip install --quiet --disable-pip-version-check --target "$dir" "$@"
+    echo "$*" >"$dir/.pinned"
+  fi
+}
+npm_tools() { # DIR PURPOSE PINS...
+  local dir=$tools/$1 purpose=$2
+  shift 2
+  if [ "$(cat "$dir/.pinned" 2>/dev/null)" != "$*" ]; then
+    echo "installing $* ($purpose)..."
+    command -v npm >/dev/null 2>&1 || apt_install npm
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    npm install --silent --no-audit --no-fund --prefix "$dir" "$@"
+    echo "$*" >"$dir/.pinned"
+  fi
+}
+pip_tools python "gRPC client and health tests" \
+  grpcio==1.76.0 grpcio-tools==1.76.0 grpcio-health-checking==1.76.0
+npm_tools npm "buf curl test" @bufbuild/buf@1.75.0
+# The OpenAPI consumers' tools (tests/it/openapi_clients.rs): linters, the
+# Python and TypeScript client generators, and the TypeScript compiler.
+pip_tools openapi-python "generated Python client test" openapi-python-client==0.29.1
+npm_tools openapi-npm "OpenAPI lint and TypeScript client tests" \
+  @redocly/cli@2.77.0 @stoplight/spectral-cli@6.16.3 openapi-typescript@7.13.0 typescript@5.9.3
 
 scripts/validate_openapi.sh
 scripts/python_deps.sh

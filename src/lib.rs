@@ -26,8 +26,8 @@
 //!
 //! The call core ([`rpc`]) is below every transport and imports none of
 //! them: [`rpc::state`] (`AppState`: service, metrics, dashboard, settings,
-//! the body budget, the `GetRunningTasks` answer) is what every transport
-//! takes; [`rpc::error`] is the one error table, mapping every failure to an
+//! the body budget, the `GetRunningTasks` answer, the [`readiness`]) is what
+//! every transport takes; [`rpc::error`] is the one error table, mapping every failure to an
 //! HTTP status, the framework's numeric `Rpc-Error-Code` (also the binary
 //! protocol's `status`), a Connect code and a JSON body (the HTTP form is
 //! [`http::dialect`]'s); [`rpc::running_tasks`] owns the `GetRunningTasks`
@@ -48,13 +48,13 @@
 //! daemon                          the daemons' connections and framings
 //! http::routes                    the router: wiring every handler
 //! openapi                         the document, built from the descriptors
-//! http                            HTTP protocols: seam, dialects, gRPC, reflection
+//! http                            HTTP protocols: seam, dialects, gRPC, reflection, health
 //! rpc                             the call core: dispatch, state, errors, codecs
 //! service dashboard metrics       the six RPCs; beside the path: people, Prometheus
 //! ha                              hot standby: leadership elected on etcd, fencing
 //! contract                        what requests must satisfy, as data
 //! engine                          the scheduling rules
-//! edge protocol grammar           leaves: edge limits, protocol labels, grammars
+//! edge protocol grammar readiness  leaves: limits, labels, grammars, readiness
 //! sim                             the simulated daemons: generated types only
 //! pb                              generated types, Method, Encoding
 //! ```
@@ -91,7 +91,11 @@
 //!   `proto/`), and the names every protocol and the simulator share:
 //!   [`pb::Method`] (each RPC's name, full name, `/rpc/` and Connect paths)
 //!   and [`pb::Encoding`].
-//! - [`http::reflection`]: gRPC server reflection from that descriptor set.
+//! - [`http::reflection`]: gRPC server reflection from that descriptor set;
+//!   [`http::health`]: the gRPC health service, reporting [`readiness`] (the
+//!   one readiness `/readyz` reports, flipped by [`net`] when a shutdown
+//!   begins); both served over gRPC, gRPC-Web and Connect by
+//!   [`http::connect_bridge`] (Connect in front of tonic's services).
 //! - [`openapi`]: the OpenAPI document built from the descriptor pool (one
 //!   file per part: paths, schemas, errors, security, examples, prose and
 //!   comments), served at `/openapi.json` with Swagger UI at `/docs`;
@@ -150,6 +154,7 @@ pub mod net;
 pub mod openapi;
 pub mod pb;
 pub mod protocol;
+pub mod readiness;
 pub mod rpc;
 pub mod service;
 pub mod sim;

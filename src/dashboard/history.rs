@@ -86,6 +86,9 @@ pub struct HistorySample {
 }
 
 /// One sample per second for the last hour.
+///
+/// The dashboard's history chart: cluster totals and the grant rate, one
+/// sample per second, oldest first.
 #[utoipa::path(get, path = "/api/v1/history", tag = "dashboard",
     responses((status = 200, description = "History, oldest first", body = HistoryView),
               Refusals))]

@@ -373,6 +373,10 @@ pub struct EnvironmentRow {
 }
 
 /// Cluster overview: totals, servants, grants, running tasks, environments.
+///
+/// What the dashboard shows, as one JSON object: cluster totals, every live
+/// servant, grant and environment, each requesting machine, and the protocol
+/// of each peer's latest call. Costs O(cluster): poll it every second or so.
 #[utoipa::path(get, path = "/api/v1/overview", tag = "dashboard",
     responses((status = 200, description = "The cluster now", body = Overview),
               Refusals))]

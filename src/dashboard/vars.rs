@@ -224,9 +224,11 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 
 /// The original scheduler's inspection dump (same path, same fields).
 ///
-/// As under the original's framework, a trailing slash is the same page, and
-/// a path below it answers one field: `/inspect/vars/yadcc/task_dispatcher/servants_up`
-/// is the number alone (`text/plain`), `.../tasks/<id>` that task (JSON).
+/// Servants and tasks with the original's field names, so scripts written
+/// against the original keep working; times are UTC. As under the original's
+/// framework, a trailing slash is the same page, and a path below it answers
+/// one field: `/inspect/vars/yadcc/task_dispatcher/servants_up` is the number
+/// alone (`text/plain`), `.../tasks/<id>` that task (JSON).
 #[utoipa::path(get, path = "/inspect/vars/yadcc/task_dispatcher", tag = "inspection",
     responses((status = 200, description = "The dump", body = TaskDispatcherDump),
               Refusals))]
@@ -260,6 +262,9 @@ impl Dashboard {
 }
 
 /// All exposed variables (only the dump, here).
+///
+/// The framework's variable tree, as the original exposed it: the dump
+/// nested under `yadcc.task_dispatcher`.
 #[utoipa::path(get, path = "/inspect/vars", tag = "inspection",
     responses((status = 200, description = "Every exposed variable", body = InspectVars),
               Refusals))]
@@ -268,6 +273,8 @@ pub(super) async fn inspect_vars(State(dashboard): State<Arc<Dashboard>>) -> Jso
 }
 
 /// The exposed variables under `yadcc`.
+///
+/// The dump nested under `task_dispatcher`, as the original exposed it.
 #[utoipa::path(get, path = "/inspect/vars/yadcc", tag = "inspection",
     responses((status = 200, description = "The variables under yadcc", body = YadccVars),
               Refusals))]

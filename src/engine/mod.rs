@@ -350,10 +350,4 @@ impl Scheduler {
     pub fn restart(&self) {
         self.shared().restart();
     }
-
-    /// True once [`Scheduler::shutdown`] ran, so readiness probes can report
-    /// "not ready" while the server drains.
-    pub fn is_shutting_down(&self) -> bool {
-        self.shared().with_state(|st, _| st.shutting_down)
-    }
 }

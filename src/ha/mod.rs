@@ -20,7 +20,9 @@
 //! serves now (the call core refuses RPCs otherwise), a way to run a daemon
 //! connection only while it leads (the listener closes them on losing, so
 //! daemons reconnect through the load balancer), the role and the leader's
-//! name for `/readyz`, the dashboard and the metrics ([`HaStats`]). Without
+//! name for `/readyz`, the dashboard and the metrics ([`HaStats`]); and it
+//! sets the server's one [`Readiness`] (what `/readyz` and the gRPC health
+//! service report): not ready while standing by. Without
 //! `--ha_etcd_endpoints` it is [`Leadership::solo`]: always serving, no
 //! clock read, no task.
 
@@ -39,7 +41,10 @@ use prometheus_client::metrics::{
 };
 use tokio::{sync::watch, time::Instant};
 
-use crate::engine::GrantFence;
+use crate::{
+    engine::GrantFence,
+    readiness::{NotReady, Readiness},
+};
 
 /// Default `--ha_election_name`: the etcd election (a key prefix) both
 /// instances campaign in.
@@ -144,6 +149,8 @@ pub struct Leadership(Arc<Inner>);
 struct Inner {
     fence: GrantFence,
     role: watch::Sender<Role>,
+    /// The one readiness (`/readyz`, gRPC health): not ready while standing by.
+    readiness: Readiness,
     /// None for [`Leadership::solo`].
     stats: Option<HaStats>,
 }
@@ -154,6 +161,7 @@ impl Leadership {
         Leadership(Arc::new(Inner {
             fence: GrantFence::open(),
             role: watch::Sender::new(Role::Leader),
+            readiness: Readiness::new(),
             stats: None,
         }))
     }
@@ -162,9 +170,12 @@ impl Leadership {
     /// is the engine's ([`crate::engine::Config::grant_fence`]), closed.
     pub fn elected(fence: GrantFence) -> Self {
         fence.close();
+        let readiness = Readiness::new();
+        readiness.set_not_ready(NotReady::Standby);
         Leadership(Arc::new(Inner {
             fence,
             role: watch::Sender::new(Role::Standby { leader: None }),
+            readiness,
             stats: Some(HaStats::new()),
         }))
     }
@@ -203,6 +214,12 @@ impl Leadership {
             Role::Leader if !self.is_serving() => Role::Standby { leader: None },
             role => role,
         }
+    }
+
+    /// The server's one readiness, which the election sets: ready while
+    /// leading (and not shutting down).
+    pub fn readiness(&self) -> &Readiness {
+        &self.0.readiness
     }
 
     /// Sees every later change of role.
@@ -264,6 +281,11 @@ impl Leadership {
             }
             modified
         });
+        if self.role().is_leader() {
+            self.0.readiness.clear(NotReady::Standby);
+        } else {
+            self.0.readiness.set_not_ready(NotReady::Standby);
+        }
         if changed {
             tracing::info!(target: election::LOG, "now {}", self.role().describe());
         }
@@ -294,8 +316,10 @@ mod tests {
             leadership.refusal().as_deref(),
             Some("standby, no leader elected")
         );
+        assert_eq!(leadership.readiness().current(), Err(NotReady::Standby));
         leadership.lead(Instant::now() + Duration::from_secs(2));
         assert!(leadership.is_serving());
+        assert_eq!(leadership.readiness().current(), Ok(()));
         assert_eq!(leadership.stats().unwrap().elections_won.get(), 1);
         // Paused past the deadline: not serving, before anyone noticed.
         tokio::time::advance(Duration::from_secs(2)).await;
@@ -303,6 +327,7 @@ mod tests {
         assert!(!leadership.is_serving());
         assert_eq!(leadership.current(), Role::Standby { leader: None });
         leadership.stand_by(Some("b:8336".to_owned()));
+        assert_eq!(leadership.readiness().current(), Err(NotReady::Standby));
         assert_eq!(
             leadership.refusal().as_deref(),
             Some("standby, leader is b:8336")

@@ -354,28 +354,43 @@ pub fn encode_frame(flags: u8, payload: &[u8], into: &mut BytesMut) {
     into.put_slice(payload);
 }
 
+/// The Connect codes and their gRPC numbers (the two protocols name the
+/// same codes).
+pub const CODES: [(&str, u32); 16] = [
+    ("canceled", 1),
+    ("unknown", 2),
+    ("invalid_argument", 3),
+    ("deadline_exceeded", 4),
+    ("not_found", 5),
+    ("already_exists", 6),
+    ("permission_denied", 7),
+    ("resource_exhausted", 8),
+    ("failed_precondition", 9),
+    ("aborted", 10),
+    ("out_of_range", 11),
+    ("unimplemented", 12),
+    ("internal", 13),
+    ("unavailable", 14),
+    ("data_loss", 15),
+    ("unauthenticated", 16),
+];
+
 /// The gRPC number of a Connect code of the error table.
 pub fn grpc_code(connect_code: &str) -> u32 {
-    match connect_code {
-        "canceled" => 1,
-        "unknown" => 2,
-        "invalid_argument" => 3,
-        "deadline_exceeded" => 4,
-        "not_found" => 5,
-        "already_exists" => 6,
-        "permission_denied" => 7,
-        "resource_exhausted" => 8,
-        "failed_precondition" => 9,
-        "aborted" => 10,
-        "out_of_range" => 11,
-        "unimplemented" => 12,
-        "internal" => 13,
-        "unavailable" => 14,
-        "data_loss" => 15,
-        "unauthenticated" => 16,
+    CODES
+        .iter()
+        .find(|(name, _)| *name == connect_code)
         // A code the table does not use yet: say so rather than guess.
-        _ => 2,
-    }
+        .map_or(2, |&(_, number)| number)
+}
+
+/// The Connect code of a gRPC status number; `unknown` for one gRPC does not
+/// define.
+pub fn connect_code(grpc_code: u32) -> &'static str {
+    CODES
+        .iter()
+        .find(|(_, number)| *number == grpc_code)
+        .map_or("unknown", |&(name, _)| name)
 }
 
 /// `grpc-message` is percent-encoded: everything outside printable ASCII,

@@ -1,11 +1,14 @@
 //! The HTTP side: the routes, the seam every RPC protocol over HTTP plugs
 //! into (`handler`), the protocols (`dialect`: http+pb and Connect; `grpc`:
-//! gRPC and gRPC-Web), reflection, health and metrics, the access log.
+//! gRPC and gRPC-Web), reflection and health (with Connect in front of
+//! them: `connect_bridge`), metrics, the access log.
 
 pub mod access_log;
+pub mod connect_bridge;
 pub mod dialect;
 pub mod grpc;
 pub mod handler;
+pub mod health;
 pub mod operations;
 pub mod reflection;
 pub mod routes;

@@ -8,9 +8,11 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use crate::rpc::state::AppState;
+use crate::{readiness::NotReady, rpc::state::AppState};
 
 /// The process is up.
+///
+/// Liveness: `200` as long as the process answers HTTP, also while it drains.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses((status = 200, description = "Up", content_type = "text/plain", body = String, example = "ok\n")))]
 pub async fn healthz() -> &'static str {
@@ -18,22 +20,36 @@ pub async fn healthz() -> &'static str {
 }
 
 /// Ready to take calls: not shutting down, and not a hot standby.
+///
+/// Readiness, for load balancers: `503` once a shutdown began, and on a hot
+/// standby (`standby, leader is NAME`). The gRPC health service
+/// (`grpc.health.v1.Health`) reports the same readiness.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready", content_type = "text/plain", body = String, example = "ready\n"),
         (status = 503, description = "Shutting down, or a standby", content_type = "text/plain", body = String, example = "shutting down\n"),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    if state.service.engine().is_shutting_down() {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
-    } else if let Some(standby) = state.leadership.refusal() {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("{standby}\n")).into_response()
-    } else {
-        "ready\n".into_response()
+    match state.readiness.current() {
+        Ok(()) => "ready\n".into_response(),
+        // Which instance leads is the election's to say.
+        Err(NotReady::Standby) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", state.leadership.current().describe()),
+        )
+            .into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", reason.describe()),
+        )
+            .into_response(),
     }
 }
 
 /// Prometheus metrics (OpenMetrics text format).
+///
+/// Calls by protocol, method, encoding and outcome, latencies, connections,
+/// and the cluster as the engine sees it.
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Metrics of the gateway and the engine",
         content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String)))]

@@ -2,7 +2,7 @@
 //! only: an RPC path picks its protocol (as connect-go picks a protocol
 //! handler) and hands it to the one seam ([`super::handler`]); the other
 //! handlers live with their part ([`super::reflection`],
-//! [`super::operations`], [`crate::dashboard`], [`crate::openapi`]).
+//! [`super::health`], [`super::operations`], [`crate::dashboard`], [`crate::openapi`]).
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -20,7 +20,7 @@ use super::{
     access_log::AccessLogLayer,
     dialect::{self, Dialect},
     grpc::{self, Grpc},
-    handler, operations, reflection,
+    handler, health, operations, reflection,
 };
 use crate::rpc::{
     error::{ApiError, ErrorKind},
@@ -44,7 +44,8 @@ pub fn app(state: AppState) -> Router {
         // The dialect reads the body itself, with the configured limit and a
         // clear error; no compression layer, so answers keep Content-Length.
         .layer(DefaultBodyLimit::disable())
-        .merge(reflection::router());
+        .merge(reflection::router())
+        .merge(health::router(state.readiness.clone()));
     // Browsers calling Connect or gRPC-Web from another origin.
     let rpc = match cors_layer(&state.settings.cors_allowed_origins) {
         Some(cors) => rpc.layer(cors),

@@ -51,6 +51,7 @@ use crate::{
     },
     edge::{self, EdgeSettings},
     protocol::CallProtocol,
+    readiness::NotReady,
     rpc::state::AppState,
 };
 
@@ -126,6 +127,9 @@ pub async fn serve(
         }
     }
     drop(listener);
+    // Before the drain: probes (`/readyz`, gRPC health) on connections still
+    // open say so while they finish.
+    shared.state.readiness.set_not_ready(NotReady::ShuttingDown);
     let _ = stop.send(true);
     let grace = shared.edge.shutdown_grace;
     let drained = tokio::time::timeout(grace, async {

@@ -128,8 +128,9 @@ fn rpc_operation(
         output.full_name()
     ));
     // The answer has the request's media type (or, without one, the route
-    // style's default binary type): every one of them is documented.
-    for (media_type, encoding) in MEDIA_TYPES {
+    // style's default binary type): every one of them is documented, JSON
+    // first, since client generators read the first as the answer's type.
+    for (media_type, encoding) in json_first(MEDIA_TYPES) {
         ok = ok.content(
             *media_type,
             match encoding {
@@ -171,6 +172,19 @@ fn rpc_operation(
         operation = operation.response(status.as_str(), response.build());
     }
     operation.build()
+}
+
+/// `media_types` with the JSON ones first, each group in its own order.
+fn json_first(
+    media_types: &'static [(&'static str, Encoding)],
+) -> impl Iterator<Item = &'static (&'static str, Encoding)> {
+    let json = media_types
+        .iter()
+        .filter(|(_, encoding)| *encoding == Encoding::Json);
+    let binary = media_types
+        .iter()
+        .filter(|(_, encoding)| *encoding == Encoding::Binary);
+    json.chain(binary)
 }
 
 fn json_content(message: &MessageDescriptor) -> utoipa::openapi::Content {

@@ -92,8 +92,10 @@ pub(super) fn dialect_description(dialect: Dialect) -> String {
              outcome as `grpc-status` and percent-encoded `grpc-message` (HTTP/2 trailers, or \
              a gRPC-Web trailer frame) carrying the Connect code of the error table by its \
              gRPC number, always with HTTP status 200. Server reflection \
-             (`grpc.reflection.v1`, `v1alpha`) describes the API to gRPC tools without a \
-             schema file; those routes are gRPC streams and not listed here."
+             (`grpc.reflection.v1`, `v1alpha`) describes the API to gRPC and Connect tools \
+             without a schema file, and the gRPC health service (`grpc.health.v1.Health`) \
+             reports the readiness of `/readyz`; both answer gRPC, gRPC-Web and Connect \
+             in binary protobuf, and are not listed here."
         ),
     }
 }

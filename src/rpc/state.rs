@@ -18,6 +18,7 @@ use crate::{
     ha::Leadership,
     metrics::Metrics,
     protocol::PeerProtocols,
+    readiness::Readiness,
     service::SchedulerService,
 };
 
@@ -104,6 +105,9 @@ pub struct AppParts {
     pub running_tasks: RunningTasksAnswers,
     /// Whether this instance serves (always, unless it is a hot standby).
     pub leadership: Leadership,
+    /// Whether the scheduler takes calls (`/readyz`, gRPC health); the
+    /// election's, so that a standby is not ready.
+    pub readiness: Readiness,
 }
 
 impl std::ops::Deref for AppState {
@@ -143,6 +147,7 @@ impl AppState {
             service: SchedulerService::new(engine),
             settings,
             running_tasks: RunningTasksAnswers::default(),
+            readiness: leadership.readiness().clone(),
             leadership,
         }))
     }

@@ -1,6 +1,7 @@
 //! Integration tests: the real server on real sockets, one test binary.
 
 mod browser;
+mod connect_tools;
 mod daemons;
 mod dashboard;
 mod dialects;
@@ -13,7 +14,9 @@ mod flare;
 mod grpc;
 mod grpc_clients;
 mod grpc_web;
+mod health;
 mod long_poll;
+mod openapi_clients;
 mod openapi_contract;
 mod openapi_document;
 mod openapi_live;
@@ -24,4 +27,5 @@ mod protocols;
 mod restart;
 mod sim;
 mod support;
+mod tools;
 mod wire;

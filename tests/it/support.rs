@@ -17,6 +17,7 @@ use yadcc_scheduler::{
     engine::{self, Scheduler},
     net,
     pb::{self, flare::rpc::RpcMeta},
+    readiness::Readiness,
     rpc::state::HttpSettings,
     sim::{
         client::{CallError, SerialConn},
@@ -55,6 +56,8 @@ pub fn open_inspection() -> HttpSettings {
 pub struct Server {
     pub addr: SocketAddr,
     pub engine: Scheduler,
+    /// What `/readyz` and the gRPC health service report.
+    pub readiness: Readiness,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -76,6 +79,7 @@ impl Server {
         let addr = listener.local_addr().expect("local addr");
         let (shutdown, shutdown_rx) = oneshot::channel::<()>();
         let state = AppState::new(engine.clone(), settings);
+        let readiness = state.readiness.clone();
         let stopping = engine.clone();
         let task = tokio::spawn(async move {
             net::serve(listener, app(state.clone()), state, async move {
@@ -88,6 +92,7 @@ impl Server {
         Server {
             addr,
             engine,
+            readiness,
             shutdown: Some(shutdown),
             task,
         }
