@@ -68,6 +68,28 @@ fn flare_exchange(port: u16) -> Vec<u8> {
     answer
 }
 
+/// `grpc.health.v1.Health/Check` of the whole server over Connect (unary,
+/// binary): the `status` field (1 SERVING, 2 NOT_SERVING).
+fn health_check(port: u16) -> Option<u8> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    // An empty HealthCheckRequest: the server as a whole.
+    write!(
+        stream,
+        "POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: x\r\n\
+         Content-Type: application/proto\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let body = answer.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    // HealthCheckResponse{status}: field 1, varint.
+    match &answer[body..] {
+        [0x08, status] => Some(*status),
+        _ => None,
+    }
+}
+
 /// A JSON RPC over HTTP: the status line and the `Rpc-Error-Code`.
 fn json_get_config(port: u16) -> (u16, Option<String>) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
@@ -119,6 +141,9 @@ fn two_schedulers_one_etcd_exactly_one_serves_and_the_standby_takes_no_daemon_ca
         Some((503, format!("standby, leader is {}", leader.name())))
     );
     assert_eq!(leader.readyz(), Some((200, "ready".to_owned())));
+    // The gRPC health service reports the same readiness.
+    assert_eq!(health_check(standby.port), Some(2), "NOT_SERVING");
+    assert_eq!(health_check(leader.port), Some(1), "SERVING");
     assert_eq!(leader.metric("yadcc_scheduler_leader"), Some(1.0));
     assert_eq!(standby.metric("yadcc_scheduler_leader"), Some(0.0));
     assert_eq!(
