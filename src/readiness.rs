@@ -112,7 +112,11 @@ mod tests {
         readiness.set_not_ready(NotReady::Standby);
         assert_eq!(readiness.current(), Err(NotReady::Standby));
         readiness.clear(NotReady::ShuttingDown);
-        assert_eq!(readiness.current(), Err(NotReady::Standby), "not what held it");
+        assert_eq!(
+            readiness.current(),
+            Err(NotReady::Standby),
+            "not what held it"
+        );
         readiness.clear(NotReady::Standby);
         assert_eq!(readiness.current(), Ok(()));
         readiness.set_not_ready(NotReady::ShuttingDown);

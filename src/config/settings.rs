@@ -182,10 +182,12 @@ impl Cli {
             .as_ref()
             .is_none_or(|secret| secret.is_empty())
         {
-            return Err("--ha_etcd_endpoints needs --serving_daemon_token_secret, the same on \
+            return Err(
+                "--ha_etcd_endpoints needs --serving_daemon_token_secret, the same on \
                  every instance, so the tokens daemons hold stay valid when another instance \
                  takes over (prefer YADCC_SERVING_DAEMON_TOKEN_SECRET)"
-                .to_owned());
+                    .to_owned(),
+            );
         }
         let ttl = flags.ha_lease_ttl;
         if ttl.subsec_nanos() != 0 || ttl < ha::MIN_LEASE_TTL {

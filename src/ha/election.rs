@@ -192,7 +192,8 @@ async fn term(
     let mut election = ElectionClient::new(channel);
     if let Some(id) = *stale_lease {
         // Its key would hold the election until its TTL ran out.
-        if let Ok(Ok(_)) = timeout(CALL_TIMEOUT, lease.lease_revoke(LeaseRevokeRequest { id })).await
+        if let Ok(Ok(_)) =
+            timeout(CALL_TIMEOUT, lease.lease_revoke(LeaseRevokeRequest { id })).await
         {
             *stale_lease = None;
         }
@@ -378,10 +379,7 @@ async fn observe(
     events: mpsc::Sender<Observed>,
 ) {
     loop {
-        if let Ok(answers) = election
-            .observe(LeaderRequest { name: name.clone() })
-            .await
-        {
+        if let Ok(answers) = election.observe(LeaderRequest { name: name.clone() }).await {
             let mut answers = answers.into_inner();
             while let Ok(Some(answer)) = answers.message().await {
                 let Some(kv) = answer.kv else { continue };

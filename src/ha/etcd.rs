@@ -2,7 +2,13 @@
 //! stubs only): the lease and election services. Lints relax here only:
 //! generated code is not ours to style.
 
-#![allow(clippy::all, clippy::pedantic, missing_docs, rust_2018_idioms, unreachable_pub)]
+#![allow(
+    clippy::all,
+    clippy::pedantic,
+    missing_docs,
+    rust_2018_idioms,
+    unreachable_pub
+)]
 
 pub mod etcdserverpb {
     include!(concat!(env!("OUT_DIR"), "/etcdserverpb.rs"));

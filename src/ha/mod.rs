@@ -341,9 +341,7 @@ mod tests {
         let held = {
             let leadership = leadership.clone();
             tokio::spawn(async move {
-                leadership
-                    .while_leading(std::future::pending::<()>())
-                    .await;
+                leadership.while_leading(std::future::pending::<()>()).await;
             })
         };
         tokio::task::yield_now().await;

@@ -234,7 +234,9 @@ async fn serve_connection(
     let from_proxy = shared.state.settings.is_trusted(peer.ip().to_canonical());
     let sniffed = tokio::time::timeout(shared.edge.header_read_timeout, async {
         if from_proxy {
-            peer = read_proxy_header(&mut stream, &mut first).await?.unwrap_or(peer);
+            peer = read_proxy_header(&mut stream, &mut first)
+                .await?
+                .unwrap_or(peer);
         }
         sniff(&mut stream, &mut first).await
     })

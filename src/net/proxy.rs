@@ -71,7 +71,13 @@ fn parse_v1(buf: &[u8]) -> Header {
     let fields: Vec<&str> = line.split(' ').collect();
     match fields.as_slice() {
         ["UNKNOWN", ..] => Header::Present { len, client: None },
-        [family @ ("TCP4" | "TCP6"), source, _destination, source_port, _destination_port] => {
+        [
+            family @ ("TCP4" | "TCP6"),
+            source,
+            _destination,
+            source_port,
+            _destination_port,
+        ] => {
             let ip: Option<IpAddr> = match *family {
                 "TCP4" => source.parse::<Ipv4Addr>().ok().map(IpAddr::V4),
                 _ => source.parse::<Ipv6Addr>().ok().map(IpAddr::V6),
@@ -175,7 +181,11 @@ mod tests {
 
     #[test]
     fn a_v2_header_names_the_client_or_none_for_the_proxys_own_checks() {
-        let tcp4 = v2(1, 0x11, &[127, 0, 3, 4, 127, 0, 0, 1, 0x9c, 0x40, 0x20, 0x90]);
+        let tcp4 = v2(
+            1,
+            0x11,
+            &[127, 0, 3, 4, 127, 0, 0, 1, 0x9c, 0x40, 0x20, 0x90],
+        );
         let mut bytes = tcp4.clone();
         bytes.extend_from_slice(b"CPRF");
         assert_eq!(

@@ -21,8 +21,7 @@ use prost::Message;
 use yadcc_scheduler::{
     pb::{self, Method},
     sim::{
-        Cluster, ClusterConfig, Protocol, Workload, stats::Stats,
-        wire::flare::encode_flare_request,
+        Cluster, ClusterConfig, Protocol, Workload, stats::Stats, wire::flare::encode_flare_request,
     },
 };
 
@@ -128,7 +127,11 @@ fn two_schedulers_one_etcd_exactly_one_serves_and_the_standby_takes_no_daemon_ca
     let etcd = Etcd::start(&etcd_program, &scratch.0);
     let a = Scheduler::start(free_port(), &etcd.client_url);
     let b = Scheduler::start(free_port(), &etcd.client_url);
-    let (leader, standby) = if leader_of(&a, &b) { (&a, &b) } else { (&b, &a) };
+    let (leader, standby) = if leader_of(&a, &b) {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
     // Over three leases: still exactly one.
     let until = Instant::now() + 3 * TTL;
     while Instant::now() < until {
@@ -162,10 +165,7 @@ fn two_schedulers_one_etcd_exactly_one_serves_and_the_standby_takes_no_daemon_ca
     );
     // A daemon's connection to the standby is closed unanswered; the
     // leader answers the same call.
-    assert!(
-        flare_exchange(standby.port).is_empty(),
-        "closed at once"
-    );
+    assert!(flare_exchange(standby.port).is_empty(), "closed at once");
     assert!(!flare_exchange(leader.port).is_empty(), "answered");
     // Any other client's RPC: overloaded (503, code 11), not served.
     assert_eq!(json_get_config(standby.port), (503, Some("11".to_owned())));
@@ -174,7 +174,10 @@ fn two_schedulers_one_etcd_exactly_one_serves_and_the_standby_takes_no_daemon_ca
     let (status, overview) = http_get(standby.port, "/api/v1/overview").expect("overview");
     assert_eq!(status, 200);
     assert!(
-        overview.contains(&format!("\"leadership\":\"standby, leader is {}\"", leader.name())),
+        overview.contains(&format!(
+            "\"leadership\":\"standby, leader is {}\"",
+            leader.name()
+        )),
         "{overview}"
     );
 }
@@ -351,7 +354,11 @@ fn a_leader_paused_past_its_lease_resumes_as_a_standby_and_never_grants_again() 
     let b = Scheduler::start(free_port(), &etcd.client_url);
     let haproxy_port = free_port();
     let _haproxy = haproxy(&haproxy_program, haproxy_port, a.addr(), b.addr());
-    let (leader, standby) = if leader_of(&a, &b) { (&a, &b) } else { (&b, &a) };
+    let (leader, standby) = if leader_of(&a, &b) {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
     let runtime = runtime();
     let target = std::net::SocketAddr::from(([127, 0, 0, 1], haproxy_port));
     let cluster = runtime.block_on(async { Cluster::start(cluster_config(target)) });
@@ -367,11 +374,15 @@ fn a_leader_paused_past_its_lease_resumes_as_a_standby_and_never_grants_again() 
     std::thread::sleep((2 * TTL).saturating_sub(paused_at.elapsed()));
     leader.signal("CONT");
     let resumed_at = Instant::now();
-    let came_to = wait_until(Duration::from_secs(1), "the resumed one is a standby", || {
-        leader
-            .readyz()
-            .is_some_and(|(status, why)| status == 503 && why.starts_with("standby"))
-    });
+    let came_to = wait_until(
+        Duration::from_secs(1),
+        "the resumed one is a standby",
+        || {
+            leader
+                .readyz()
+                .is_some_and(|(status, why)| status == 503 && why.starts_with("standby"))
+        },
+    );
     eprintln!("paused leader reported standby {came_to:?} after SIGCONT");
     // Both, every quarter second for 6 s: only the new leader's count of
     // grants moves (so no two grant in the same second).
@@ -410,7 +421,11 @@ fn with_etcd_gone_the_leader_serves_until_its_lease_could_expire_and_leads_again
     let mut etcd = Etcd::start(&etcd_program, &scratch.0);
     let a = Scheduler::start(free_port(), &etcd.client_url);
     let b = Scheduler::start(free_port(), &etcd.client_url);
-    let (leader, _) = if leader_of(&a, &b) { (&a, &b) } else { (&b, &a) };
+    let (leader, _) = if leader_of(&a, &b) {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
     // Just after a renewal: the lease then runs a whole TTL from it.
     let renewals = || {
         leader
@@ -471,8 +486,13 @@ fn failover_time_over_10_runs() {
     for run in 1..=10 {
         let [a, b] = &mut schedulers;
         let (leader, standby) = if leader_of(a, b) { (a, b) } else { (b, a) };
-        let outcome =
-            kill_the_leader_under_load(&runtime, haproxy_port, leader, standby, Duration::from_secs(2));
+        let outcome = kill_the_leader_under_load(
+            &runtime,
+            haproxy_port,
+            leader,
+            standby,
+            Duration::from_secs(2),
+        );
         println!(
             "run {run}: first grant {:.2} s after the kill, ready {:.2} s; {} tasks killed, {} renewals refused",
             outcome.to_first_grant.as_secs_f64(),

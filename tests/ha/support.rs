@@ -25,7 +25,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// schedulers and maybe HAProxy and load, and timings are what they test.
 pub fn one_at_a_time() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// `name`'s path, or None: outside CI a test without it skips, in CI it
@@ -261,11 +263,10 @@ impl Scheduler {
     /// A metric's value (a gauge or a counter's total), None if absent.
     pub fn metric(&self, name: &str) -> Option<f64> {
         let (_, text) = http_get(self.port, "/metrics")?;
-        text.lines()
-            .find_map(|line| {
-                let (series, value) = line.rsplit_once(' ')?;
-                (series == name).then(|| value.parse().ok())?
-            })
+        text.lines().find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            (series == name).then(|| value.parse().ok())?
+        })
     }
 
     pub fn log(&self) -> Vec<String> {
@@ -342,7 +343,9 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut answer = String::new();
     stream.read_to_string(&mut answer).ok()?;
     let status = answer.split_whitespace().nth(1)?.parse().ok()?;
-    let body = answer.split_once("\r\n\r\n").map(|(_, body)| body.to_owned())?;
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())?;
     Some((status, body))
 }
 
