@@ -457,6 +457,26 @@ fn with_etcd_gone_the_leader_serves_until_its_lease_could_expire_and_leads_again
     drop(etcd);
 }
 
+#[test]
+fn sigterm_resigns_so_the_standby_leads_before_the_lease_would_have_expired() {
+    let _serial = one_at_a_time();
+    let Some(etcd_program) = tool("etcd") else {
+        return;
+    };
+    let scratch = Scratch::new("term");
+    let etcd = Etcd::start(&etcd_program, &scratch.0);
+    let a = Scheduler::start(free_port(), &etcd.client_url);
+    let b = Scheduler::start(free_port(), &etcd.client_url);
+    let (leader, standby) = if leader_of(&a, &b) { (&a, &b) } else { (&b, &a) };
+    leader.signal("TERM");
+    // Without the resignation the standby would wait for the lease: at
+    // least two thirds of the TTL after the last renewal.
+    let took = wait_until(TTL, "the standby leads", || standby.is_ready());
+    eprintln!("SIGTERM: the standby leads {took:?} later");
+    assert!(took < TTL / 2, "{took:?}: the leader did not resign");
+    assert!(leader.log().iter().any(|line| line.contains("resigned")));
+}
+
 /// `scripts/bench_failover.sh`: kill -9 the leader under load 10 times,
 /// restarting it each time as the new standby; kill to first grant, min /
 /// median / max.
