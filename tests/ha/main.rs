@@ -240,6 +240,12 @@ fn kill_the_leader_under_load(
     );
     let stats: std::sync::Arc<Stats> = cluster.stats().clone();
     std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        standby
+            .metric("yadcc_scheduler_seconds_since_leadership_change")
+            .is_some_and(|since| since > ADOPTION_WINDOW.as_secs_f64()),
+        "the standby's first adoption window is over"
+    );
     assert!(grants_issued(leader) > 0.0, "the leader grants");
     assert_eq!(grants_issued(standby), 0.0, "the standby does not");
 
@@ -467,7 +473,11 @@ fn sigterm_resigns_so_the_standby_leads_before_the_lease_would_have_expired() {
     let etcd = Etcd::start(&etcd_program, &scratch.0);
     let a = Scheduler::start(free_port(), &etcd.client_url);
     let b = Scheduler::start(free_port(), &etcd.client_url);
-    let (leader, standby) = if leader_of(&a, &b) { (&a, &b) } else { (&b, &a) };
+    let (leader, standby) = if leader_of(&a, &b) {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
     leader.signal("TERM");
     // Without the resignation the standby would wait for the lease: at
     // least two thirds of the TTL after the last renewal.

@@ -14,6 +14,8 @@ use std::{
 pub const USER_TOKEN: &str = "ha-user-token";
 pub const SERVANT_TOKEN: &str = "ha-servant-token";
 pub const SECRET: &str = "ha-test-secret";
+/// The schedulers' `--adoption_window`.
+pub const ADOPTION_WINDOW: Duration = Duration::from_secs(5);
 /// The longest any external program of a test may live.
 const PROGRAM_LIFETIME_SECS: u64 = 300;
 /// Until HAProxy has checked every server enough to know which is down.
@@ -218,6 +220,9 @@ impl Scheduler {
                 // HAProxy's PROXY headers name the daemons.
                 "--trusted_proxies=127.0.0.1".to_owned(),
                 "--debugging_no_inspect_auth".to_owned(),
+                // Shorter than a test's load before the kill, so only the
+                // window the new leader opens on winning can adopt the tasks.
+                format!("--adoption_window={}", ADOPTION_WINDOW.as_secs()),
             ])
             .env("RUST_LOG", "info,yadcc_scheduler::access=warn")
             .stdin(Stdio::null())
