@@ -79,11 +79,25 @@ fn the_systemd_units_verify() {
     }
 }
 
+/// The Python with PyYAML: `$PYTHON`, else the environment
+/// scripts/python_deps.sh makes (schemathesis brings PyYAML), else `python3`.
+fn python() -> std::ffi::OsString {
+    if let Some(python) = std::env::var_os("PYTHON") {
+        return python;
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tools/venv/bin/python");
+    if venv.exists() {
+        venv.into_os_string()
+    } else {
+        "python3".into()
+    }
+}
+
 #[test]
 fn the_kubernetes_example_parses_and_holds_what_the_readme_says() {
     let output = Command::new("timeout")
         .arg("30")
-        .arg(std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned()))
+        .arg(python())
         .arg(deploy("check_kubernetes.py"))
         .arg(deploy("kubernetes.yaml"))
         .output()
