@@ -54,8 +54,11 @@ bin=target/release
 # Each simulated machine holds up to two sockets: raise the soft limit.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
+# shellcheck source=scripts/lib/scheduler.sh
+. scripts/lib/scheduler.sh
 scheduler_pid=""
-port=""
+scheduler_addr=""
+scheduler_log=$(mktemp)
 stop_scheduler() {
   if [ -n "$scheduler_pid" ]; then
     kill "$scheduler_pid" 2>/dev/null || true
@@ -63,37 +66,28 @@ stop_scheduler() {
     scheduler_pid=""
   fi
 }
-trap stop_scheduler EXIT
+trap 'stop_scheduler; rm -f "$scheduler_log"' EXIT
 
-# A fresh scheduler per run, on a free loopback port, so runs do not share state.
-start_scheduler() {
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  RUST_LOG=warn "$bin/yadcc-scheduler" --listen "127.0.0.1:$port" \
-    --acceptable_user_tokens=u --acceptable_servant_tokens=s "$@" &
-  scheduler_pid=$!
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "the scheduler did not start listening" >&2
-  exit 1
+# A fresh scheduler per run, on a loopback port the kernel picks, so runs do
+# not share state.
+fresh_scheduler() {
+  start_scheduler "$bin/yadcc-scheduler" "$scheduler_log" \
+    --acceptable_user_tokens=u --acceptable_servant_tokens=s "$@"
 }
 
 loadgen() {
-  "$bin/yadcc-loadgen" --scheduler "127.0.0.1:$port" --user-token u --servant-token s \
+  "$bin/yadcc-loadgen" --scheduler "$scheduler_addr" --user-token u --servant-token s \
     --scheduler-pid "$scheduler_pid" "$@"
 }
 
 if [[ " $only " == *" p1 "* ]]; then
   echo "== P1: Heartbeat over flare, http+pb and JSON against the bare route"
-  start_scheduler --bench_bare_route
+  fresh_scheduler --bench_bare_route
   loadgen --protocol "$p1_protocol" hammer "${p1_args[@]}" >"$out/p1.jsonl"
   stop_scheduler
   cat "$out/p1.jsonl"
   echo "== P1, the daemons' habit: 2 connections, 32 calls in flight on each"
-  start_scheduler --bench_bare_route
+  fresh_scheduler --bench_bare_route
   loadgen --protocol "$p1_protocol" hammer "${p1_daemon_args[@]}" \
     --targets flare,http+pb,bare >"$out/p1-daemon.jsonl"
   stop_scheduler
@@ -102,7 +96,7 @@ fi
 
 if [[ " $only " == *" p3 "* ]]; then
   echo "== P3: servants + grant cycles over $p3_protocol"
-  start_scheduler
+  fresh_scheduler
   loadgen --protocol "$p3_protocol" cluster "${p3_args[@]}" >"$out/p3.jsonl"
   stop_scheduler
   cat "$out/p3.jsonl"
@@ -113,7 +107,7 @@ if [[ " $only " == *" p5 "* ]]; then
   : >"$out/p5.jsonl"
   for protocol in $p5_protocols; do
     for machines in $p5_sizes; do
-      start_scheduler
+      fresh_scheduler
       loadgen --protocol "$protocol" mix --machines "$machines" "${p5_args[@]}" >>"$out/p5.jsonl"
       stop_scheduler
     done

@@ -29,7 +29,7 @@ pub use settings::{MAX_FLAG_DURATION, Settings, parse_duration, parse_size};
 #[derive(Debug, Clone, Parser)]
 // Repeating a flag is not an error: the last one wins, as with gflags (a
 // flag file, then an override on the command line).
-#[command(version, about, long_about, args_override_self = true)]
+#[command(version = crate::build_info::LONG_VERSION, about, long_about, args_override_self = true)]
 pub struct Cli {
     #[command(flatten)]
     pub server: server::ServerFlags,

@@ -19,7 +19,7 @@
 //!        -> rpc             the call core every protocol calls: deadline, dispatch,
 //!                           metrics, access log, peer protocol ([`protocol::CallProtocol`])
 //!        -> rpc::codec      bytes <-> prost message (binary protobuf, proto3 JSON;
-//!                           rpc::json brings every canonical JSON form to pbjson's)
+//!                           rpc::json reads JSON in one pass into binary protobuf)
 //!        -> service         prost message <-> engine domain types; scheduler `Status`
 //!        -> engine          servants, grants, waiters, tokens, expiry (no HTTP, no protobuf)
 //! ```
@@ -54,7 +54,7 @@
 //! ha                              hot standby: leadership elected on etcd, fencing
 //! contract                        what requests must satisfy, as data
 //! engine                          the scheduling rules
-//! edge protocol grammar readiness  leaves: limits, labels, grammars, readiness
+//! edge protocol grammar readiness build_info  leaves: limits, labels, grammars, readiness, the build
 //! sim                             the simulated daemons: generated types only
 //! pb                              generated types, Method, Encoding
 //! ```
@@ -101,7 +101,8 @@
 //!   comments), served at `/openapi.json` with Swagger UI at `/docs`;
 //!   committed in `openapi/`.
 //! - [`dashboard`] (`src/dashboard/`): `overview.rs` the JSON over the engine
-//!   snapshot, `history.rs` the history ring, `vars.rs` the original's dump at
+//!   snapshot, `history.rs` the history ring and the grant rates over 10 s,
+//!   `vars.rs` the original's dump at
 //!   `/inspect/vars/yadcc/task_dispatcher`, `access.rs` who may read them
 //!   ([`dashboard::InspectAccess`]: closed unless a flag opens them),
 //!   `assets.rs` the page from `web/` embedded and routed from one list, with
@@ -110,7 +111,10 @@
 //!   every panel uses), `cells.js`, `chart.js` and `chart-geometry.js`
 //!   (history), `format.js`, `dom.js`, `store.js`, and `views/` (servants,
 //!   grants, environments, requesters, summary cards, tabs, connection status).
-//! - [`metrics`]: Prometheus exposition.
+//! - [`metrics`]: Prometheus exposition, classic text or OpenMetrics as the
+//!   scraper asks (`exposition.rs`), the `process_*` series (`process.rs`)
+//!   and the build's version and commit ([`build_info`], embedded by
+//!   `build.rs`; `--version` prints them too).
 //! - [`ha`] (`src/ha/`): the hot standby. `election.rs` campaigns on etcd
 //!   (etcd's own election and lease services, stubs from `proto/etcd/` in
 //!   `etcd.rs`) and, on winning, restarts the engine and opens its
@@ -144,10 +148,13 @@
 //! `tests/it/` (with `differential.rs`, the JSON mapping against Google's
 //! protobuf through `scripts/differential.py`, and `openapi_*.rs`, the
 //! document against the code and a live server's answers against the
-//! document's schemas with `jsonschema`), engine benchmarks in
-//! `benches/`; `scripts/schemathesis.sh` tests the OpenAPI document against a
-//! live server.
+//! document's schemas with `jsonschema`, and `peers/`, the original yadcc's
+//! daemons and compiler wrapper in network namespaces against the real
+//! binary; heavy tests take `support::heavy()` and run one at a time),
+//! engine benchmarks in `benches/`; `scripts/schemathesis.sh` tests the
+//! OpenAPI document against a live server.
 
+pub mod build_info;
 pub mod config;
 pub mod contract;
 pub mod daemon;

@@ -1,13 +1,13 @@
 //! `yadcc-scheduler`: parse the command line, start the engine and the HTTP
 //! server, and shut down gracefully on SIGINT/SIGTERM.
 
-use std::{net::SocketAddr, process::ExitCode};
+use std::{net::SocketAddr, process::ExitCode, time::Duration};
 
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 use yadcc_scheduler::{
     AppState, app,
-    config::{Cli, Settings},
+    config::{Cli, Settings, server::LogFormat},
     dashboard::InspectAccess,
     edge,
     engine::{self, GrantFence, Scheduler},
@@ -32,14 +32,24 @@ async fn main() -> ExitCode {
     } else {
         "info"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
-        )
-        // Logs are diagnostics: stderr, and colour only for a person at a terminal.
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    // Logs are diagnostics: stderr, and colour only for a person at a terminal.
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.server.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // One object per line: `timestamp`, `level`, `target` and the event's
+        // `fields` (its message among them); spans carry nothing worth a key.
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
     for warning in flag_warnings {
         tracing::warn!("{warning}");
     }
@@ -78,7 +88,7 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     }
     let state =
         AppState::with_leadership(engine.clone(), settings.http.clone(), leadership.clone());
-    let listener = TcpListener::bind(settings.listen).await.map_err(|error| {
+    let listener = bind_when_free(settings.listen).await.map_err(|error| {
         std::io::Error::new(
             error.kind(),
             format!("cannot listen on {}: {error}", settings.listen),
@@ -242,4 +252,38 @@ async fn shutdown_signal(
     }
     tracing::info!("shutting down: answering waiting calls, draining connections");
     engine.shutdown();
+}
+
+/// How long a start waits for its address to be released. A scheduler
+/// restarted at once after `kill -9` finds the port still held while the
+/// kernel tears the old process down; giving up at once would leave the
+/// daemons with no scheduler at all.
+const BIND_PATIENCE: Duration = Duration::from_secs(5);
+/// Pause between two tries to bind a held address.
+const BIND_RETRY_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Binds `listen`, trying again for up to [`BIND_PATIENCE`] while the address
+/// is in use (logged once), then failing with the last error.
+async fn bind_when_free(listen: SocketAddr) -> std::io::Result<TcpListener> {
+    let give_up_at = tokio::time::Instant::now() + BIND_PATIENCE;
+    let mut warned = false;
+    loop {
+        match TcpListener::bind(listen).await {
+            Err(error)
+                if error.kind() == std::io::ErrorKind::AddrInUse
+                    && tokio::time::Instant::now() < give_up_at =>
+            {
+                if !warned {
+                    tracing::warn!(
+                        "{listen} is in use (an instance stopped a moment ago?): \
+                         trying again for up to {} s",
+                        BIND_PATIENCE.as_secs()
+                    );
+                    warned = true;
+                }
+                tokio::time::sleep(BIND_RETRY_INTERVAL).await;
+            }
+            result => return result,
+        }
+    }
 }

@@ -61,12 +61,16 @@ function renderOverview(d) {
   }
   const ctx = {
     now: isNum(d.generatedAtMs) ? d.generatedAtMs : Date.now(), tasksByGrant: tasksByGrant, protocols: protocols,
+    rateWindowSeconds: d.rateWindowSeconds,
   };
-  const requesters = requesterRows(d, grants, ctx.now);
+  const requesters = requesterRows(d, grants);
   tables.requesters.infoSuffix = requesters.infoSuffix;
   tables.grants.infoSuffix = tasksInfo(grants, tasks);
 
-  renderSummary(d.totals && typeof d.totals === 'object' ? d.totals : {}, servants, grants);
+  // Cards, legend and tables from this one document: they always agree.
+  const totals = d.totals && typeof d.totals === 'object' ? d.totals : {};
+  renderSummary(totals, d.rateWindowSeconds, servants, grants);
+  chart.setNow(totals, d.generatedAtMs);
   const items = { servants: servants, grants: grants, environments: envs, requesters: requesters.rows };
   for (const name of Object.keys(tables)) {
     tables[name].setItems(items[name], ctx);
@@ -141,6 +145,5 @@ window.yadccDashboard = {
 };
 
 watchConnection();
-chart.draw();
 pollOverview();
 pollHistory();

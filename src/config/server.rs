@@ -7,7 +7,7 @@ use std::{
     time::Duration,
 };
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use super::settings::{parse_duration, parse_size};
 use crate::engine::Redacted;
@@ -125,6 +125,11 @@ pub struct ServerFlags {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
 
+    /// Log lines on stderr: `text` for people, `json` for log shippers (one
+    /// object per line: timestamp, level, target, fields).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
     /// Comma-separated etcd client URLs (`http://etcd1:2379,...`): run as one
     /// of several schedulers of which the one elected on etcd serves and the
     /// others stand by, ready to take over. Needs
@@ -146,4 +151,11 @@ pub struct ServerFlags {
     /// the RPCs from a browser (Connect, gRPC-Web); `*` for any. Default: none.
     #[arg(long, value_delimiter = ',')]
     pub cors_allowed_origins: Vec<String>,
+}
+
+/// How log lines are written (`--log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }

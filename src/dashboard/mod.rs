@@ -10,7 +10,8 @@
 //!   every route.
 //! - `assets.rs`: the page and its ES modules, embedded from one list that
 //!   also routes them, and the security headers.
-//! - `history.rs`: the ring of one sample per second for the chart.
+//! - `history.rs`: the ring of one sample per second for the chart, and the
+//!   grant rates (in all and per machine) over the last 10 s.
 //! - `overview.rs`: the dashboard's JSON (`/api/v1/overview`).
 //! - `vars.rs`: the original's dump under `/inspect/vars`.
 
@@ -28,7 +29,7 @@ use crate::{engine::Scheduler, ha::Leadership, protocol::PeerProtocols};
 
 pub use access::InspectAccess;
 pub use assets::{ASSETS, Asset, CONTENT_SECURITY_POLICY, SECURITY_HEADERS};
-pub use history::{HISTORY_CAPACITY, HISTORY_INTERVAL, HistorySample, HistoryView};
+pub use history::{HISTORY_CAPACITY, HISTORY_INTERVAL, HistorySample, HistoryView, RATE_WINDOW};
 pub use overview::{
     EnvironmentRow, GrantRow, OVERVIEW_MAX_AGE, Overview, ReasonView, RequesterRow, RunningTaskRow,
     ServantRow, TotalsView,
@@ -70,23 +71,29 @@ impl Dashboard {
             peer_protocols,
             leadership,
         });
+        // The first sample now, before any call is served: grants made
+        // before the first sample would never count in a rate.
+        dashboard.sample();
         tokio::spawn(sample_forever(Arc::downgrade(&dashboard)));
         dashboard
     }
 
-    /// Takes one history sample now.
+    /// Takes one history sample now, and the grant rates with it.
     pub fn sample(&self) {
         let (totals, counters) = self.engine.totals();
+        let requesters = self.engine.requesters();
         self.history
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .record(&totals, counters.grants_issued);
+            .record(&totals, counters.grants_issued, &requesters);
     }
 }
 
 async fn sample_forever(dashboard: Weak<Dashboard>) {
     let mut ticks = tokio::time::interval(HISTORY_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate, and `start` took that sample.
+    ticks.tick().await;
     loop {
         ticks.tick().await;
         match dashboard.upgrade() {

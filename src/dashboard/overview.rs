@@ -45,14 +45,23 @@ impl Dashboard {
         json
     }
 
-    /// The whole picture in one document, so one poll refreshes the page.
+    /// The whole picture in one document, so one poll refreshes the page:
+    /// every count from one engine snapshot, every rate from the latest
+    /// history sample.
     pub fn overview(&self) -> Overview {
         let snapshot = self.engine.snapshot();
         let now = SystemTime::now();
         let totals = &snapshot.totals;
+        let rates = self
+            .history
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .rates()
+            .clone();
         Overview {
             generated_at_ms: unix_millis(now),
             uptime_seconds: snapshot.uptime.as_secs(),
+            rate_window_seconds: rates.window_seconds,
             leadership: self
                 .leadership
                 .stats()
@@ -67,11 +76,7 @@ impl Dashboard {
                 zombies: totals.zombies,
                 waiters: totals.waiters as u64,
                 grants: totals.grants as u64,
-                grants_per_second: self
-                    .history
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .latest_grants_per_second(),
+                grants_per_second: rates.total,
             },
             servants: snapshot
                 .servants
@@ -115,6 +120,7 @@ impl Dashboard {
                     grants_held: requester.grants_held,
                     waiting: requester.waiting,
                     grants_total: requester.grants_total,
+                    grants_per_second: rates.by_machine.get(&requester.ip).copied().unwrap_or(0.0),
                     refused_total: requester.refused_total,
                 })
                 .collect(),
@@ -140,6 +146,11 @@ pub struct Overview {
     pub generated_at_ms: u64,
     /// Seconds since start, or since this instance last won the election.
     pub uptime_seconds: u64,
+    /// The rates (`totals.grantsPerSecond`, each requester's
+    /// `grantsPerSecond`) are grants made over this many seconds, ending at
+    /// the latest history sample: 10 once the scheduler has run that long,
+    /// less before, 0 until its second sample.
+    pub rate_window_seconds: f64,
     /// With a hot standby (`--ha_etcd_endpoints`): `leader`, or
     /// `standby, leader is NAME`. Absent for the only scheduler.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -178,7 +189,7 @@ pub struct TotalsView {
     /// Calls queued for quota.
     pub waiters: u64,
     pub grants: u64,
-    /// Grants handed out per second, over the last history interval.
+    /// Grants handed out per second, over `rateWindowSeconds`.
     pub grants_per_second: f64,
 }
 
@@ -355,6 +366,8 @@ pub struct RequesterRow {
     #[serde(serialize_with = "as_string")]
     #[schema(value_type = String, pattern = "^[0-9]+$")]
     pub grants_total: u64,
+    /// Grants it received per second, over the overview's `rateWindowSeconds`.
+    pub grants_per_second: f64,
     /// Its renewals and frees of grants it does not own, refused since start.
     #[serde(serialize_with = "as_string")]
     #[schema(value_type = String, pattern = "^[0-9]+$")]

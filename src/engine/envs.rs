@@ -267,11 +267,9 @@ impl Envs {
     /// Drops a slot that no servant offers and no request waits for.
     pub(crate) fn drop_if_unused(&mut self, id: EnvId) {
         let unused = matches!(self.get(id), Some(e) if e.offering == 0 && e.waiters.is_empty());
-        if unused {
-            if let Some(entry) = self.slots[id].take() {
-                self.by_name.remove(&entry.name);
-                self.vacant.push(id);
-            }
+        if unused && let Some(entry) = self.slots[id].take() {
+            self.by_name.remove(&entry.name);
+            self.vacant.push(id);
         }
     }
 

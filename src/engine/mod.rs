@@ -331,6 +331,12 @@ impl Scheduler {
             .with_state(|st, _| (st.totals(), st.counters()))
     }
 
+    /// Each requesting machine's figures, sorted by IP: O(machines), without
+    /// the rest of a snapshot, for the dashboard's once-a-second grant rates.
+    pub fn requesters(&self) -> Vec<RequesterView> {
+        self.shared().with_state(|st, _| st.requesters.views())
+    }
+
     /// Inspection data for the dashboard (O(cluster); not for hot paths).
     pub fn snapshot(&self) -> Snapshot {
         self.shared().with_state(|st, now| st.snapshot(now))

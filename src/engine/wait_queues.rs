@@ -136,12 +136,12 @@ impl WaitQueue {
 
     /// Moves a machine from its held key to its true one.
     pub(crate) fn rekey(&mut self, ip: IpAddr, truth: MachineKey) {
-        if let Some(m) = self.machines.get_mut(&ip) {
-            if m.held != truth {
-                self.order.remove(&m.held);
-                self.order.insert(truth);
-                m.held = truth;
-            }
+        if let Some(m) = self.machines.get_mut(&ip)
+            && m.held != truth
+        {
+            self.order.remove(&m.held);
+            self.order.insert(truth);
+            m.held = truth;
         }
     }
 

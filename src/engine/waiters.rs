@@ -370,14 +370,14 @@ impl Drop for WaitGuard {
             return;
         };
         self.shared.with_state(|st, now| {
-            if !st.remove_waiter(self.env, self.seq) {
-                if let Ok(Ok(grants)) = rx.try_recv() {
-                    let mut fx = Effects::default();
-                    for g in &grants {
-                        st.remove_grant(g.id, GrantEnd::Freed, &mut fx);
-                    }
-                    st.apply(fx, now);
+            if !st.remove_waiter(self.env, self.seq)
+                && let Ok(Ok(grants)) = rx.try_recv()
+            {
+                let mut fx = Effects::default();
+                for g in &grants {
+                    st.remove_grant(g.id, GrantEnd::Freed, &mut fx);
                 }
+                st.apply(fx, now);
             }
         });
     }

@@ -4,7 +4,7 @@
 
 use axum::{
     extract::State,
-    http::StatusCode,
+    http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
 };
 
@@ -46,15 +46,19 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-/// Prometheus metrics (OpenMetrics text format).
+/// Prometheus metrics: the classic text format (0.0.4) by default, OpenMetrics
+/// 1.0 when `Accept` prefers `application/openmetrics-text`.
 ///
 /// Calls by protocol, method, encoding and outcome, latencies, connections,
-/// and the cluster as the engine sees it.
+/// the process, and the cluster as the engine sees it.
 #[utoipa::path(get, path = "/metrics", tag = "operations",
-    responses((status = 200, description = "Metrics of the gateway and the engine",
-        content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String)))]
-pub async fn metrics(State(state): State<AppState>) -> Response {
-    state.metrics.render()
+    responses((status = 200, description = "Metrics of the process, the gateway and the engine",
+        content(
+            (String = "text/plain; version=0.0.4; charset=utf-8"),
+            (String = "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        ))))]
+pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    state.metrics.render(headers.get(header::ACCEPT))
 }
 
 /// The operations endpoints' part of the OpenAPI document.

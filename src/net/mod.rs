@@ -308,10 +308,8 @@ async fn sniff(stream: &mut TcpStream, buf: &mut BytesMut) -> Option<Sniffed> {
         // a head worth parsing again can change the answer.
         let worth_classifying =
             buf.len() <= 4 || buf.len() > MAX_HEAD_BYTES || scan.worth_parsing(buf);
-        if worth_classifying {
-            if let Some(sniffed) = classify(buf) {
-                return Some(sniffed);
-            }
+        if worth_classifying && let Some(sniffed) = classify(buf) {
+            return Some(sniffed);
         }
         if buf.len() > MAX_HEAD_BYTES {
             // Let hyper answer an oversized head.

@@ -102,7 +102,8 @@ fn rpc_operation(
     operation = operation.request_body(Some(
         RequestBodyBuilder::new()
             .description(Some(format!(
-                "`{}`. An empty body is the message with every field at its default{}.",
+                "`{}`. An empty binary body is the message with every field at its \
+                 default{}; in JSON that message is `{{}}`, and an empty JSON body is refused.",
                 input.full_name(),
                 if required {
                     ", which this call refuses"

@@ -55,8 +55,9 @@ pub(super) fn overview(service: &ServiceDescriptor) -> String {
          - Enums are written by value name; numbers are accepted on input too.\n\
          - A field at its default value (0, `\"\"`, `false`, empty list, the zero enum value) \
          is left out of responses, unless it is declared `optional`.\n\
-         - Unknown fields in a request are ignored. An empty body is the message with every \
-         field at its default.",
+         - Unknown fields in a request are ignored. An empty binary body is the message with \
+         every field at its default; in JSON that message is `{}`, and a JSON body that is \
+         empty or only whitespace is refused (400).",
     );
     push_paragraph(
         &mut text,

@@ -75,10 +75,10 @@ pub(super) fn drop_unreachable(document: &mut Value) {
         .expect("components has schemas");
     let mut reached = std::collections::BTreeSet::new();
     while let Some(name) = pending.pop() {
-        if let Some(schema) = schemas.get(&name) {
-            if reached.insert(name) {
-                collect_schema_refs(schema, &mut pending);
-            }
+        if let Some(schema) = schemas.get(&name)
+            && reached.insert(name)
+        {
+            collect_schema_refs(schema, &mut pending);
         }
     }
     schemas.retain(|name, _| reached.contains(name));

@@ -1,19 +1,19 @@
-//! Bytes <-> prost messages. Binary protobuf is prost's; JSON is pbjson's
-//! canonical proto3 mapping (lowerCamelCase out, both spellings in, 64-bit
-//! integers as strings out, enums by name out). On the way in, [`super::json`]
-//! first brings every form canonical proto3 JSON allows (integers as numbers
-//! or strings, exponent forms, `null` as the default, enums by name or number,
-//! unknown fields of any shape) to one pbjson reads, and refuses the rest
-//! naming the field.
+//! Bytes <-> prost messages. Binary protobuf is prost's. JSON is the
+//! canonical proto3 mapping: out, pbjson's (lowerCamelCase, 64-bit integers
+//! as strings, enums by name); in, [`super::json`] reads every form
+//! canonical proto3 JSON allows (both spellings, integers as numbers or
+//! strings, exponent forms, `null` as the default, enums by name or number,
+//! unknown fields of any shape) straight into binary protobuf, which prost
+//! decodes as any binary request, and refuses the rest naming the field.
 
 use axum::http::{HeaderMap, header};
-use serde::{Serialize, de::DeserializeOwned};
+use serde::Serialize;
 
 use super::{
     error::{ApiError, ErrorKind},
-    json::{self, StrictJson},
+    json::{self, JsonError},
 };
-use crate::pb::{self, Encoding};
+use crate::pb::Encoding;
 
 /// The media types a request may carry, each with the encoding it selects.
 /// The response echoes the request's media type.
@@ -69,45 +69,59 @@ impl BodyFormat {
     }
 }
 
-/// Decodes a request message. An empty JSON body is read as `{}` so that
-/// `curl -d ''` works for requests without fields.
+/// Decodes a request message. An empty binary body is the message with
+/// every field at its default, as protobuf defines; a JSON body must hold a
+/// JSON value (`{}` for that message), as connect-go and Google's parsers
+/// require.
 pub fn decode<T>(encoding: Encoding, body: &[u8]) -> Result<T, ApiError>
 where
-    T: prost::Message + prost::Name + Default + DeserializeOwned,
+    T: prost::Message + prost::Name + Default,
 {
-    match encoding {
-        Encoding::Binary => T::decode(body).map_err(|error| {
-            ApiError::malformed(format!("body is not a valid protobuf message: {error}"))
-        }),
+    let binary;
+    let body = match encoding {
+        Encoding::Binary => body,
         // JSON's whitespace only: a form feed (which `is_ascii_whitespace`
-        // counts) is not JSON.
+        // counts) is not JSON, and serde_json says so.
         Encoding::Json
             if body
                 .iter()
                 .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) =>
         {
-            Ok(T::default())
+            return Err(ApiError::malformed(format!(
+                "body is {}: a JSON request must be an object (`{{}}` for a {} with every \
+                 field at its default)",
+                if body.is_empty() {
+                    "empty"
+                } else {
+                    "only whitespace"
+                },
+                T::full_name()
+            )));
         }
         Encoding::Json => {
-            let name = T::full_name();
-            let descriptor = pb::DESCRIPTOR_POOL
-                .get_message_by_name(&name)
+            binary = json::to_binary(T::PACKAGE, T::NAME, body)
                 .ok_or_else(|| {
                     ApiError::new(
                         ErrorKind::Internal,
-                        format!("no descriptor for message {name}"),
+                        format!("no descriptor for message {}", T::full_name()),
                     )
+                })?
+                .map_err(|error| match error {
+                    JsonError::Syntax(error) => {
+                        ApiError::malformed(format!("body is not valid JSON: {error}"))
+                    }
+                    JsonError::Invalid(reason) => ApiError::malformed(format!(
+                        "body is not a valid proto3 JSON {}: {reason}",
+                        T::full_name()
+                    )),
+                    JsonError::Unsupported(reason) => ApiError::new(ErrorKind::Internal, reason),
                 })?;
-            let StrictJson(value) = serde_json::from_slice(body)
-                .map_err(|error| ApiError::malformed(format!("body is not valid JSON: {error}")))?;
-            let value = json::normalise(&descriptor, value).map_err(|error| {
-                ApiError::malformed(format!("body is not a valid proto3 JSON {name}: {error}"))
-            })?;
-            serde_json::from_value(value).map_err(|error| {
-                ApiError::malformed(format!("body is not a valid proto3 JSON {name}: {error}"))
-            })
+            &binary[..]
         }
-    }
+    };
+    T::decode(body).map_err(|error| {
+        ApiError::malformed(format!("body is not a valid protobuf message: {error}"))
+    })
 }
 
 /// Encodes a response message.
@@ -224,9 +238,48 @@ mod tests {
             let error = decode::<pb::GetConfigRequest>(encoding, body).unwrap_err();
             assert_eq!(error.kind, ErrorKind::MalformedRequest, "{body:?}");
         }
-        let empty: pb::GetRunningTasksRequest = decode(Encoding::Json, b" \t\r\n").unwrap();
-        assert_eq!(empty, pb::GetRunningTasksRequest {});
         let error = decode::<pb::GetRunningTasksRequest>(Encoding::Json, b"\x0c").unwrap_err();
         assert_eq!(error.kind, ErrorKind::MalformedRequest);
+        assert!(
+            error.message.starts_with("body is not valid JSON"),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn an_empty_body_is_the_empty_message_in_binary_only() {
+        let empty: pb::GetRunningTasksRequest = decode(Encoding::Binary, b"").unwrap();
+        assert_eq!(empty, pb::GetRunningTasksRequest {});
+        for (body, what) in [(&b""[..], "empty"), (b" \t\r\n", "only whitespace")] {
+            let error = decode::<pb::GetRunningTasksRequest>(Encoding::Json, body).unwrap_err();
+            assert_eq!(error.kind, ErrorKind::MalformedRequest);
+            assert_eq!(
+                error.message,
+                format!(
+                    "body is {what}: a JSON request must be an object (`{{}}` for a \
+                     yadcc.scheduler.GetRunningTasksRequest with every field at its default)"
+                )
+            );
+        }
+        let braces: pb::GetRunningTasksRequest = decode(Encoding::Json, b" {}\n").unwrap();
+        assert_eq!(braces, pb::GetRunningTasksRequest {});
+    }
+
+    #[test]
+    fn json_refusals_say_which_kind_of_wrong() {
+        let error =
+            decode::<pb::KeepTaskAliveRequest>(Encoding::Json, br#"{"nextKeepAliveInMs": 1.5}"#)
+                .unwrap_err();
+        assert_eq!(
+            error.message,
+            "body is not a valid proto3 JSON yadcc.scheduler.KeepTaskAliveRequest: \
+             nextKeepAliveInMs: 1.5 is not an integer"
+        );
+        let error =
+            decode::<pb::KeepTaskAliveRequest>(Encoding::Json, br#"{"token": }"#).unwrap_err();
+        assert_eq!(
+            error.message,
+            "body is not valid JSON: expected value at line 1 column 11"
+        );
     }
 }

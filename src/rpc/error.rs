@@ -237,4 +237,35 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn every_row_of_the_readme_error_table_is_a_row_of_this_table() {
+        let readme = include_str!("../../README.md");
+        let rows: Vec<Vec<&str>> = readme
+            .lines()
+            .skip_while(|line| !line.starts_with("| outcome | HTTP | Rpc-Error-Code |"))
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .map(|line| line.trim_matches('|').split('|').map(str::trim).collect())
+            .collect();
+        assert!(rows.len() >= ErrorKind::ALL.len() - 1, "{rows:?}");
+        for row in rows {
+            let [outcome, http_status, rpc_code, connect_code] = row[..] else {
+                panic!("not a row of four cells: {row:?}");
+            };
+            let named = outcome
+                .strip_prefix('`')
+                .and_then(|rest| rest.split_once('`'))
+                .map(|(name, _)| name)
+                .filter(|name| name.starts_with("STATUS_"));
+            let matches = ErrorKind::ALL.iter().any(|kind| {
+                let wire = kind.wire();
+                wire.http_status.as_str() == http_status
+                    && wire.rpc_code.to_string() == rpc_code
+                    && wire.connect_code == connect_code
+                    && named.is_none_or(|name| kind.status_name() == Some(name))
+            });
+            assert!(matches, "the README row {outcome:?} is no row of the code");
+        }
+    }
 }

@@ -10,7 +10,7 @@ use yadcc_scheduler::readiness::NotReady;
 use crate::{
     grpc::{frame, frames, rpc_path, server},
     support::*,
-    tools::{installed, run, said},
+    tools::{installed, run, said, tool},
 };
 
 const WATCH: &str = "/grpc.health.v1.Health/Watch";
@@ -26,7 +26,7 @@ async fn buf_curl_lists_and_calls_with_its_default_protocol() {
     };
     let server = server().await;
     let curl = |args: &[&str]| {
-        let mut command = std::process::Command::new(&buf);
+        let mut command = tool(&buf);
         command
             .arg("curl")
             .arg("--http2-prior-knowledge")

@@ -8,7 +8,7 @@ use std::{path::Path, process::Command};
 use crate::{
     grpc::{rpc_path, server},
     support::*,
-    tools::{installed, python, run},
+    tools::{installed, python, run, tool},
 };
 
 #[tokio::test]
@@ -16,6 +16,7 @@ async fn a_python_grpcio_client_calls_every_rpc_and_gets_the_table_codes() {
     let Some(python_path) = installed("python/grpc_tools") else {
         return;
     };
+    let _heavy = heavy().await;
     let server = server().await;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut command = python();
@@ -36,7 +37,7 @@ async fn a_python_grpcio_client_calls_every_rpc_and_gets_the_table_codes() {
 }
 
 fn buf_curl(buf: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(buf);
+    let mut command = tool(buf);
     command
         .arg("curl")
         .arg("--http2-prior-knowledge")

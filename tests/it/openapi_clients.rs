@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use yadcc_scheduler::openapi;
 
 use crate::{
-    support::Server,
-    tools::{ScratchDir, installed, python, run, said},
+    support::{Server, heavy},
+    tools::{ScratchDir, installed, python, run, said, tool},
 };
 
 fn repo() -> &'static Path {
@@ -33,7 +33,7 @@ async fn served_document(server: &Server, dir: &Path) -> PathBuf {
 /// A node tool from the OpenAPI tool set, without telemetry or update checks
 /// (the test machines reach no other network than the package registries).
 fn npm_tool(bin: &Path) -> std::process::Command {
-    let mut command = std::process::Command::new(bin);
+    let mut command = tool(bin);
     command
         .current_dir(repo())
         .env("REDOCLY_TELEMETRY", "off")
@@ -51,6 +51,8 @@ async fn redocly_and_spectral_find_nothing_to_fix() {
     ) else {
         return;
     };
+    // Node and Python tool chains: seconds of CPU each.
+    let _heavy = heavy().await;
     let server = Server::start().await;
     let scratch = ScratchDir::new("openapi-lint");
     let served = served_document(&server, &scratch.0).await;
@@ -90,6 +92,8 @@ async fn a_generated_python_client_calls_every_rpc_on_both_route_styles() {
     let Some(tools) = installed("openapi-python/openapi_python_client") else {
         return;
     };
+    // Node and Python tool chains: seconds of CPU each.
+    let _heavy = heavy().await;
     let tools = tools.parent().unwrap().to_owned();
     let server = Server::start().await;
     let scratch = ScratchDir::new("openapi-python");
@@ -124,6 +128,8 @@ async fn generated_typescript_types_compile_strictly() {
     ) else {
         return;
     };
+    // Node and Python tool chains: seconds of CPU each.
+    let _heavy = heavy().await;
     let server = Server::start().await;
     let scratch = ScratchDir::new("openapi-typescript");
     let mut generate = npm_tool(&generator);

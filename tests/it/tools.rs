@@ -1,11 +1,14 @@
 //! The external client tools the tests drive (Python grpcio and its health
 //! checker, buf, the OpenAPI linters and client generators), installed,
-//! pinned, by scripts/test.sh into target/test-tools.
+//! pinned, by scripts/test.sh into target/test-tools; each run under
+//! `timeout` ([`TOOL_LIMIT`]).
 
 use std::{
     path::{Path, PathBuf},
     process::Command,
 };
+
+use crate::support::{TOOL_LIMIT, bounded, run_bounded};
 
 /// Where scripts/test.sh installs the Python and npm test tools.
 pub fn test_tools() -> PathBuf {
@@ -32,16 +35,35 @@ pub fn installed(relative: &str) -> Option<PathBuf> {
     None
 }
 
-/// The Python interpreter the tests run their Python clients with.
-pub fn python() -> Command {
-    Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+/// The Python the tests run: `$PYTHON`, else the environment
+/// scripts/python_deps.sh makes, else `python3`.
+pub fn python_program() -> std::ffi::OsString {
+    if let Some(python) = std::env::var_os("PYTHON") {
+        return python;
+    }
+    let venv = test_tools().join("venv/bin/python");
+    if venv.exists() {
+        venv.into_os_string()
+    } else {
+        "python3".into()
+    }
 }
 
-/// Runs a blocking client off the runtime, so the server keeps serving.
-pub async fn run(mut command: Command) -> std::process::Output {
-    tokio::task::spawn_blocking(move || command.output().expect("client starts"))
-        .await
-        .unwrap()
+/// The Python interpreter the tests run their Python clients with, under
+/// `timeout`.
+pub fn python() -> Command {
+    tool(python_program())
+}
+
+/// An external tool, under `timeout` ([`TOOL_LIMIT`]).
+pub fn tool(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    bounded(TOOL_LIMIT, program)
+}
+
+/// Runs a client to its end off the runtime, so the server keeps serving;
+/// a client stopped for taking too long fails the test.
+pub async fn run(command: Command) -> std::process::Output {
+    run_bounded(command).await
 }
 
 /// A client's output, for a failure message.
