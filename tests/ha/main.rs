@@ -119,19 +119,10 @@ fn json_get_config(port: u16) -> (u16, Option<String>) {
 
 #[test]
 fn two_schedulers_one_etcd_exactly_one_serves_and_the_standby_takes_no_daemon_call() {
-    let _serial = one_at_a_time();
-    let Some(etcd_program) = tool("etcd") else {
+    let Some(mut setup) = Setup::start("one", false) else {
         return;
     };
-    let scratch = Scratch::new("one");
-    let etcd = Etcd::start(&etcd_program, &scratch.0);
-    let a = Scheduler::start(free_port(), &etcd.client_url);
-    let b = Scheduler::start(free_port(), &etcd.client_url);
-    let (leader, standby) = if leader_of(&a, &b) {
-        (&a, &b)
-    } else {
-        (&b, &a)
-    };
+    let (leader, standby) = roles(&mut setup.a, &mut setup.b);
     // Over three leases: still exactly one.
     let until = Instant::now() + 3 * TTL;
     while Instant::now() < until {
@@ -199,6 +190,8 @@ struct Failover {
 }
 
 const MACHINES: usize = 30;
+/// Load before the kill, once every servant has registered.
+const LOAD_BEFORE_KILL: Duration = Duration::from_secs(4);
 
 fn cluster_config(target: std::net::SocketAddr) -> ClusterConfig {
     let mut config = ClusterConfig::new(
@@ -233,6 +226,21 @@ fn kill_the_leader_under_load(
     settle: Duration,
     only_the_new_window_adopts: bool,
 ) -> Failover {
+    let since_change = || {
+        standby
+            .metric("yadcc_scheduler_seconds_since_leadership_change")
+            .unwrap_or(0.0)
+    };
+    if only_the_new_window_adopts {
+        // The standby's first adoption window (from its start) must be over
+        // at the kill: only the window it opens on winning may save a task.
+        let wait = ADOPTION_WINDOW.as_secs_f64() + 1.0 - LOAD_BEFORE_KILL.as_secs_f64();
+        wait_until(
+            2 * ADOPTION_WINDOW,
+            "the standby's first window ends",
+            || since_change() > wait,
+        );
+    }
     let target = std::net::SocketAddr::from(([127, 0, 0, 1], haproxy_port));
     let cluster = runtime.block_on(async { Cluster::start(cluster_config(target)) });
     assert!(
@@ -240,12 +248,10 @@ fn kill_the_leader_under_load(
         "servants register through HAProxy"
     );
     let stats: std::sync::Arc<Stats> = cluster.stats().clone();
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(LOAD_BEFORE_KILL);
     if only_the_new_window_adopts {
         assert!(
-            standby
-                .metric("yadcc_scheduler_seconds_since_leadership_change")
-                .is_some_and(|since| since > ADOPTION_WINDOW.as_secs_f64()),
+            since_change() > ADOPTION_WINDOW.as_secs_f64(),
             "the standby's first adoption window is over"
         );
     }
@@ -297,21 +303,11 @@ fn runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn kill_9_the_leader_under_load_through_haproxy_and_the_standby_grants_within_5_s() {
-    let _serial = one_at_a_time();
-    let (Some(etcd_program), Some(haproxy_program)) = (tool("etcd"), tool("haproxy")) else {
+    let Some(mut setup) = Setup::start("kill", true) else {
         return;
     };
-    let scratch = Scratch::new("kill");
-    let etcd = Etcd::start(&etcd_program, &scratch.0);
-    let mut a = Scheduler::start(free_port(), &etcd.client_url);
-    let mut b = Scheduler::start(free_port(), &etcd.client_url);
-    let haproxy_port = free_port();
-    let _haproxy = haproxy(&haproxy_program, haproxy_port, a.addr(), b.addr());
-    let (leader, standby) = if leader_of(&a, &b) {
-        (&mut a, &b)
-    } else {
-        (&mut b, &a)
-    };
+    let haproxy_port = setup.haproxy_port();
+    let (leader, standby) = roles(&mut setup.a, &mut setup.b);
     let runtime = runtime();
     let outcome = kill_the_leader_under_load(
         &runtime,
@@ -354,21 +350,11 @@ fn kill_9_the_leader_under_load_through_haproxy_and_the_standby_grants_within_5_
 
 #[test]
 fn a_leader_paused_past_its_lease_resumes_as_a_standby_and_never_grants_again() {
-    let _serial = one_at_a_time();
-    let (Some(etcd_program), Some(haproxy_program)) = (tool("etcd"), tool("haproxy")) else {
+    let Some(mut setup) = Setup::start("stop", true) else {
         return;
     };
-    let scratch = Scratch::new("stop");
-    let etcd = Etcd::start(&etcd_program, &scratch.0);
-    let a = Scheduler::start(free_port(), &etcd.client_url);
-    let b = Scheduler::start(free_port(), &etcd.client_url);
-    let haproxy_port = free_port();
-    let _haproxy = haproxy(&haproxy_program, haproxy_port, a.addr(), b.addr());
-    let (leader, standby) = if leader_of(&a, &b) {
-        (&a, &b)
-    } else {
-        (&b, &a)
-    };
+    let haproxy_port = setup.haproxy_port();
+    let (leader, standby) = roles(&mut setup.a, &mut setup.b);
     let runtime = runtime();
     let target = std::net::SocketAddr::from(([127, 0, 0, 1], haproxy_port));
     let cluster = runtime.block_on(async { Cluster::start(cluster_config(target)) });
@@ -423,19 +409,11 @@ fn a_leader_paused_past_its_lease_resumes_as_a_standby_and_never_grants_again() 
 
 #[test]
 fn with_etcd_gone_the_leader_serves_until_its_lease_could_expire_and_leads_again_after() {
-    let _serial = one_at_a_time();
-    let Some(etcd_program) = tool("etcd") else {
+    let Some(mut setup) = Setup::start("etcd", false) else {
         return;
     };
-    let scratch = Scratch::new("etcd");
-    let mut etcd = Etcd::start(&etcd_program, &scratch.0);
-    let a = Scheduler::start(free_port(), &etcd.client_url);
-    let b = Scheduler::start(free_port(), &etcd.client_url);
-    let (leader, _) = if leader_of(&a, &b) {
-        (&a, &b)
-    } else {
-        (&b, &a)
-    };
+    let Setup { a, b, etcd, .. } = &mut setup;
+    let (leader, standby) = roles(a, b);
     // Just after a renewal: the lease then runs a whole TTL from it.
     let renewals = || {
         leader
@@ -457,31 +435,26 @@ fn with_etcd_gone_the_leader_serves_until_its_lease_could_expire_and_leads_again
         stepped_down_after <= TTL,
         "served {stepped_down_after:?} after etcd died: past the lease"
     );
-    assert!(!a.is_ready() && !b.is_ready(), "nobody leads without etcd");
+    assert!(
+        !leader.is_ready() && !standby.is_ready(),
+        "nobody leads without etcd"
+    );
     eprintln!("etcd killed: stepped down after {stepped_down_after:?}");
     std::thread::sleep(Duration::from_secs(1));
-    etcd = etcd.restart();
+    *etcd = etcd.restart();
     let back_after = killed_at.elapsed();
-    let led_again = wait_until(5 * TTL, "one leads again", || a.is_ready() != b.is_ready());
+    let led_again = wait_until(5 * TTL, "one leads again", || {
+        leader.is_ready() != standby.is_ready()
+    });
     eprintln!("etcd back {back_after:?} after the kill: one leads again {led_again:?} later");
-    drop(etcd);
 }
 
 #[test]
 fn sigterm_resigns_so_the_standby_leads_before_the_lease_would_have_expired() {
-    let _serial = one_at_a_time();
-    let Some(etcd_program) = tool("etcd") else {
+    let Some(mut setup) = Setup::start("term", false) else {
         return;
     };
-    let scratch = Scratch::new("term");
-    let etcd = Etcd::start(&etcd_program, &scratch.0);
-    let a = Scheduler::start(free_port(), &etcd.client_url);
-    let b = Scheduler::start(free_port(), &etcd.client_url);
-    let (leader, standby) = if leader_of(&a, &b) {
-        (&a, &b)
-    } else {
-        (&b, &a)
-    };
+    let (leader, standby) = roles(&mut setup.a, &mut setup.b);
     leader.signal("TERM");
     // Without the resignation the standby would wait for the lease: at
     // least two thirds of the TTL after the last renewal.
@@ -497,29 +470,15 @@ fn sigterm_resigns_so_the_standby_leads_before_the_lease_would_have_expired() {
 #[test]
 #[ignore = "a benchmark: scripts/bench_failover.sh"]
 fn failover_time_over_10_runs() {
-    let _serial = one_at_a_time();
-    let (Some(etcd_program), Some(haproxy_program)) = (tool("etcd"), tool("haproxy")) else {
+    let Some(mut setup) = Setup::start("bench", true) else {
         return;
     };
-    let scratch = Scratch::new("bench");
-    let etcd = Etcd::start(&etcd_program, &scratch.0);
-    let ports = [free_port(), free_port()];
-    let mut schedulers = [
-        Scheduler::start(ports[0], &etcd.client_url),
-        Scheduler::start(ports[1], &etcd.client_url),
-    ];
-    let haproxy_port = free_port();
-    let _haproxy = haproxy(
-        &haproxy_program,
-        haproxy_port,
-        schedulers[0].addr(),
-        schedulers[1].addr(),
-    );
+    let haproxy_port = setup.haproxy_port();
+    let etcd_url = setup.etcd.client_url.clone();
     let runtime = runtime();
     let mut times = Vec::new();
     for run in 1..=10 {
-        let [a, b] = &mut schedulers;
-        let (leader, standby) = if leader_of(a, b) { (a, b) } else { (b, a) };
+        let (leader, standby) = roles(&mut setup.a, &mut setup.b);
         let outcome = kill_the_leader_under_load(
             &runtime,
             haproxy_port,
@@ -537,7 +496,7 @@ fn failover_time_over_10_runs() {
         );
         times.push(outcome.to_first_grant);
         let port = leader.port;
-        *leader = Scheduler::start(port, &etcd.client_url);
+        *leader = Scheduler::start(port, &etcd_url);
     }
     times.sort();
     println!(

@@ -14,8 +14,9 @@ use std::{
 pub const USER_TOKEN: &str = "ha-user-token";
 pub const SERVANT_TOKEN: &str = "ha-servant-token";
 pub const SECRET: &str = "ha-test-secret";
-/// The schedulers' `--adoption_window`.
-pub const ADOPTION_WINDOW: Duration = Duration::from_secs(5);
+/// The schedulers' `--adoption_window` (the default): long enough for a
+/// delegate's prefetched spare grant, issued by the old leader, to be used.
+pub const ADOPTION_WINDOW: Duration = Duration::from_secs(15);
 /// The longest any external program of a test may live.
 const PROGRAM_LIFETIME_SECS: u64 = 300;
 /// Until HAProxy has checked every server enough to know which is down.
@@ -220,9 +221,6 @@ impl Scheduler {
                 // HAProxy's PROXY headers name the daemons.
                 "--trusted_proxies=127.0.0.1".to_owned(),
                 "--debugging_no_inspect_auth".to_owned(),
-                // Shorter than a test's load before the kill, so only the
-                // window the new leader opens on winning can adopt the tasks.
-                format!("--adoption_window={}", ADOPTION_WINDOW.as_secs()),
             ])
             .env("RUST_LOG", "info,yadcc_scheduler::access=warn")
             .stdin(Stdio::null())
@@ -372,4 +370,60 @@ pub fn leader_of(a: &Scheduler, b: &Scheduler) -> bool {
         a.is_ready() != b.is_ready()
     });
     a.is_ready()
+}
+
+/// (leader, standby) of the two, once exactly one is ready.
+pub fn roles<'s>(
+    a: &'s mut Scheduler,
+    b: &'s mut Scheduler,
+) -> (&'s mut Scheduler, &'s mut Scheduler) {
+    if leader_of(a, b) { (a, b) } else { (b, a) }
+}
+
+/// What a test runs on: one etcd, two schedulers elected on it, HAProxy in
+/// front of them if asked for; the tests' turn held until it is dropped
+/// (the schedulers first, the turn last).
+pub struct Setup {
+    pub a: Scheduler,
+    pub b: Scheduler,
+    /// HAProxy and the port daemons connect to.
+    pub haproxy: Option<(External, u16)>,
+    pub etcd: Etcd,
+    _scratch: Scratch,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl Setup {
+    /// None (a skip, outside CI) when etcd, or HAProxy if asked for, is
+    /// not installed.
+    pub fn start(name: &str, with_haproxy: bool) -> Option<Setup> {
+        let turn = one_at_a_time();
+        let etcd_program = tool("etcd")?;
+        let haproxy_program = if with_haproxy {
+            Some(tool("haproxy")?)
+        } else {
+            None
+        };
+        let scratch = Scratch::new(name);
+        let etcd = Etcd::start(&etcd_program, &scratch.0);
+        let a = Scheduler::start(free_port(), &etcd.client_url);
+        let b = Scheduler::start(free_port(), &etcd.client_url);
+        let haproxy = haproxy_program.map(|program| {
+            let port = free_port();
+            (haproxy(&program, port, a.addr(), b.addr()), port)
+        });
+        Some(Setup {
+            a,
+            b,
+            haproxy,
+            etcd,
+            _scratch: scratch,
+            _turn: turn,
+        })
+    }
+
+    /// Where daemons connect: HAProxy.
+    pub fn haproxy_port(&self) -> u16 {
+        self.haproxy.as_ref().expect("started with HAProxy").1
+    }
 }
