@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need on a fresh Debian machine
-# (Chromium for the dashboard browser test and Lighthouse; promtool from
+# (Chromium for the dashboard browser test and Lighthouse; etcd and HAProxy
+# for the hot standby's tests; promtool from
 # Debian's prometheus package for the /metrics test; a Python environment
 # with Google's protobuf, schemathesis, the OpenAPI validator and
 # prometheus-client, see scripts/python_deps.sh; a grpcio client,
@@ -42,6 +43,16 @@ fi
 
 scripts/python_deps.sh
 scripts/validate_openapi.sh
+
+# The hot standby's tests (tests/ha/) start Debian's etcd and HAProxy.
+if ! command -v etcd >/dev/null 2>&1; then
+  echo "installing etcd-server (hot standby tests)..."
+  apt_install etcd-server
+fi
+if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
+  echo "installing haproxy (hot standby tests)..."
+  apt_install haproxy
+fi
 
 # Client tools of the integration tests, pinned, each set in its own
 # directory under target/test-tools (where the tests look; YADCC_TEST_TOOLS

@@ -51,6 +51,7 @@
 //! http                            HTTP protocols: seam, dialects, gRPC, reflection, health
 //! rpc                             the call core: dispatch, state, errors, codecs
 //! service dashboard metrics       the six RPCs; beside the path: people, Prometheus
+//! ha                              hot standby: leadership elected on etcd, fencing
 //! contract                        what requests must satisfy, as data
 //! engine                          the scheduling rules
 //! edge protocol grammar readiness build_info logging  leaves: limits, labels, grammars, readiness, the build, log limits
@@ -101,7 +102,7 @@
 //! - [`http::reflection`]: gRPC server reflection from that descriptor set;
 //!   [`http::health`]: the gRPC health service, reporting [`readiness`] (the
 //!   one readiness `/readyz` reports, flipped by [`net`] when a shutdown
-//!   begins); both served over gRPC, gRPC-Web and Connect by
+//!   begins and by [`ha`] while standing by); both served over gRPC, gRPC-Web and Connect by
 //!   [`http::connect_bridge`] (Connect in front of tonic's services).
 //! - [`openapi`]: the OpenAPI document built from the descriptor pool (one
 //!   file per part: paths, schemas, errors, security, examples, prose and
@@ -122,6 +123,14 @@
 //!   scraper asks (`exposition.rs`), the `process_*` series (`process.rs`)
 //!   and the build's version and commit ([`build_info`], embedded by
 //!   `build.rs`; `--version` prints them too).
+//! - [`ha`] (`src/ha/`): the hot standby. `election.rs` campaigns on etcd
+//!   (etcd's own election and lease services, stubs from `proto/etcd/` in
+//!   `etcd.rs`) and, on winning, restarts the engine and opens its
+//!   [`engine::GrantFence`] until the lease could expire; `mod.rs` is the
+//!   narrow side the rest sees, [`ha::Leadership`]: whether this instance
+//!   serves (the call core refuses RPCs otherwise, [`net`] closes daemon
+//!   connections), the role for `/readyz`, the dashboard and the metrics.
+//!   [`net::proxy`] reads the PROXY header a balancer in front of it sends.
 //! - [`config`]: the command line (`src/main.rs` starts and stops the server):
 //!   `server.rs` (the scheduler's flags), `demo.rs` (`--demo`, and with the
 //!   `bench-route` cargo feature the hidden `--bench_bare_route`),
@@ -163,6 +172,7 @@ pub mod dashboard;
 pub mod edge;
 pub mod engine;
 pub mod grammar;
+pub mod ha;
 pub mod http;
 pub mod logging;
 pub mod metrics;

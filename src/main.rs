@@ -10,7 +10,8 @@ use yadcc_scheduler::{
     config::{Cli, Settings, server::LogFormat},
     dashboard::InspectAccess,
     edge,
-    engine::{self, Scheduler},
+    engine::{self, GrantFence, Scheduler},
+    ha::{self, Leadership, election::Election},
     logging::LimitedWarnings,
     net, sim,
 };
@@ -75,13 +76,23 @@ async fn main() -> ExitCode {
 
 async fn run(settings: Settings) -> std::io::Result<()> {
     warn_about_open_doors(&settings);
-    let engine = Scheduler::new(settings.engine.clone());
+    let mut engine_config = settings.engine.clone();
+    // With a hot standby, the engine grants only while elected.
+    let leadership = if settings.ha.is_some() {
+        let fence = GrantFence::closed();
+        engine_config.grant_fence = fence.clone();
+        Leadership::elected(fence)
+    } else {
+        Leadership::solo()
+    };
+    let engine = Scheduler::new(engine_config);
     // Connections cost descriptors; the connection cap is derived from this.
     match edge::raise_fd_limit() {
         Ok(limit) => tracing::info!("file-descriptor limit: {limit}"),
         Err(error) => tracing::warn!("cannot raise the file-descriptor limit: {error}"),
     }
-    let state = AppState::new(engine.clone(), settings.http.clone());
+    let state =
+        AppState::with_leadership(engine.clone(), settings.http.clone(), leadership.clone());
     let listener = bind_when_free(settings.listen).await.map_err(|error| {
         std::io::Error::new(
             error.kind(),
@@ -98,7 +109,17 @@ async fn run(settings: Settings) -> std::io::Result<()> {
         router = router.merge(bench_route::bare_router());
     }
     let demo = settings.demo.then(|| start_demo(&settings, local));
-    net::serve(listener, router, state, shutdown_signal(engine, demo)).await
+    let election = settings.ha.clone().map(|mut ha| {
+        ha.instance = ha::instance_name(local);
+        Election::start(ha, leadership, engine.clone())
+    });
+    net::serve(
+        listener,
+        router,
+        state,
+        shutdown_signal(engine, demo, election),
+    )
+    .await
 }
 
 /// The baseline of benchmark P1 (`yadcc-loadgen hammer`): what the HTTP stack
@@ -201,9 +222,14 @@ fn warn_about_open_doors(settings: &Settings) {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM, after telling the engine to answer every
+/// Resolves on SIGINT or SIGTERM, after resigning from the election (so a
+/// standby takes over at once) and telling the engine to answer every
 /// queued wait, so in-flight long polls finish and the server can drain.
-async fn shutdown_signal(engine: Scheduler, demo: Option<sim::Cluster>) {
+async fn shutdown_signal(
+    engine: Scheduler,
+    demo: Option<sim::Cluster>,
+    election: Option<Election>,
+) {
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -225,6 +251,9 @@ async fn shutdown_signal(engine: Scheduler, demo: Option<sim::Cluster>) {
     if let Some(demo) = demo {
         tracing::info!("demo: stopping the simulated cluster");
         demo.stop().await;
+    }
+    if let Some(election) = election {
+        election.resign().await;
     }
     tracing::info!("shutting down: answering waiting calls, draining connections");
     engine.shutdown();

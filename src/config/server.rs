@@ -141,6 +141,23 @@ pub struct ServerFlags {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// Comma-separated etcd client URLs (`http://etcd1:2379,...`): run as one
+    /// of several schedulers of which the one elected on etcd serves and the
+    /// others stand by, ready to take over. Needs
+    /// --serving_daemon_token_secret (the same on every instance).
+    #[arg(long, value_delimiter = ',')]
+    pub ha_etcd_endpoints: Vec<String>,
+
+    /// The etcd election the instances campaign in (a key prefix).
+    #[arg(long, default_value = crate::ha::DEFAULT_ELECTION_NAME)]
+    pub ha_election_name: String,
+
+    /// The leader's etcd lease, whole seconds: a leader that dies holds the
+    /// election this long at most, and one that cannot renew stops serving
+    /// before it runs out.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub ha_lease_ttl: Duration,
+
     /// Comma-separated origins (`https://ci.example.com`) whose pages may call
     /// the RPCs from a browser (Connect, gRPC-Web); `*` for any. Default: none.
     #[arg(long, value_delimiter = ',')]

@@ -7,12 +7,16 @@
 //! - Anything else (curl, browsers, Connect, h2c `PRI `): hyper, HTTP/1.1 and
 //!   HTTP/2, serving the axum router, the sniffed bytes replayed first.
 //!
+//! From a `--trusted_proxies` address, a PROXY protocol header (v1 or v2,
+//! [`proxy`]) may come first: the connection is then the named client's.
+//!
 //! Over the global cap (derived from the file-descriptor limit) or the
 //! per-address cap, a connection is accepted and closed at once, so it never
 //! waits in the backlog and never costs anyone else a descriptor.
 
 pub mod answers;
 pub mod io;
+pub mod proxy;
 
 use std::{
     collections::HashMap,
@@ -235,15 +239,20 @@ fn admit(shared: &Arc<Listener>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Op
 async fn serve_connection(
     shared: Arc<Listener>,
     mut stream: TcpStream,
-    peer: SocketAddr,
+    mut peer: SocketAddr,
     stopping: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let mut first = BytesMut::with_capacity(1024);
-    let sniffed = tokio::time::timeout(
-        shared.edge.header_read_timeout,
-        sniff(&mut stream, &mut first),
-    )
+    let from_proxy = shared.state.settings.is_trusted(peer.ip().to_canonical());
+    let sniffed = tokio::time::timeout(shared.edge.header_read_timeout, async {
+        if from_proxy {
+            peer = read_proxy_header(&mut stream, &mut first)
+                .await?
+                .unwrap_or(peer);
+        }
+        sniff(&mut stream, &mut first).await
+    })
     .await;
     let protocol = match sniffed {
         Ok(Some(protocol)) => protocol,
@@ -251,19 +260,55 @@ async fn serve_connection(
         Ok(None) | Err(_) => return,
     };
     let state = shared.state.clone();
+    // A hot standby closes daemon connections at once, and those it held
+    // when it stopped leading: daemons reconnect through the load balancer.
+    let leadership = &state.leadership;
+    if protocol != Sniffed::Hyper && !leadership.is_serving() {
+        return;
+    }
     match protocol {
         Sniffed::Flare => {
             let _open = state.metrics.connection_opened(CallProtocol::Flare);
-            daemon::serve(Flare, state.clone(), stream, peer, first, stopping).await;
+            let serve = daemon::serve(Flare, state.clone(), stream, peer, first, stopping);
+            leadership.while_leading(serve).await;
         }
         Sniffed::DaemonHttp => {
             let _open = state.metrics.connection_opened(CallProtocol::HttpPb);
             let framing = HttpPb::new(shared.router.clone());
-            daemon::serve(framing, state.clone(), stream, peer, first, stopping).await;
+            let serve = daemon::serve(framing, state.clone(), stream, peer, first, stopping);
+            leadership.while_leading(serve).await;
         }
         Sniffed::Hyper => {
             let _open = state.metrics.connection_opened(CallProtocol::Http);
             serve_hyper(&shared, stream, peer, first, stopping).await;
+        }
+    }
+}
+
+/// Reads a trusted proxy's PROXY header, if one comes, and takes it out of
+/// `buf`: Some(the client it names), Some(None) without one, None if the
+/// peer closed first or sent a header that does not parse.
+async fn read_proxy_header(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> Option<Option<SocketAddr>> {
+    loop {
+        match proxy::parse(buf) {
+            proxy::Header::Absent => return Some(None),
+            proxy::Header::Present { len, client } => {
+                let _ = buf.split_to(len);
+                return Some(client);
+            }
+            proxy::Header::Invalid => {
+                tracing::debug!(target: LOG, "closed: a PROXY header that does not parse");
+                return None;
+            }
+            proxy::Header::Incomplete => {}
+        }
+        buf.reserve(proxy::MAX_HEADER_BYTES);
+        match stream.read_buf(buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
         }
     }
 }

@@ -34,7 +34,8 @@ pub enum ErrorKind {
     /// answers.
     MethodNotFound,
     /// The server will not take the call now (a per-connection limit of
-    /// calls in flight, or the call waited past its deadline before it ran).
+    /// calls in flight, the call waited past its deadline before it ran, or
+    /// this instance is a hot standby).
     Overloaded,
     /// A compressed request (flare `compression_algorithm` 2..5, a gRPC
     /// message compressed as its `grpc-encoding` says).

@@ -108,6 +108,14 @@ pub async fn call(
     let named = method.as_ref().ok().copied();
     let outcome = async {
         let method = method?;
+        // A standby takes no call (its daemons go to the leader through the
+        // load balancer); nor does a leader whose lease may have run out.
+        if let Some(standby) = state.leadership.refusal() {
+            return Err(ApiError::new(
+                ErrorKind::Overloaded,
+                format!("{method}: not served here: {standby}"),
+            ));
+        }
         let ctx = CallContext {
             peer: call.peer,
             deadline: call

@@ -15,6 +15,7 @@ use crate::{
     dashboard::{self, Dashboard},
     edge::{BodyBudget, EdgeSettings},
     engine::Scheduler,
+    ha::Leadership,
     logging::{AccessLog, RateLimit},
     metrics::Metrics,
     protocol::PeerProtocols,
@@ -109,7 +110,10 @@ pub struct AppParts {
     pub running_tasks: RunningTasksAnswers,
     /// Access lines of failed and slow calls, one a second per kind.
     pub access_lines: RateLimit<AccessKind>,
-    /// Whether the scheduler takes calls (`/readyz`, gRPC health).
+    /// Whether this instance serves (always, unless it is a hot standby).
+    pub leadership: Leadership,
+    /// Whether the scheduler takes calls (`/readyz`, gRPC health); the
+    /// election's, so that a standby is not ready.
     pub readiness: Readiness,
 }
 
@@ -122,15 +126,28 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
-    /// Must run inside a tokio runtime (the dashboard starts its sampler).
+    /// The only scheduler. Must run inside a tokio runtime (the dashboard
+    /// starts its sampler).
     pub fn new(engine: Scheduler, settings: HttpSettings) -> Self {
+        Self::with_leadership(engine, settings, Leadership::solo())
+    }
+
+    /// One of several elected on etcd ([`crate::ha`]), or [`Leadership::solo`].
+    pub fn with_leadership(
+        engine: Scheduler,
+        settings: HttpSettings,
+        leadership: Leadership,
+    ) -> Self {
         let peer_protocols = Arc::new(PeerProtocols::default());
+        let mut metrics = Metrics::new(engine.clone());
+        metrics.register_leadership(&leadership);
         Self(Arc::new(AppParts {
-            metrics: Metrics::new(engine.clone()),
+            metrics,
             dashboard: Dashboard::start(
                 engine.clone(),
                 settings.inspect.clone(),
                 Arc::clone(&peer_protocols),
+                leadership.clone(),
             ),
             peer_protocols,
             body_budget: BodyBudget::new(settings.edge.max_buffered_body_bytes),
@@ -138,7 +155,8 @@ impl AppState {
             settings,
             running_tasks: RunningTasksAnswers::default(),
             access_lines: RateLimit::default(),
-            readiness: Readiness::new(),
+            readiness: leadership.readiness().clone(),
+            leadership,
         }))
     }
 }
