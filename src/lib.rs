@@ -54,7 +54,7 @@
 //! ha                              hot standby: leadership elected on etcd, fencing
 //! contract                        what requests must satisfy, as data
 //! engine                          the scheduling rules
-//! edge protocol grammar readiness build_info  leaves: limits, labels, grammars, readiness, the build
+//! edge protocol grammar readiness build_info logging  leaves: limits, labels, grammars, readiness, the build, log limits
 //! sim                             the simulated daemons: generated types only
 //! pb                              generated types, Method, Encoding
 //! ```
@@ -79,8 +79,16 @@
 //! the comments cite by name are listed in `RULES.md`, each with the
 //! function that holds it. Tests by topic in `tests/`.
 //!
-//! The edge's limits (timeouts, caps, the budget for buffered bodies) are
-//! [`edge`], one flag each; every protocol obeys them.
+//! The edge's limits (timeouts, caps, the budget for buffered request
+//! bytes: each connection's own 64 KiB, then the global budget; the bound on
+//! a connection's queued answers) are [`edge`], one flag or named constant
+//! each; every protocol obeys them. A daemon connection counts its queued
+//! answers in `daemon::conn` (an answer is a head and a payload shared by
+//! every caller, written with one vectored write); a hyper connection's
+//! answers are counted until hyper takes them in `net::answers`, which also
+//! closes a connection whose answers make no progress. [`logging`]: which
+//! calls the access log writes (`--access_log`) and the limit of one line a
+//! second per kind on what clients can make the server write.
 //!
 //! Beside the request path, never in it:
 //! - [`contract`]: what a request's fields must satisfy (engine limits,
@@ -144,9 +152,11 @@
 //!   (SIGKILL and restart of the real binary under load) and `scripts/bench.sh`.
 //!
 //! Tests: unit tests beside the code (the engine's in `engine/tests/`, with
-//! paused time), integration tests over real sockets and real Chromium in
-//! `tests/it/` (with `differential.rs`, the JSON mapping against Google's
-//! protobuf through `scripts/differential.py`, and `openapi_*.rs`, the
+//! paused time), issue 22's attacks on the real binary in `tests/memory/`
+//! (a test binary of its own, one attack at a time: peak RSS and a
+//! legitimate daemon's latency), integration tests over real sockets and
+//! real Chromium in `tests/it/` (with `differential.rs`, the JSON mapping
+//! against Google's protobuf through `scripts/differential.py`, and `openapi_*.rs`, the
 //! document against the code and a live server's answers against the
 //! document's schemas with `jsonschema`, and `peers/`, the original yadcc's
 //! daemons and compiler wrapper in network namespaces against the real
@@ -164,6 +174,7 @@ pub mod engine;
 pub mod grammar;
 pub mod ha;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 pub mod net;
 pub mod openapi;

@@ -12,6 +12,7 @@ use yadcc_scheduler::{
     edge,
     engine::{self, GrantFence, Scheduler},
     ha::{self, Leadership, election::Election},
+    logging::LimitedWarnings,
     net, sim,
 };
 
@@ -38,9 +39,12 @@ async fn main() -> ExitCode {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
+    // A client can make warnings happen (an HTTP/2 connection reset, accept
+    // failures): at most one line a second from each place, in either format.
     match cli.server.log_format {
         LogFormat::Text => logs
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .map_event_format(LimitedWarnings::new)
             .init(),
         // One object per line: `timestamp`, `level`, `target` and the event's
         // `fields` (its message among them); spans carry nothing worth a key.
@@ -48,6 +52,7 @@ async fn main() -> ExitCode {
             .json()
             .with_current_span(false)
             .with_span_list(false)
+            .map_event_format(LimitedWarnings::new)
             .init(),
     }
     for warning in flag_warnings {

@@ -10,7 +10,7 @@ use std::{
 use clap::{Args, ValueEnum};
 
 use super::settings::{parse_duration, parse_size};
-use crate::engine::Redacted;
+use crate::{engine::Redacted, logging::AccessLog};
 
 #[derive(Debug, Clone, Args)]
 #[command(rename_all = "snake_case")]
@@ -114,11 +114,22 @@ pub struct ServerFlags {
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections_per_ip: u32,
 
-    /// Bytes buffered at most, over all connections, for request bodies above
-    /// 64K that are still arriving; a request that does not fit is answered
-    /// "overloaded" (or, on the binary protocol, its connection is closed).
+    /// Request bytes buffered at most over all connections beyond each
+    /// connection's own 64K (every byte of every body counts); a request
+    /// that does not fit is answered "overloaded" (or, on the binary
+    /// protocol, its connection is closed).
     #[arg(long, default_value = "32M", value_parser = parse_size)]
     pub max_buffered_body_bytes: u64,
+
+    /// HTTP/2 streams one connection may have open at once.
+    #[arg(long, default_value_t = crate::edge::DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub http2_max_concurrent_streams: u32,
+
+    /// Which calls the access log writes: every one (`all`), failed and slow
+    /// ones at most once a second per kind (`errors`), or none (`off`).
+    #[arg(long, value_enum, default_value_t = AccessLog::Errors)]
+    pub access_log: AccessLog,
 
     /// On SIGINT/SIGTERM, how long open connections may finish their calls
     /// (waiting long polls are answered at once) before they are closed.

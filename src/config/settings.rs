@@ -243,6 +243,7 @@ impl Cli {
             max_buffered_body_bytes: usize::try_from(self.server.max_buffered_body_bytes)
                 .map_err(|_| "--max_buffered_body_bytes is too large".to_owned())?,
             shutdown_grace: self.server.shutdown_grace,
+            http2_max_concurrent_streams: self.server.http2_max_concurrent_streams,
         };
         let cors_allowed_origins = self
             .server
@@ -292,6 +293,7 @@ impl Cli {
                 inspect: self.inspect_access(listen),
                 edge,
                 cors_allowed_origins,
+                access_log: self.server.access_log,
             },
             ha,
             demo: self.sim.demo,

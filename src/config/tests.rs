@@ -63,6 +63,7 @@ fn edge_flags_have_documented_defaults_and_bounds() {
         "--max_connections=100",
         "--max_connections_per_ip=3",
         "--max_buffered_body_bytes=8M",
+        "--http2_max_concurrent_streams=16",
     ])
     .settings()
     .unwrap()
@@ -73,6 +74,17 @@ fn edge_flags_have_documented_defaults_and_bounds() {
     assert_eq!(tuned.max_connections, Some(100));
     assert_eq!(tuned.max_connections_per_ip, 3);
     assert_eq!(tuned.max_buffered_body_bytes, 8 << 20);
+    assert_eq!(tuned.http2_max_concurrent_streams, 16);
+    assert!(
+        Cli::try_parse_args([
+            "yadcc-scheduler",
+            "--acceptable_user_tokens=u",
+            "--acceptable_servant_tokens=s",
+            "--http2_max_concurrent_streams=0",
+        ])
+        .is_err(),
+        "a connection needs a stream"
+    );
     let error = cli(&[
         "--acceptable_user_tokens=u",
         "--acceptable_servant_tokens=s",
@@ -83,6 +95,33 @@ fn edge_flags_have_documented_defaults_and_bounds() {
     assert!(error.contains("--idle_timeout"), "{error}");
     assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
     assert!(parse_duration("soon").is_err());
+}
+
+#[test]
+fn the_access_log_keeps_errors_by_default_and_takes_all_or_off() {
+    use crate::logging::AccessLog;
+    let mode = |extra: &[&str]| {
+        let mut args = vec![
+            "--acceptable_user_tokens=u",
+            "--acceptable_servant_tokens=s",
+        ];
+        args.extend(extra);
+        cli(&args)
+            .settings()
+            .map(|settings| settings.http.access_log)
+    };
+    assert_eq!(mode(&[]), Ok(AccessLog::Errors));
+    assert_eq!(mode(&["--access_log=all"]), Ok(AccessLog::All));
+    assert_eq!(mode(&["--access-log=off"]), Ok(AccessLog::Off));
+    assert!(
+        Cli::try_parse_args([
+            "yadcc-scheduler",
+            "--acceptable_user_tokens=u",
+            "--acceptable_servant_tokens=s",
+            "--access_log=some",
+        ])
+        .is_err()
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::{pb, service::RpcStatus};
 
 /// What went wrong, independent of how it is written on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     /// A scheduler outcome (`Status` of the seed).
     Scheduler(pb::Status),

@@ -10,12 +10,13 @@ use std::{
 
 use axum::http::{HeaderMap, HeaderValue};
 
-use super::running_tasks::RunningTasksAnswers;
+use super::{AccessKind, running_tasks::RunningTasksAnswers};
 use crate::{
     dashboard::{self, Dashboard},
     edge::{BodyBudget, EdgeSettings},
     engine::Scheduler,
     ha::Leadership,
+    logging::{AccessLog, RateLimit},
     metrics::Metrics,
     protocol::PeerProtocols,
     readiness::Readiness,
@@ -39,6 +40,8 @@ pub struct HttpSettings {
     /// Origins whose browser pages may call the RPCs (CORS); `*` for any.
     /// Empty: no cross-origin calls.
     pub cors_allowed_origins: Vec<HeaderValue>,
+    /// Which calls and requests the access log writes.
+    pub access_log: AccessLog,
 }
 
 impl Default for HttpSettings {
@@ -49,6 +52,7 @@ impl Default for HttpSettings {
             inspect: dashboard::InspectAccess::Closed,
             edge: EdgeSettings::default(),
             cors_allowed_origins: Vec::new(),
+            access_log: AccessLog::default(),
         }
     }
 }
@@ -99,10 +103,13 @@ pub struct AppParts {
     pub dashboard: Arc<Dashboard>,
     /// The protocol of each peer's latest call (shown by the dashboard).
     pub peer_protocols: Arc<PeerProtocols>,
-    /// Bytes buffered for large request bodies, on every protocol.
+    /// The global budget of buffered request bytes, beyond each
+    /// connection's own allowance, on every protocol.
     pub body_budget: BodyBudget,
     /// `GetRunningTasks` answers, encoded once per list and encoding.
     pub running_tasks: RunningTasksAnswers,
+    /// Access lines of failed and slow calls, one a second per kind.
+    pub access_lines: RateLimit<AccessKind>,
     /// Whether this instance serves (always, unless it is a hot standby).
     pub leadership: Leadership,
     /// Whether the scheduler takes calls (`/readyz`, gRPC health); the
@@ -147,6 +154,7 @@ impl AppState {
             service: SchedulerService::new(engine),
             settings,
             running_tasks: RunningTasksAnswers::default(),
+            access_lines: RateLimit::default(),
             readiness: leadership.readiness().clone(),
             leadership,
         }))
