@@ -89,12 +89,12 @@ loadgen() {
 if [[ " $only " == *" p1 "* ]]; then
   echo "== P1: Heartbeat over flare, http+pb and JSON against the bare route"
   start_scheduler --bench_bare_route
-  loadgen --protocol "$p1_protocol" hammer "${p1_args[@]}" >"$out/p1.jsonl"
+  loadgen --protocol "$p1_protocol" heartbeat-rate "${p1_args[@]}" >"$out/p1.jsonl"
   stop_scheduler
   cat "$out/p1.jsonl"
   echo "== P1, the daemons' habit: 2 connections, 32 calls in flight on each"
   start_scheduler --bench_bare_route
-  loadgen --protocol "$p1_protocol" hammer "${p1_daemon_args[@]}" \
+  loadgen --protocol "$p1_protocol" heartbeat-rate "${p1_daemon_args[@]}" \
     --targets flare,http+pb,bare >"$out/p1-daemon.jsonl"
   stop_scheduler
   cat "$out/p1-daemon.jsonl"
@@ -103,7 +103,7 @@ fi
 if [[ " $only " == *" p3 "* ]]; then
   echo "== P3: servants + grant cycles over $p3_protocol"
   start_scheduler
-  loadgen --protocol "$p3_protocol" cluster "${p3_args[@]}" >"$out/p3.jsonl"
+  loadgen --protocol "$p3_protocol" grant-cycles "${p3_args[@]}" >"$out/p3.jsonl"
   stop_scheduler
   cat "$out/p3.jsonl"
 fi
@@ -114,7 +114,7 @@ if [[ " $only " == *" p5 "* ]]; then
   for protocol in $p5_protocols; do
     for machines in $p5_sizes; do
       start_scheduler
-      loadgen --protocol "$protocol" mix --machines "$machines" "${p5_args[@]}" >>"$out/p5.jsonl"
+      loadgen --protocol "$protocol" daemon-mix --machines "$machines" "${p5_args[@]}" >>"$out/p5.jsonl"
       stop_scheduler
     done
   done

@@ -8,8 +8,8 @@
 #   scripts/bench_instructions.sh flare           # one protocol
 #   SECONDS_MEASURED=20 scripts/bench_instructions.sh
 #
-# For each protocol: a scheduler under callgrind, `yadcc-loadgen hammer`
-# against it; once the hammer's servants are set up and heartbeats flow,
+# For each protocol: a scheduler under callgrind, `yadcc-loadgen heartbeat-rate`
+# against it; once the benchmark's servants are set up and heartbeats flow,
 # callgrind's counters are zeroed, SECONDS_MEASURED later they are dumped, and
 # the Heartbeat calls in between are read from the scheduler's /metrics.
 # Prints instructions per call; the profiles stay in $OUT
@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 protocols=${*:-"flare http+pb"}
-measured=${SECONDS_MEASURED:-10}  # at most 15: the hammer runs 25 s after its warm-up
+measured=${SECONDS_MEASURED:-10}  # at most 15: the benchmark runs 25 s after its warm-up
 out=${OUT:-target/instructions}
 bin=target/release
 mkdir -p "$out"
@@ -53,12 +53,12 @@ for protocol in $protocols; do
     sleep 0.2
   done
   "$bin/yadcc-loadgen" --scheduler "127.0.0.1:$port" --user-token u --servant-token s \
-    --protocol "$protocol" hammer --connections 64 --tasks 16 --rounds 1 \
+    --protocol "$protocol" heartbeat-rate --connections 64 --tasks 16 --rounds 1 \
     --warmup 5 --duration 25 --targets "$protocol" \
     >/dev/null 2>"$out/loadgen.$protocol.log" &
   loadgen_pid=$!
   # Set-up registers 64 servants and fills them with grants (a few hundred
-  # calls); wait until the hammer's own heartbeats are flowing.
+  # calls); wait until the benchmark's own heartbeats are flowing.
   for _ in $(seq 600); do
     kill -0 "$loadgen_pid" 2>/dev/null || { cat "$out/loadgen.$protocol.log" >&2; exit 1; }
     [ "$(heartbeats "$protocol")" -gt 3000 ] && break

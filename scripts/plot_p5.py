@@ -22,7 +22,7 @@ def main(source: str, target: str) -> None:
             if not line:
                 continue
             run = json.loads(line)
-            if run.get("bench") == "mix":
+            if run.get("bench") in ("daemon-mix", "mix"):
                 runs[run["protocol"]].append(run)
     if not runs:
         sys.exit(f"{source}: no mix runs")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Restart figure (issue 10): a simulated cluster of stock-daemon behaviour
-# (yadcc-loadgen `cluster`, over flare: the daemons' default protocol, named
+# (yadcc-loadgen `grant-cycles`, over flare: the daemons' default protocol, named
 # explicitly so the figure says what produced it) runs against the scheduler;
 # 25 s in, the scheduler is SIGKILLed and started again at once on the same
 # port with the same serving-daemon secret. The loadgen's summary counts tasks killed by
@@ -21,7 +21,7 @@ target/release/yadcc-scheduler "${args[@]}" &
 first=$!
 trap 'kill "$first" "${second:-}" 2>/dev/null || true' EXIT
 sleep 1
-target/release/yadcc-loadgen --scheduler "127.0.0.1:$port" --protocol flare cluster \
+target/release/yadcc-loadgen --scheduler "127.0.0.1:$port" --protocol flare grant-cycles \
   --servants "$servants" --delegates "$delegates" --cycles-per-second 200 \
   --duration 40 --warmup 5 --task-min-ms 1200 --task-max-ms 8000 --progress-every 5 &
 loadgen=$!

@@ -2,14 +2,16 @@
 //! sockets, speaking `flare://` (the daemons' default), `http+pb` or JSON,
 //! and reports per RPC throughput, latency percentiles and errors.
 //!
-//! - `hammer` (benchmark P1): Heartbeat as fast as possible over N
+//! - `heartbeat-rate` (benchmark P1): Heartbeat as fast as possible over N
 //!   connections, over flare, http+pb and JSON, against the bare route (the
 //!   scheduler must be built with `--features bench-route` and run with
 //!   `--bench_bare_route` for `bare`).
-//! - `cluster` (benchmark P3): servants heartbeating every second and
+//! - `grant-cycles` (benchmark P3): servants heartbeating every second and
 //!   delegates acquiring, renewing and freeing grants at a chosen rate.
-//! - `mix` (benchmark P5): the real daemon mix, every machine servant and
-//!   delegate, `GetRunningTasks` every second.
+//! - `daemon-mix` (benchmark P5): the real daemon mix, every machine servant
+//!   and delegate, `GetRunningTasks` every second.
+//!
+//! The modes' earlier names (`hammer`, `cluster`, `mix`) still work.
 //!
 //! A person reads the report on stderr; each run also prints one JSON object
 //! per line on stdout for scripts (`scripts/bench.sh` plots them).
@@ -26,7 +28,7 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::{Value, json};
 use yadcc_scheduler::sim::{
     self, Cluster, ClusterConfig, Protocol, Workload,
-    hammer::{self, HammerConfig, Target},
+    heartbeat_rate::{self, HeartbeatRateConfig, Target},
     process::{self, ProcessSample},
     stats::{Report, Row, millis, quantile_of},
 };
@@ -58,7 +60,7 @@ struct Cli {
     #[arg(long, global = true)]
     scheduler_pid: Option<u32>,
 
-    /// Exit with status 1 if any call failed (or, for `cluster` and `mix`,
+    /// Exit with status 1 if any call failed (or, for `grant-cycles` and `daemon-mix`,
     /// any task was killed or refused a renewal).
     #[arg(long, global = true)]
     fail_on_errors: bool,
@@ -70,14 +72,17 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Servants plus delegates at a steady grant rate (benchmark P3).
-    Cluster(ClusterArgs),
+    #[command(alias = "cluster")]
+    GrantCycles(ClusterArgs),
     /// The real daemon mix: every machine servant and delegate (benchmark P5).
-    Mix(MixArgs),
+    #[command(alias = "mix")]
+    DaemonMix(MixArgs),
     /// Heartbeat as fast as possible per protocol (benchmark P1).
-    Hammer(HammerArgs),
+    #[command(alias = "hammer")]
+    HeartbeatRate(HeartbeatRateArgs),
 }
 
-/// What `cluster` and `mix` share.
+/// What `grant-cycles` and `daemon-mix` share.
 #[derive(Debug, Args)]
 struct RunArgs {
     /// Measured seconds.
@@ -152,7 +157,7 @@ struct MixArgs {
 }
 
 #[derive(Debug, Args)]
-struct HammerArgs {
+struct HeartbeatRateArgs {
     /// Connections, each one simulated servant.
     #[arg(long, default_value_t = 64)]
     connections: usize,
@@ -257,9 +262,9 @@ async fn main() -> ExitCode {
     };
     let protocol = cli.protocol.or(named).unwrap_or_default();
     let outcome = match &cli.command {
-        Command::Cluster(args) => run_cluster(&cli, args, target, protocol).await,
-        Command::Mix(args) => run_mix(&cli, args, target, protocol).await,
-        Command::Hammer(args) => run_hammer(&cli, args, target, protocol).await,
+        Command::GrantCycles(args) => run_grant_cycles(&cli, args, target, protocol).await,
+        Command::DaemonMix(args) => run_daemon_mix(&cli, args, target, protocol).await,
+        Command::HeartbeatRate(args) => run_heartbeat_rate(&cli, args, target, protocol).await,
     };
     match outcome {
         Ok(failures) if failures > 0 && cli.fail_on_errors => {
@@ -274,7 +279,7 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Applies the options `cluster` and `mix` share.
+/// Applies the options `grant-cycles` and `daemon-mix` share.
 fn apply(config: &mut ClusterConfig, run: &RunArgs, protocol: Protocol) {
     config.protocol = protocol;
     config.environments = run.environments;
@@ -284,8 +289,8 @@ fn apply(config: &mut ClusterConfig, run: &RunArgs, protocol: Protocol) {
         ..=Duration::from_millis(run.task_max_ms.max(run.task_min_ms));
 }
 
-/// Runs `cluster`; returns the number of failures.
-async fn run_cluster(
+/// Runs `grant-cycles`; returns the number of failures.
+async fn run_grant_cycles(
     cli: &Cli,
     args: &ClusterArgs,
     target: SocketAddr,
@@ -309,7 +314,7 @@ async fn run_cluster(
     config.delegate.running_tasks_interval = (args.running_tasks_interval_ms > 0)
         .then(|| Duration::from_millis(args.running_tasks_interval_ms));
     eprintln!(
-        "cluster: {} servants, {} of them also delegates, {:.0} grant cycles/s ({:.2}/s per delegate), tasks {}..{} ms, over {protocol}, against {target}",
+        "grant-cycles: {} servants, {} of them also delegates, {:.0} grant cycles/s ({:.2}/s per delegate), tasks {}..{} ms, over {protocol}, against {target}",
         args.servants,
         args.delegates,
         args.cycles_per_second,
@@ -318,7 +323,7 @@ async fn run_cluster(
         args.run.task_max_ms,
     );
     let header = json!({
-        "bench": "cluster",
+        "bench": "grant-cycles",
         "servants": args.servants,
         "delegates": args.delegates,
         "cycles_per_second": args.cycles_per_second,
@@ -327,8 +332,8 @@ async fn run_cluster(
     measure(cli, &args.run, config, header).await
 }
 
-/// Runs `mix`; returns the number of failures.
-async fn run_mix(
+/// Runs `daemon-mix`; returns the number of failures.
+async fn run_daemon_mix(
     cli: &Cli,
     args: &MixArgs,
     target: SocketAddr,
@@ -347,13 +352,13 @@ async fn run_mix(
     apply(&mut config, &args.run, protocol);
     config.delegate.running_tasks_interval = Some(Duration::from_secs(1));
     eprintln!(
-        "mix: {} machines, each servant and delegate, {:.2} compilations/s each ({:.0} in all), over {protocol}, against {target}",
+        "daemon-mix: {} machines, each servant and delegate, {:.2} compilations/s each ({:.0} in all), over {protocol}, against {target}",
         args.machines,
         args.jobs_per_machine,
         args.jobs_per_machine * args.machines as f64,
     );
     let header = json!({
-        "bench": "mix",
+        "bench": "daemon-mix",
         "machines": args.machines,
         "jobs_per_machine": args.jobs_per_machine,
     });
@@ -483,10 +488,10 @@ async fn measure(
     Ok(failures)
 }
 
-/// Runs `hammer`; returns the number of failed calls.
-async fn run_hammer(
+/// Runs `heartbeat-rate`; returns the number of failed calls.
+async fn run_heartbeat_rate(
     cli: &Cli,
-    args: &HammerArgs,
+    args: &HeartbeatRateArgs,
     target: SocketAddr,
     protocol: Protocol,
 ) -> Result<u64, String> {
@@ -498,7 +503,7 @@ async fn run_hammer(
                 .ok_or_else(|| format!("unknown target {name:?}; use flare, http+pb, json or bare"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let config = HammerConfig {
+    let config = HeartbeatRateConfig {
         target,
         user_token: cli.user_token.clone(),
         servant_token: cli.servant_token.clone(),
@@ -514,10 +519,10 @@ async fn run_hammer(
         setup_protocol: protocol,
     };
     eprintln!(
-        "hammer: {} connections, {} request(s) in flight on each, {} round(s) of {} s per target (after {} s warm-up), set up over {protocol}, against {target}",
+        "heartbeat-rate: {} connections, {} request(s) in flight on each, {} round(s) of {} s per target (after {} s warm-up), set up over {protocol}, against {target}",
         args.connections, args.pipeline, args.rounds, args.duration, args.warmup
     );
-    let results = hammer::run(&config, |line| eprintln!("  {line}")).await?;
+    let results = heartbeat_rate::run(&config, |line| eprintln!("  {line}")).await?;
     eprintln!();
     eprintln!(
         "{:<18} {:>9} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>7}",
@@ -541,14 +546,14 @@ async fn run_hammer(
     for result in &results {
         let row = result.row();
         failures += row.error_count();
-        let versus = |other: Option<&hammer::TargetResult>| {
+        let versus = |other: Option<&heartbeat_rate::TargetResult>| {
             other
                 .filter(|other| other.ok > 0)
                 .map(|other| round3(result.per_second() / other.per_second()))
         };
         // Requests per server CPU-second relative to another target: the
         // ratio a scheduler alone on its machine would see.
-        let cpu_versus = |other: Option<&hammer::TargetResult>| {
+        let cpu_versus = |other: Option<&heartbeat_rate::TargetResult>| {
             let mine = result.scheduler_cpu_per_request()?;
             let theirs = other?.scheduler_cpu_per_request()?;
             Some(round3(theirs.as_secs_f64() / mine.as_secs_f64().max(1e-12)))
@@ -572,7 +577,7 @@ async fn run_hammer(
         );
         let mut line = row_json(&row);
         if let Value::Object(fields) = &mut line {
-            fields.insert("bench".into(), json!("hammer"));
+            fields.insert("bench".into(), json!("heartbeat-rate"));
             fields.insert("target".into(), json!(result.target.name()));
             fields.insert("connections".into(), json!(args.connections));
             fields.insert("pipeline".into(), json!(args.pipeline));

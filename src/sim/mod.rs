@@ -20,8 +20,8 @@
 //! - [`delegate`]: the delegate role: acquiring, renewing and freeing grants,
 //!   `GetConfig` and `GetRunningTasks`.
 //! - [`stats`]: per-RPC counts, latency percentiles and errors by kind.
-//! - [`hammer`]: one RPC as fast as possible per protocol (benchmark P1) and
-//!   the bare route it is compared against.
+//! - [`heartbeat_rate`]: Heartbeat as fast as possible per protocol
+//!   (benchmark P1) and the bare route it is compared against.
 //! - [`process`]: CPU time and peak memory of a process, from `/proc`.
 //!
 //! Stopping is explicit and bounded: [`Cluster::stop`] flips a watch channel
@@ -30,7 +30,7 @@
 
 pub mod client;
 pub mod delegate;
-pub mod hammer;
+pub mod heartbeat_rate;
 pub mod process;
 pub mod servant;
 pub mod stats;
@@ -65,10 +65,10 @@ pub const DEMO_SERVANT_TOKEN: &str = "demo-servant-token";
 pub mod octet {
     /// Machines (daemons) of a cluster: 127.1.x.y.
     pub const MACHINES: u8 = 1;
-    /// Servants of the hammer benchmark: 127.3.x.y.
-    pub const HAMMER_SERVANTS: u8 = 3;
-    /// The hammer's delegate (setting up grants): 127.4.0.1.
-    pub const HAMMER_DELEGATE: u8 = 4;
+    /// Servants of the heartbeat-rate benchmark (P1): 127.3.x.y.
+    pub const HEARTBEAT_RATE_SERVANTS: u8 = 3;
+    /// The heartbeat-rate benchmark's delegate (setting up grants): 127.4.0.1.
+    pub const HEARTBEAT_RATE_DELEGATE: u8 = 4;
 }
 
 /// Port servants report in `location` (the yadcc servant's default).
