@@ -76,6 +76,62 @@ fn heartbeat_answer_vector_decodes() {
     );
 }
 
+/// An answer frame of `payload` compressed with `algorithm` (meta value).
+fn compressed_answer(correlation_id: u64, algorithm: i32, payload: &[u8]) -> BytesMut {
+    let meta = pb::flare::rpc::RpcMeta {
+        correlation_id,
+        method_type: pb::flare::rpc::MethodType::Single as i32,
+        response_meta: Some(pb::flare::rpc::RpcResponseMeta::default()),
+        compression_algorithm: Some(algorithm),
+        ..pb::flare::rpc::RpcMeta::default()
+    };
+    let mut frame = BytesMut::new();
+    encode_flare_frame(&mut frame, &meta, payload, &[]);
+    frame
+}
+
+/// Stock daemons accept every algorithm (62) and inflate the answer: so
+/// does the simulator, keeping the compressed bytes for whoever counts them.
+#[test]
+fn compressed_answers_are_inflated_and_unknown_algorithms_refused() {
+    let list = pb::GetRunningTasksResponse {
+        running_tasks: (0..200)
+            .map(|n| pb::RunningTask {
+                servant_task_id: n,
+                task_grant_id: 0,
+                servant_location: format!("127.1.0.{}:8335", n % 250 + 1),
+                task_digest: format!("{n:032x}"),
+            })
+            .collect(),
+    }
+    .encode_to_vec();
+    for compression in Compression::ALL {
+        let compressed = compression.compress(&list);
+        let mut buffer = compressed_answer(4, compression.algorithm() as i32, &compressed);
+        let whole = decode_flare_response(&mut buffer.clone()).unwrap().unwrap();
+        assert_eq!(whole.compression, compression);
+        assert_eq!(whole.payload, compressed);
+        assert_eq!(whole.message().unwrap(), list);
+        let answer = decode_flare_answer(&mut buffer).unwrap().unwrap();
+        assert_eq!(answer.outcome, Outcome::Ok(Bytes::from(list.clone())));
+    }
+    // Damaged zstd: the answer is refused, not handed on half-inflated.
+    let mut damaged = Compression::Zstd.compress(&list);
+    damaged.truncate(damaged.len() - 3);
+    let mut buffer = compressed_answer(5, Compression::Zstd.algorithm() as i32, &damaged);
+    assert!(matches!(
+        decode_flare_answer(&mut buffer),
+        Err(WireError::BadPayload(_))
+    ));
+    for unknown in [0, 6] {
+        let mut buffer = compressed_answer(6, unknown, &list);
+        assert!(
+            matches!(decode_flare_answer(&mut buffer), Err(WireError::BadMeta(_))),
+            "{unknown}"
+        );
+    }
+}
+
 #[test]
 fn smallest_success_and_access_denied_vectors_decode() {
     let mut buffer = BytesMut::from(
@@ -112,7 +168,7 @@ fn partial_frames_wait_and_bad_frames_fail() {
     ));
     let mut huge = BytesMut::from(&FLARE_MAGIC[..]);
     huge.put_u32_le(8);
-    huge.put_u32_le(4 << 20);
+    huge.put_u32_le(512 << 20);
     huge.put_u32_le(0);
     assert!(matches!(
         decode_flare_answer(&mut huge),
