@@ -25,6 +25,12 @@ use std::{
 };
 
 use clap::{Args, Parser, Subcommand};
+
+// Thousands of simulated daemons allocate and free small buffers and
+// messages all the time; glibc's malloc cost the load generator about 40 %
+// of its CPU (BENCHMARKS.md, P5).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use serde_json::{Value, json};
 use yadcc_scheduler::sim::{
     self, Cluster, ClusterConfig, Protocol, Workload,
@@ -64,6 +70,11 @@ struct Cli {
     /// any task was killed or refused a renewal).
     #[arg(long, global = true)]
     fail_on_errors: bool,
+
+    /// Threads running the simulated daemons (1: one thread, no hand-over
+    /// between threads).
+    #[arg(long, global = true, default_value_t = 2)]
+    threads: usize,
 
     #[command(subcommand)]
     command: Command,
@@ -250,9 +261,28 @@ fn row_json(row: &Row) -> Value {
     })
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    let runtime = if cli.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cli.threads)
+            .enable_all()
+            .build()
+    };
+    match runtime {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(error) => {
+            eprintln!("yadcc-loadgen: cannot start the runtime: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> ExitCode {
     let (target, named) = match resolve(&cli.scheduler) {
         Ok(resolved) => resolved,
         Err(message) => {

@@ -1,31 +1,40 @@
-//! Simulated delegates: the daemon on a developer's machine that submits
-//! compilations.
+//! The delegate role of a simulated daemon: the part on a developer's
+//! machine that submits compilations.
 //!
 //! As the reference daemon: `GetConfig` every 10 s; per compiler digest one
-//! background loop calling `WaitForStartingTask` (`milliseconds_to_wait =
-//! 5000`, `next_keep_alive_in_ms = 15000`, `immediate_reqs` = jobs waiting now,
-//! `prefetch_reqs = 1`), retrying 100 ms after a failure; prefetched grants are
-//! treated as expiring 5 s early and freed if unused by then; running tasks are
-//! renewed with `KeepTaskAlive` every second (`next_keep_alive_in_ms = 10000`);
-//! each task is freed with `FreeTask` when done; `GetRunningTasks` about once
-//! a second. A job "compiles" on its servant (through the in-process
-//! [`Registry`]) for a random time.
+//! loop calling `WaitForStartingTask` (`milliseconds_to_wait = 5000`,
+//! `next_keep_alive_in_ms = 15000`, `immediate_reqs` = jobs waiting now,
+//! `prefetch_reqs = 1`), one call at a time, retrying 100 ms after a failure
+//! and at once after `STATUS_NO_QUOTA_AVAILABLE`; prefetched grants are
+//! treated as expiring 5 s early and freed if unused by then; running tasks
+//! are renewed with `KeepTaskAlive` every second (`next_keep_alive_in_ms =
+//! 10000`, all in one call); each task is freed with `FreeTask` when done;
+//! `GetRunningTasks` every second. A periodic call still unanswered when the
+//! next falls due skips that turn. A job "compiles" on its servant (through
+//! the in-process [`Registry`](super::Registry)) for a random time.
+//!
+//! The role is a state machine driven by the cluster's timers
+//! ([`super::shard`]) and by the answers, which run on the connections'
+//! readers; the job lifecycle is in [`super::jobs`].
 
 use std::{
     collections::{HashMap, VecDeque},
     ops::RangeInclusive,
-    sync::{Arc, Mutex, MutexGuard, PoisonError, atomic::Ordering::Relaxed},
+    sync::{Arc, Mutex, atomic::Ordering::Relaxed},
     time::Duration,
 };
 
+use bytes::Bytes;
+use prost::Message;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
-use tokio::{
-    sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot, watch},
-    task::JoinSet,
-    time::Instant,
-};
+use tokio::time::Instant;
 
-use super::{client::Endpoint, servant::DAEMON_VERSION, servant::Registry};
+use super::{
+    client::{CallError, Reply, lock, record_failure, record_reply, settle},
+    daemons::Daemons,
+    jobs::{Action, Build},
+    shard::Event,
+};
 use crate::pb::{self, Method};
 
 /// Where jobs come from.
@@ -40,6 +49,10 @@ pub enum Workload {
         files: RangeInclusive<u32>,
         parallelism: RangeInclusive<u32>,
     },
+    /// A delegate that always has `running` compilations under way: each
+    /// one done is replaced at once (the first ones are part-way through, so
+    /// completions are spread out from the start).
+    Steady { running: u32 },
 }
 
 /// How delegates behave. Defaults are the reference daemon's. Its `Debug`
@@ -106,455 +119,306 @@ impl DelegateBehaviour {
 
     /// Prefetched grants count as expired this much before their lease ends.
     const EARLY_EXPIRY_MS: u32 = 5000;
+
+    /// How long a prefetched grant is kept for a job.
+    pub(crate) fn spare_life(&self) -> Duration {
+        let life = self.grant_lease_ms.saturating_sub(Self::EARLY_EXPIRY_MS);
+        Duration::from_millis(u64::from(life))
+    }
 }
 
-/// One delegate's view of a grant.
-#[derive(Debug, Clone)]
-struct Grant {
-    id: u64,
-    location: String,
+/// A grant as a delegate holds it: the servant it names, if simulated here.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Grant {
+    pub(crate) id: u64,
+    pub(crate) servant: Option<usize>,
 }
 
-/// A compiler digest the delegate compiles with: jobs waiting for a grant,
-/// and prefetched grants waiting for a job.
+/// A compiler digest the delegate compiles with: jobs (their durations)
+/// waiting for a grant, and prefetched grants waiting for a job.
+#[derive(Debug, Default)]
+pub(crate) struct Lane {
+    pub(crate) waiting: VecDeque<Duration>,
+    pub(crate) spares: Vec<(Grant, Instant)>,
+    /// Its `WaitForStartingTask` is out (or waits to be retried).
+    pub(crate) asking: bool,
+}
+
 #[derive(Debug)]
-struct Lane {
-    digest: String,
-    waiting: Mutex<VecDeque<oneshot::Sender<Grant>>>,
-    spares: Mutex<Vec<(Grant, Instant)>>,
-    wake: Notify,
+pub(crate) struct DelegateState {
+    pub(crate) rng: SmallRng,
+    pub(crate) lanes: Vec<Lane>,
+    /// Compilations running now: grant id to the servant running it.
+    pub(crate) running: HashMap<u64, usize>,
+    /// Compilations waiting for a grant or running (at most `max_jobs`).
+    pub(crate) jobs: usize,
+    pub(crate) build: Option<Build>,
+    renewing: bool,
+    configuring: bool,
+    listing: bool,
+    next_renew: Instant,
+    next_config: Instant,
+    next_list: Instant,
+    pub(crate) next_arrival: Instant,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What a delegate's tasks share.
-struct Shared {
-    behaviour: Arc<DelegateBehaviour>,
-    endpoint: Arc<Endpoint>,
-    registry: Arc<Registry>,
-    lanes: Vec<Arc<Lane>>,
-    /// Grants of jobs running now (renewed every second).
-    running: Mutex<HashMap<u64, ()>>,
-    /// Jobs queued or running.
-    jobs: Arc<Semaphore>,
-    stop: watch::Receiver<bool>,
-}
-
-impl Shared {
-    async fn stopped(&self) {
-        let mut stop = self.stop.clone();
-        let _ = stop.wait_for(|stopped| *stopped).await;
-    }
-
-    fn is_stopped(&self) -> bool {
-        *self.stop.borrow()
-    }
-}
-
-/// Runs one delegate, compiling with `environments`, until `stop` turns true;
-/// then frees every grant it holds.
-pub async fn run(
-    behaviour: Arc<DelegateBehaviour>,
-    endpoint: Arc<Endpoint>,
-    registry: Arc<Registry>,
-    environments: Vec<String>,
-    stop: watch::Receiver<bool>,
-) {
-    let max_jobs = behaviour.max_jobs;
-    let shared = Arc::new(Shared {
-        behaviour,
-        endpoint,
-        registry,
-        lanes: environments
-            .into_iter()
-            .map(|digest| {
-                Arc::new(Lane {
-                    digest,
-                    waiting: Mutex::default(),
-                    spares: Mutex::default(),
-                    wake: Notify::new(),
-                })
-            })
-            .collect(),
-        running: Mutex::default(),
-        jobs: Arc::new(Semaphore::new(max_jobs)),
-        stop,
-    });
-    if shared.lanes.is_empty() {
-        return;
-    }
-    let mut loops = JoinSet::new();
-    loops.spawn(config_loop(shared.clone()));
-    loops.spawn(renew_loop(shared.clone()));
-    if let Some(interval) = shared.behaviour.running_tasks_interval {
-        loops.spawn(running_tasks_loop(shared.clone(), interval));
-    }
-    for lane in &shared.lanes {
-        loops.spawn(lane_loop(shared.clone(), lane.clone()));
-    }
-    loops.spawn(workload_loop(shared.clone()));
-    shared.stopped().await;
-    loops.abort_all();
-    while loops.join_next().await.is_some() {}
-
-    // Give back everything still held, as a daemon does on shutdown.
-    let mut ids: Vec<u64> = lock(&shared.running).drain().map(|(id, _)| id).collect();
-    for lane in &shared.lanes {
-        ids.extend(lock(&lane.spares).drain(..).map(|(grant, _)| grant.id));
-    }
-    if !ids.is_empty() {
-        let request = pb::FreeTaskRequest {
-            token: shared.behaviour.token.clone(),
-            task_grant_ids: ids,
-        };
-        let _ = tokio::time::timeout(
-            Duration::from_secs(2),
-            shared
-                .endpoint
-                .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &request),
-        )
-        .await;
-    }
+/// The delegate role of one machine.
+#[derive(Debug)]
+pub(crate) struct Delegate {
+    /// The compiler digests of its lanes.
+    pub(crate) environments: Vec<String>,
+    pub(crate) state: Mutex<DelegateState>,
 }
 
 /// Where in its period a periodic call of this machine falls.
-fn random_phase(period: Duration) -> Duration {
-    rand::rng().random_range(Duration::ZERO..=period)
+pub(crate) fn random_phase(rng: &mut SmallRng, period: Duration) -> Duration {
+    rng.random_range(Duration::ZERO..=period)
 }
 
-/// Sleeps `duration` or until stopped; false if stopped.
-async fn pause(shared: &Shared, duration: Duration) -> bool {
-    tokio::select! {
-        biased;
-        () = shared.stopped() => false,
-        () = tokio::time::sleep(duration) => true,
-    }
-}
-
-async fn config_loop(shared: Arc<Shared>) {
-    let request = pb::GetConfigRequest {
-        token: shared.behaviour.token.clone(),
-    };
-    // Real daemons were not started in the same instant: a cluster started
-    // at once would otherwise ask in bursts of every machine together.
-    if !pause(&shared, random_phase(shared.behaviour.config_interval)).await {
-        return;
-    }
-    loop {
-        let _ = shared
-            .endpoint
-            .call::<_, pb::GetConfigResponse>(Method::GetConfig, &request)
-            .await;
-        if !pause(&shared, shared.behaviour.config_interval).await {
-            return;
-        }
-    }
-}
-
-async fn running_tasks_loop(shared: Arc<Shared>, interval: Duration) {
-    if !pause(&shared, random_phase(interval)).await {
-        return;
-    }
-    loop {
-        let _ = shared
-            .endpoint
-            .call::<_, pb::GetRunningTasksResponse>(
-                Method::GetRunningTasks,
-                &pb::GetRunningTasksRequest {},
-            )
-            .await;
-        if !pause(&shared, interval).await {
-            return;
-        }
-    }
-}
-
-/// Renews running tasks every second; frees prefetched grants that were not
-/// used before their (early) expiry.
-async fn renew_loop(shared: Arc<Shared>) {
-    let behaviour = &shared.behaviour;
-    let spare_life = Duration::from_millis(u64::from(
-        behaviour
-            .grant_lease_ms
-            .saturating_sub(DelegateBehaviour::EARLY_EXPIRY_MS),
-    ));
-    if !pause(&shared, random_phase(behaviour.renew_interval)).await {
-        return;
-    }
-    loop {
-        if !pause(&shared, behaviour.renew_interval).await {
-            return;
-        }
-        let ids: Vec<u64> = lock(&shared.running).keys().copied().collect();
-        if !ids.is_empty() {
-            let request = pb::KeepTaskAliveRequest {
-                token: behaviour.token.clone(),
-                task_grant_ids: ids.clone(),
-                next_keep_alive_in_ms: behaviour.renew_lease_ms,
-            };
-            if let Ok(reply) = shared
-                .endpoint
-                .call::<_, pb::KeepTaskAliveResponse>(Method::KeepTaskAlive, &request)
-                .await
-            {
-                let running = lock(&shared.running);
-                let refused = ids
-                    .iter()
-                    .zip(reply.statuses.iter().chain(std::iter::repeat(&false)))
-                    .filter(|(id, renewed)| !**renewed && running.contains_key(id))
-                    .count();
-                drop(running);
-                shared
-                    .endpoint
-                    .stats()
-                    .events
-                    .renewals_refused
-                    .fetch_add(refused as u64, Relaxed);
-            }
-        }
-        let now = Instant::now();
-        let mut expired = Vec::new();
-        for lane in &shared.lanes {
-            lock(&lane.spares).retain(|(grant, at)| {
-                let keep = now.duration_since(*at) < spare_life;
-                if !keep {
-                    expired.push(grant.id);
-                }
-                keep
-            });
-        }
-        if !expired.is_empty() {
-            shared
-                .endpoint
-                .stats()
-                .events
-                .spares_expired
-                .fetch_add(expired.len() as u64, Relaxed);
-            free(&shared, expired).await;
-        }
-    }
-}
-
-/// `FreeTask`; errors are ignored (recorded in the stats), as the daemon does.
-async fn free(shared: &Shared, ids: Vec<u64>) {
-    let request = pb::FreeTaskRequest {
-        token: shared.behaviour.token.clone(),
-        task_grant_ids: ids,
-    };
-    let _ = shared
-        .endpoint
-        .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &request)
-        .await;
-}
-
-/// The background loop of one compiler digest: asks for as many grants as
-/// jobs are waiting (plus a prefetch), one call at a time.
-async fn lane_loop(shared: Arc<Shared>, lane: Arc<Lane>) {
-    let behaviour = &shared.behaviour;
-    let stats = shared.endpoint.stats().clone();
-    loop {
-        let immediate = loop {
-            let waiting = {
-                let mut waiting = lock(&lane.waiting);
-                waiting.retain(|job| !job.is_closed());
-                waiting.len()
-            };
-            if waiting > 0 {
-                break waiting;
-            }
-            tokio::select! {
-                biased;
-                () = shared.stopped() => return,
-                () = lane.wake.notified() => {}
-            }
-        };
-        let request = pb::WaitForStartingTaskRequest {
-            token: behaviour.token.clone(),
-            milliseconds_to_wait: behaviour.wait_ms,
-            env_desc: Some(pb::EnvironmentDesc {
-                compiler_digest: lane.digest.clone(),
-            }),
-            immediate_reqs: immediate.min(1000) as u32,
-            prefetch_reqs: behaviour.prefetch,
-            next_keep_alive_in_ms: behaviour.grant_lease_ms,
-            min_version: DAEMON_VERSION,
-        };
-        let reply = tokio::select! {
-            biased;
-            () = shared.stopped() => return,
-            reply = shared.endpoint.call::<_, pb::WaitForStartingTaskResponse>(
-                Method::WaitForStartingTask, &request) => reply,
-        };
-        match reply {
-            Ok(reply) => {
-                stats
-                    .events
-                    .grants_received
-                    .fetch_add(reply.grants.len() as u64, Relaxed);
-                let now = Instant::now();
-                for grant in reply.grants {
-                    let mut grant = Grant {
-                        id: grant.task_grant_id,
-                        location: grant.servant_location,
-                    };
-                    loop {
-                        let Some(job) = lock(&lane.waiting).pop_front() else {
-                            lock(&lane.spares).push((grant, now));
-                            break;
-                        };
-                        match job.send(grant) {
-                            Ok(()) => break,
-                            Err(returned) => grant = returned,
-                        }
-                    }
-                }
-            }
-            // The cluster was busy for the whole wait: ask again at once.
-            Err(error) if error.is_no_quota() => {}
-            Err(_) => {
-                if !pause(&shared, Duration::from_millis(100)).await {
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// Produces jobs until stopped.
-async fn workload_loop(shared: Arc<Shared>) {
-    let mut rng = SmallRng::from_rng(&mut rand::rng());
-    match shared.behaviour.workload.clone() {
-        Workload::Rate { jobs_per_second } => {
-            if jobs_per_second <= 0.0 {
-                shared.stopped().await;
-                return;
-            }
-            let mut next = Instant::now();
-            loop {
-                // Exponential inter-arrival times: a Poisson stream.
-                let gap = -(1.0 - rng.random::<f64>()).ln() / jobs_per_second;
-                next += Duration::from_secs_f64(gap.min(60.0));
-                tokio::select! {
-                    biased;
-                    () = shared.stopped() => return,
-                    () = tokio::time::sleep_until(next) => {}
-                }
-                let Ok(permit) = shared.jobs.clone().try_acquire_owned() else {
-                    shared
-                        .endpoint
-                        .stats()
-                        .events
-                        .jobs_shed
-                        .fetch_add(1, Relaxed);
-                    continue;
-                };
-                let lane = shared.lanes[rng.random_range(0..shared.lanes.len())].clone();
-                let duration = random_duration(&mut rng, &shared.behaviour.task_duration);
-                tokio::spawn(job(shared.clone(), lane, duration, permit));
-            }
-        }
-        Workload::Builds {
-            idle,
-            files,
-            parallelism,
-        } => loop {
-            if !pause(&shared, random_duration(&mut rng, &idle)).await {
-                return;
-            }
-            let files = rng.random_range(files.clone());
-            let parallel = Arc::new(Semaphore::new(
-                rng.random_range(parallelism.clone()).max(1) as usize
-            ));
-            let lane = shared.lanes[rng.random_range(0..shared.lanes.len())].clone();
-            let mut build = JoinSet::new();
-            for _ in 0..files {
-                let Ok(slot) = parallel.clone().acquire_owned().await else {
-                    break;
-                };
-                if shared.is_stopped() {
-                    return;
-                }
-                let Ok(permit) = shared.jobs.clone().try_acquire_owned() else {
-                    break;
-                };
-                let duration = random_duration(&mut rng, &shared.behaviour.task_duration);
-                let shared = shared.clone();
-                let lane = lane.clone();
-                build.spawn(async move {
-                    job(shared, lane, duration, permit).await;
-                    drop(slot);
-                });
-                // Reap finished compilations as the build goes.
-                while build.try_join_next().is_some() {}
-            }
-            tokio::select! {
-                biased;
-                () = shared.stopped() => return,
-                () = async { while build.join_next().await.is_some() {} } => {}
-            }
-        },
-    }
-}
-
-fn random_duration(rng: &mut SmallRng, range: &RangeInclusive<Duration>) -> Duration {
+pub(crate) fn random_duration(rng: &mut SmallRng, range: &RangeInclusive<Duration>) -> Duration {
     if range.start() >= range.end() {
         return *range.start();
     }
     rng.random_range(range.clone())
 }
 
-/// One compilation: wait for a grant, run on the servant, free the grant.
-async fn job(
-    shared: Arc<Shared>,
-    lane: Arc<Lane>,
-    duration: Duration,
-    _permit: OwnedSemaphorePermit,
-) {
-    let stats = shared.endpoint.stats().clone();
-    let spare = lock(&lane.spares).pop();
-    let grant = match spare {
-        Some((grant, _)) => grant,
-        None => {
-            let (sender, receiver) = oneshot::channel();
-            lock(&lane.waiting).push_back(sender);
-            lane.wake.notify_one();
-            tokio::select! {
-                biased;
-                () = shared.stopped() => return,
-                grant = receiver => match grant {
-                    Ok(grant) => grant,
-                    Err(_) => return,
+/// Moves `next` one period on; if that is already past (an overloaded
+/// machine), the turn is skipped rather than made up in a burst.
+fn advance(next: &mut Instant, period: Duration, now: Instant) -> Instant {
+    *next += period;
+    if *next < now {
+        *next = now + period;
+    }
+    *next
+}
+
+impl Delegate {
+    pub(crate) fn new(environments: Vec<String>) -> Delegate {
+        let now = Instant::now();
+        Delegate {
+            state: Mutex::new(DelegateState {
+                rng: SmallRng::from_rng(&mut rand::rng()),
+                lanes: environments.iter().map(|_| Lane::default()).collect(),
+                running: HashMap::new(),
+                jobs: 0,
+                build: None,
+                renewing: false,
+                configuring: false,
+                listing: false,
+                next_renew: now,
+                next_config: now,
+                next_list: now,
+                next_arrival: now,
+            }),
+            environments,
+        }
+    }
+
+    /// Every grant it holds, taken (the daemon gives them back on shutdown).
+    pub(crate) fn take_grants(&self) -> Vec<u64> {
+        let mut state = lock(&self.state);
+        let mut ids: Vec<u64> = state.running.drain().map(|(id, _)| id).collect();
+        for lane in &mut state.lanes {
+            ids.extend(lane.spares.drain(..).map(|(grant, _)| grant.id));
+        }
+        ids
+    }
+}
+
+impl Daemons {
+    /// Starts machine `machine`'s delegate: its periodic calls, each at a
+    /// random phase (real daemons were not started in the same instant), and
+    /// its workload.
+    pub(crate) fn start_delegate(self: &Arc<Self>, machine: usize, now: Instant) {
+        let Some(delegate) = &self.machines[machine].delegate else {
+            return;
+        };
+        if delegate.environments.is_empty() {
+            return;
+        }
+        let behaviour = &self.delegate_behaviour;
+        let mut actions = Vec::new();
+        {
+            let mut state = lock(&delegate.state);
+            let state = &mut *state;
+            state.next_config = now + random_phase(&mut state.rng, behaviour.config_interval);
+            self.after(machine, state.next_config, Event::Config(machine));
+            let renew = behaviour.renew_interval;
+            state.next_renew = now + random_phase(&mut state.rng, renew) + renew;
+            self.after(machine, state.next_renew, Event::Renew(machine));
+            if let Some(interval) = behaviour.running_tasks_interval {
+                state.next_list = now + random_phase(&mut state.rng, interval);
+                self.after(machine, state.next_list, Event::RunningTasks(machine));
+            }
+            self.start_workload(machine, state, now, &mut actions);
+        }
+        self.act(machine, actions);
+    }
+
+    /// Renews the running grants (one `KeepTaskAlive`) and frees prefetched
+    /// grants not used in time.
+    pub(crate) fn renew(self: &Arc<Self>, machine: usize, now: Instant) {
+        let Some(delegate) = &self.machines[machine].delegate else {
+            return;
+        };
+        let behaviour = &self.delegate_behaviour;
+        let spare_life = behaviour.spare_life();
+        let (renewing, expired) = {
+            let mut state = lock(&delegate.state);
+            let next = advance(&mut state.next_renew, behaviour.renew_interval, now);
+            self.after(machine, next, Event::Renew(machine));
+            let renewing = (!state.renewing && !state.running.is_empty()).then(|| {
+                state.renewing = true;
+                state.running.keys().copied().collect::<Vec<u64>>()
+            });
+            let mut expired = Vec::new();
+            for lane in &mut state.lanes {
+                lane.spares.retain(|(grant, at)| {
+                    let keep = now.duration_since(*at) < spare_life;
+                    if !keep {
+                        expired.push(grant.id);
+                    }
+                    keep
+                });
+            }
+            (renewing, expired)
+        };
+        if let Some(ids) = renewing {
+            let request = pb::KeepTaskAliveRequest {
+                token: behaviour.token.clone(),
+                task_grant_ids: ids.clone(),
+                next_keep_alive_in_ms: behaviour.renew_lease_ms,
+            };
+            let payload = Bytes::from(request.encode_to_vec());
+            self.send(
+                machine,
+                Method::KeepTaskAlive,
+                payload,
+                move |daemons, machine, result| {
+                    daemons.renewed(machine, &ids, result);
                 },
+            );
+        }
+        if !expired.is_empty() {
+            let events = &self.stats.events;
+            events
+                .spares_expired
+                .fetch_add(expired.len() as u64, Relaxed);
+            self.free(machine, expired);
+        }
+    }
+
+    fn renewed(self: &Arc<Self>, machine: usize, ids: &[u64], result: Result<Reply, CallError>) {
+        let Some(delegate) = &self.machines[machine].delegate else {
+            return;
+        };
+        let reply = settle::<pb::KeepTaskAliveResponse>(&self.stats, Method::KeepTaskAlive, result);
+        let mut state = lock(&delegate.state);
+        state.renewing = false;
+        if let Ok(reply) = reply {
+            let refused = ids
+                .iter()
+                .zip(reply.statuses.iter().chain(std::iter::repeat(&false)))
+                .filter(|(id, renewed)| !**renewed && state.running.contains_key(id))
+                .count();
+            drop(state);
+            let events = &self.stats.events;
+            events.renewals_refused.fetch_add(refused as u64, Relaxed);
+        }
+    }
+
+    /// `GetConfig`, every 10 s.
+    pub(crate) fn get_config(self: &Arc<Self>, machine: usize, now: Instant) {
+        let Some(delegate) = &self.machines[machine].delegate else {
+            return;
+        };
+        {
+            let mut state = lock(&delegate.state);
+            let period = self.delegate_behaviour.config_interval;
+            let next = advance(&mut state.next_config, period, now);
+            self.after(machine, next, Event::Config(machine));
+            if std::mem::replace(&mut state.configuring, true) {
+                return;
             }
         }
-    };
-    lock(&shared.running).insert(grant.id, ());
-    let task_digest = format!("{:032x}", rand::rng().random::<u128>());
-    let Some(killed) = shared
-        .registry
-        .start(&grant.location, grant.id, task_digest)
-    else {
-        stats.events.unknown_servants.fetch_add(1, Relaxed);
-        lock(&shared.running).remove(&grant.id);
-        free(&shared, vec![grant.id]).await;
-        return;
-    };
-    stats.events.tasks_started.fetch_add(1, Relaxed);
-    let finished = tokio::select! {
-        biased;
-        () = shared.stopped() => return,
-        _ = killed => false,
-        () = tokio::time::sleep(duration) => true,
-    };
-    // The servant stops reporting the task before the grant is freed, so a
-    // heartbeat in between never lists a freed grant.
-    shared.registry.finish(&grant.location, grant.id);
-    lock(&shared.running).remove(&grant.id);
-    free(&shared, vec![grant.id]).await;
-    if finished {
-        stats.events.tasks_completed.fetch_add(1, Relaxed);
+        let payload = self.config_request.clone();
+        self.send(
+            machine,
+            Method::GetConfig,
+            payload,
+            |daemons, machine, result| {
+                let _ = settle::<pb::GetConfigResponse>(&daemons.stats, Method::GetConfig, result);
+                if let Some(delegate) = &daemons.machines[machine].delegate {
+                    lock(&delegate.state).configuring = false;
+                }
+            },
+        );
+    }
+
+    /// `GetRunningTasks`, every second. Each distinct list is decoded whole
+    /// once ([`super::daemons::TaskLists`]).
+    pub(crate) fn list_running_tasks(self: &Arc<Self>, machine: usize, now: Instant) {
+        let Some(delegate) = &self.machines[machine].delegate else {
+            return;
+        };
+        let Some(period) = self.delegate_behaviour.running_tasks_interval else {
+            return;
+        };
+        {
+            let mut state = lock(&delegate.state);
+            let next = advance(&mut state.next_list, period, now);
+            self.after(machine, next, Event::RunningTasks(machine));
+            if std::mem::replace(&mut state.listing, true) {
+                return;
+            }
+        }
+        let payload = Bytes::new();
+        self.send(
+            machine,
+            Method::GetRunningTasks,
+            payload,
+            |daemons, machine, result| {
+                let rpc = Method::GetRunningTasks;
+                let checked =
+                    result.and_then(|reply| Ok((daemons.task_lists.check(&reply)?, reply)));
+                match checked {
+                    Ok((list, reply)) => {
+                        record_reply(&daemons.stats, rpc, &reply, list.message_bytes);
+                        let largest = &daemons.stats.events.largest_task_list;
+                        largest.fetch_max(list.tasks as u64, Relaxed);
+                    }
+                    Err(error) => record_failure(&daemons.stats, rpc, &error),
+                }
+                if let Some(delegate) = &daemons.machines[machine].delegate {
+                    lock(&delegate.state).listing = false;
+                }
+            },
+        );
+    }
+
+    /// Carries out what a change of a delegate's state asks for, once its
+    /// lock is released.
+    pub(crate) fn act(self: &Arc<Self>, machine: usize, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Ask { lane, immediate } => self.ask(machine, lane, immediate),
+                Action::Free(ids) => self.free(machine, ids),
+            }
+        }
+    }
+
+    /// `FreeTask`; errors are recorded and otherwise ignored, as the daemon does.
+    pub(crate) fn free(self: &Arc<Self>, machine: usize, ids: Vec<u64>) {
+        let request = pb::FreeTaskRequest {
+            token: self.delegate_behaviour.token.clone(),
+            task_grant_ids: ids,
+        };
+        self.frees.fetch_add(1, Relaxed);
+        let payload = Bytes::from(request.encode_to_vec());
+        self.send(machine, Method::FreeTask, payload, |daemons, _, result| {
+            let _ = settle::<pb::FreeTaskResponse>(&daemons.stats, Method::FreeTask, result);
+            daemons.frees.fetch_sub(1, Relaxed);
+        });
     }
 }
 
@@ -573,5 +437,15 @@ mod tests {
         let printed = format!("{delegate:?}");
         assert!(!printed.contains("-secret"), "{printed}");
         assert!(printed.contains("token: <redacted>"), "{printed}");
+    }
+
+    #[test]
+    fn a_late_turn_is_skipped_not_made_up() {
+        let start = Instant::now();
+        let period = Duration::from_secs(1);
+        let mut next = start;
+        assert_eq!(advance(&mut next, period, start), start + period);
+        let late = start + Duration::from_millis(3500);
+        assert_eq!(advance(&mut next, period, late), late + period);
     }
 }

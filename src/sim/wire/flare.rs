@@ -74,6 +74,53 @@ pub fn encode_flare_request(
     encode_flare_frame(out, &meta, payload, &[]);
 }
 
+/// A daemon's request frames, with the meta encoded once per method: a call
+/// writes the header, its correlation id and the method's constant rest of
+/// the meta (name, the daemon's timeout, accepted compressions, method type),
+/// byte for byte what [`encode_flare_request`] writes.
+#[derive(Debug, Clone)]
+pub struct FlareRequests {
+    /// By method (`Method as usize`): the meta after its correlation id.
+    meta_tails: Vec<Vec<u8>>,
+}
+
+impl FlareRequests {
+    /// Requests announcing `acceptable` answer compressions
+    /// ([`DAEMON_ACCEPTABLE_COMPRESSION`] for a stock daemon).
+    pub fn new(acceptable: u64) -> FlareRequests {
+        let meta_tails = Method::ALL
+            .iter()
+            .map(|&rpc| {
+                let meta = request_meta_accepting(
+                    0,
+                    rpc.full_name().to_owned(),
+                    super::client_timeout(rpc),
+                    acceptable,
+                );
+                // The required correlation id comes first: key 0x08, value 0.
+                let whole = meta.encode_to_vec();
+                whole[2..].to_vec()
+            })
+            .collect();
+        FlareRequests { meta_tails }
+    }
+
+    /// Appends call `correlation_id` of `rpc` carrying `payload`.
+    pub fn encode(&self, out: &mut BytesMut, correlation_id: u64, rpc: Method, payload: &[u8]) {
+        let tail = &self.meta_tails[rpc as usize];
+        let meta_len = 1 + prost::encoding::encoded_len_varint(correlation_id) + tail.len();
+        out.reserve(FLARE_HEADER_BYTES + meta_len + payload.len());
+        out.put_slice(&FLARE_MAGIC);
+        out.put_u32_le(meta_len as u32);
+        out.put_u32_le(payload.len() as u32);
+        out.put_u32_le(0);
+        out.put_u8(0x08);
+        prost::encoding::encode_varint(correlation_id, out);
+        out.put_slice(tail);
+        out.put_slice(payload);
+    }
+}
+
 /// Appends one frame of any meta: the header, the meta, payload and attachment.
 pub fn encode_flare_frame(out: &mut BytesMut, meta: &RpcMeta, payload: &[u8], attachment: &[u8]) {
     let meta_len = meta.encoded_len();

@@ -53,6 +53,32 @@ fn heartbeat_request_matches_the_vector_byte_for_byte() {
     assert_eq!(&out[..], &expected[..]);
 }
 
+/// The meta encoded once per method gives the same frames as prost's.
+#[test]
+fn frames_with_a_meta_encoded_once_are_prost_s() {
+    for acceptable in [
+        DAEMON_ACCEPTABLE_COMPRESSION,
+        compression::ACCEPT_UNCOMPRESSED,
+    ] {
+        let requests = FlareRequests::new(acceptable);
+        for rpc in Method::ALL {
+            for id in [0, 1, 127, 128, 300, 1 << 40, u64::MAX] {
+                let mut fast = BytesMut::new();
+                requests.encode(&mut fast, id, rpc, b"payload");
+                let meta = request_meta_accepting(
+                    id,
+                    rpc.full_name().to_owned(),
+                    client_timeout(rpc),
+                    acceptable,
+                );
+                let mut slow = BytesMut::new();
+                encode_flare_frame(&mut slow, &meta, b"payload", &[]);
+                assert_eq!(fast, slow, "{rpc} {id} {acceptable}");
+            }
+        }
+    }
+}
+
 #[test]
 fn heartbeat_answer_vector_decodes() {
     let mut buffer = BytesMut::from(
