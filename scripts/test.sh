@@ -2,7 +2,8 @@
 # The test command: installs what the tests need on a fresh Debian machine
 # (Chromium for the dashboard browser test, the OpenAPI validator, a Python
 # grpcio client and buf for the gRPC tests, Google's protobuf and schemathesis
-# from PyPI), then runs schemathesis against a live server and every test.
+# from PyPI, the original yadcc's runtime libraries), then runs schemathesis
+# against a live server, the benchmark smoke run and every test.
 # Safe to run again: installed pieces are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,11 +46,28 @@ if [ "$(cat "$tools/npm/.pinned" 2>/dev/null)" != "$buf_npm" ]; then
   echo "$buf_npm" >"$tools/npm/.pinned"
 fi
 
+# The original yadcc's runtime libraries (Debian 12, ../shared/peers/README.md),
+# for the benchmark smoke run beside the original scheduler.
+original=${YADCC_ORIGINAL:-../shared/peers/yadcc-scheduler}
+if [ -x "$original" ] && ldd "$original" | grep -q "not found"; then
+  echo "installing the original yadcc's runtime libraries..."
+  apt_install libgoogle-glog0v6 libgflags2.2 libfmt9 libssl3 libcurl4 libgoogle-perftools4 \
+    libctemplate3 libopentracing1 libyaml-cpp0.7 libjsoncpp25 liblz4-1 libsnappy1v5 libzstd1 \
+    libnghttp2-14
+fi
+
 scripts/validate_openapi.sh
 scripts/python_deps.sh
 
 echo "== schemathesis (every check, both route styles)"
 scripts/schemathesis.sh
+
+# This scheduler and the original under the same tiny yadcc-loadgen runs:
+# every result well formed, 0 errors for this scheduler. Without the original
+# (../shared/peers or YADCC_ORIGINAL) it says so in one line and is skipped,
+# except in CI.
+echo "== benchmark smoke run beside the original scheduler"
+scripts/bench.sh smoke
 
 # Last, so the run closes on cargo's summary.
 cargo test --locked "$@"

@@ -1,5 +1,6 @@
-//! The cluster modes: `grant-cycles` (P3), `daemon-mix` (P5), and what they
-//! share: a simulated cluster started, warmed up, measured and reported.
+//! The cluster modes: `grant-cycles` (P3), `daemon-mix` (P5), `task-list`
+//! (P6), and what they share: a simulated cluster started, warmed up,
+//! measured and reported.
 
 use std::{
     collections::BTreeMap,
@@ -10,19 +11,23 @@ use std::{
 
 use clap::Args;
 use serde_json::{Value, json};
-use yadcc_scheduler::sim::{
-    Cluster, ClusterConfig, Protocol, Workload, process,
-    stats::{Report, millis, quantile_of},
+use yadcc_scheduler::{
+    pb::Method,
+    sim::{
+        Cluster, ClusterConfig, Protocol, Workload, process,
+        stats::{Call, Report, millis, quantile_of},
+        wire::{DAEMON_ACCEPTABLE_COMPRESSION, compression::ACCEPT_UNCOMPRESSED},
+    },
 };
 
 use crate::{
     Cli,
-    report::{cpu_json, round3, row_json},
+    report::{cpu_json, emit, round3, row_json},
 };
 
-/// What `grant-cycles` and `daemon-mix` share.
+/// The measurement window every cluster mode has.
 #[derive(Debug, Args)]
-pub(crate) struct RunArgs {
+pub(crate) struct WindowArgs {
     /// Measured seconds.
     #[arg(long, default_value_t = 30)]
     duration: u64,
@@ -30,6 +35,25 @@ pub(crate) struct RunArgs {
     /// Seconds run before measuring (after every servant registered).
     #[arg(long, default_value_t = 5)]
     warmup: u64,
+
+    /// Distinct compilers in the cluster.
+    #[arg(long, default_value_t = 8)]
+    environments: usize,
+
+    /// Seconds between progress lines (0: none).
+    #[arg(long, default_value_t = 10)]
+    progress_every: u64,
+
+    /// Seed for the machines' shapes.
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+/// What `grant-cycles` and `daemon-mix` share.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    window: WindowArgs,
 
     /// Shortest compilation, in milliseconds (at least a renewal interval, so
     /// every cycle renews).
@@ -43,18 +67,6 @@ pub(crate) struct RunArgs {
     /// `prefetch_reqs` of each WaitForStartingTask.
     #[arg(long, default_value_t = 1)]
     prefetch: u32,
-
-    /// Distinct compilers in the cluster.
-    #[arg(long, default_value_t = 8)]
-    environments: usize,
-
-    /// Seconds between progress lines (0: none).
-    #[arg(long, default_value_t = 10)]
-    progress_every: u64,
-
-    /// Seed for the machines' shapes.
-    #[arg(long)]
-    seed: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -94,11 +106,51 @@ pub(crate) struct MixArgs {
     run: RunArgs,
 }
 
+#[derive(Debug, Args)]
+pub(crate) struct TaskListArgs {
+    /// Servants (machines 0..N), each heartbeating every second with the
+    /// tasks it runs, so the scheduler's list holds them.
+    #[arg(long, default_value_t = 2000)]
+    servants: usize,
+
+    /// Daemons polling GetRunningTasks every second (machines 0..N, also
+    /// servants); they hold the running tasks, renewing them every second.
+    #[arg(long, default_value_t = 1000)]
+    pollers: usize,
+
+    /// Tasks running in the cluster, spread over the pollers; each one done
+    /// is replaced at once, so the list changes every second.
+    #[arg(long, default_value_t = 20_000)]
+    tasks: usize,
+
+    /// Shortest task, in seconds.
+    #[arg(long, default_value_t = 100)]
+    task_min_s: u64,
+
+    /// Longest task, in seconds.
+    #[arg(long, default_value_t = 300)]
+    task_max_s: u64,
+
+    /// Accept compressed answers as stock daemons do
+    /// (`acceptable_compression_algorithms = 62`: none, gzip, lz4 frame,
+    /// snappy, zstd) instead of only uncompressed ones (2).
+    #[arg(long)]
+    accept_compression: bool,
+
+    #[command(flatten)]
+    window: WindowArgs,
+}
+
+/// Applies the window's options.
+fn apply_window(config: &mut ClusterConfig, window: &WindowArgs, protocol: Protocol) {
+    config.protocol = protocol;
+    config.environments = window.environments;
+    config.seed = window.seed;
+}
+
 /// Applies the options `grant-cycles` and `daemon-mix` share.
 fn apply(config: &mut ClusterConfig, run: &RunArgs, protocol: Protocol) {
-    config.protocol = protocol;
-    config.environments = run.environments;
-    config.seed = run.seed;
+    apply_window(config, &run.window, protocol);
     config.delegate.prefetch = run.prefetch;
     config.delegate.task_duration = Duration::from_millis(run.task_min_ms)
         ..=Duration::from_millis(run.task_max_ms.max(run.task_min_ms));
@@ -144,7 +196,7 @@ pub(crate) async fn run_grant_cycles(
         "cycles_per_second": args.cycles_per_second,
         "running_tasks_interval_ms": args.running_tasks_interval_ms,
     });
-    measure(cli, &args.run, config, header).await
+    measure(cli, &args.run.window, config, None, header).await
 }
 
 /// Runs `daemon-mix`; returns the number of failures.
@@ -177,15 +229,75 @@ pub(crate) async fn run_daemon_mix(
         "machines": args.machines,
         "jobs_per_machine": args.jobs_per_machine,
     });
-    measure(cli, &args.run, config, header).await
+    measure(cli, &args.run.window, config, None, header).await
 }
 
-/// Starts the cluster, warms up, measures, prints the report (stderr) and
-/// one JSON line (stdout), stops. Returns the number of failures.
+/// Runs `task-list`; returns the number of failures.
+pub(crate) async fn run_task_list(
+    cli: &Cli,
+    args: &TaskListArgs,
+    target: SocketAddr,
+    protocol: Protocol,
+) -> Result<u64, String> {
+    if args.pollers == 0 || args.pollers > args.servants {
+        return Err("--pollers must be between 1 and --servants".to_owned());
+    }
+    let per_poller = args.tasks.div_ceil(args.pollers);
+    let mut config = ClusterConfig::new(
+        target,
+        &cli.user_token,
+        &cli.servant_token,
+        args.servants,
+        args.pollers,
+        Workload::Steady {
+            running: per_poller as u32,
+        },
+    );
+    apply_window(&mut config, &args.window, protocol);
+    config.delegate.task_duration = Duration::from_secs(args.task_min_s)
+        ..=Duration::from_secs(args.task_max_s.max(args.task_min_s));
+    // Room for the tasks however unevenly they are placed, and the prefetches.
+    config.servant_capacity = Some((2 * args.tasks.div_ceil(args.servants) + 2) as u32);
+    config.acceptable_compression = if args.accept_compression {
+        DAEMON_ACCEPTABLE_COMPRESSION
+    } else {
+        ACCEPT_UNCOMPRESSED
+    };
+    let tasks = per_poller * args.pollers;
+    eprintln!(
+        "task-list: {} servants, {} of them polling GetRunningTasks every second and holding {per_poller} tasks each ({tasks} in all, {}..{} s each), answers accepted {}, over {protocol}, against {target}",
+        args.servants,
+        args.pollers,
+        args.task_min_s,
+        args.task_max_s,
+        if args.accept_compression {
+            "compressed (62)"
+        } else {
+            "uncompressed only"
+        },
+    );
+    let header = json!({
+        "bench": "task-list",
+        "servants": args.servants,
+        "pollers": args.pollers,
+        "tasks": tasks,
+        "accept_compression": args.accept_compression,
+        "acceptable_compression_algorithms": config.acceptable_compression,
+    });
+    measure(cli, &args.window, config, Some(tasks), header).await
+}
+
+/// Waiting for the tasks to run, at most.
+const FILLING: Duration = Duration::from_secs(120);
+
+/// Starts the cluster, waits for `running` tasks if given, warms up,
+/// measures, prints the report (stderr) and one JSON line (stdout), stops.
+/// Returns the number of failures.
 async fn measure(
     cli: &Cli,
-    run: &RunArgs,
+    run: &WindowArgs,
     config: ClusterConfig,
+    running: Option<usize>,
     mut result: Value,
 ) -> Result<u64, String> {
     let protocol = config.protocol;
@@ -203,11 +315,31 @@ async fn measure(
     let stats = cluster.stats().clone();
     let registered = stats.events.servants_registered.load(Relaxed);
     eprintln!(
-        "{registered} of {} servants registered in {:.2} s; warming up {} s",
+        "{registered} of {} servants registered in {:.2} s",
         cluster.servants().len(),
         registering.elapsed().as_secs_f64(),
-        run.warmup
     );
+    if let Some(wanted) = running {
+        let filling = Instant::now();
+        // Nearly all: the ones being replaced at any moment are missing.
+        while cluster.running_tasks() < wanted * 95 / 100 {
+            if filling.elapsed() > FILLING {
+                let running = cluster.running_tasks();
+                cluster.stop().await;
+                return Err(format!(
+                    "{running} of {wanted} tasks running after {} s",
+                    FILLING.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!(
+            "{} tasks running after {:.1} s",
+            cluster.running_tasks(),
+            filling.elapsed().as_secs_f64()
+        );
+    }
+    eprintln!("warming up {} s", run.warmup);
     tokio::time::sleep(Duration::from_secs(run.warmup)).await;
 
     stats.reset();
@@ -261,6 +393,22 @@ async fn measure(
     let loadgen = cpu_json(own_before, own_after, wall);
     eprintln!("scheduler: {scheduler}");
     eprintln!("loadgen: {loadgen}");
+    // The load generator's own cost per simulated machine: its process CPU
+    // time (user + system, /proc/self/stat) over the window.
+    let loadgen_per_machine = loadgen
+        .get("cpu_seconds_per_second")
+        .and_then(Value::as_f64)
+        .filter(|_| cluster.machines() > 0)
+        .map(|cpu| round3(cpu * 1000.0 / cluster.machines() as f64));
+    if let Some(per_machine) = loadgen_per_machine {
+        eprintln!(
+            "loadgen: {per_machine:.3} ms of CPU per simulated machine per second (process CPU time over the window)"
+        );
+    }
+    let list = task_list_json(&report, &stats);
+    if running.is_some() {
+        eprintln!("task list: {list}");
+    }
     let anomalies = stats.events.anomalies();
     let failures = report.total_errors() + anomalies;
     eprintln!("errors: {} (anomalies: {anomalies})", report.total_errors());
@@ -296,9 +444,36 @@ async fn measure(
         );
         fields.insert("scheduler".into(), scheduler);
         fields.insert("loadgen".into(), loadgen);
+        fields.insert(
+            "loadgen_cpu_ms_per_machine_second".into(),
+            json!(loadgen_per_machine),
+        );
+        fields.insert("task_list".into(), list);
     }
-    println!("{result}");
+    emit(cli, result);
     eprintln!("stopping: servants leave, delegates free their grants");
     cluster.stop().await;
     Ok(failures)
+}
+
+/// P6's figures: the `GetRunningTasks` answers as received (on the wire and
+/// inflated), how many came compressed, their latency, the longest list.
+fn task_list_json(report: &Report, stats: &yadcc_scheduler::sim::Stats) -> Value {
+    let name = Call::Rpc(Method::GetRunningTasks).name();
+    let Some(row) = report.rows.iter().find(|row| row.name == name) else {
+        return Value::Null;
+    };
+    let wire = row.answer_bytes_per_second;
+    let inflated = row.message_bytes_per_second;
+    json!({
+        "answers_per_second": round3(row.per_second),
+        "received_bytes_per_second": wire.round(),
+        "inflated_bytes_per_second": inflated.round(),
+        "received_vs_inflated": (inflated > 0.0).then(|| round3(wire / inflated)),
+        "compressed_answers": row.compressed,
+        "uncompressed_answers": row.ok.saturating_sub(row.compressed),
+        "p50_ms": crate::report::ms(row.p50),
+        "p99_ms": crate::report::ms(row.p99),
+        "largest_list_tasks": stats.events.largest_task_list.load(Relaxed),
+    })
 }

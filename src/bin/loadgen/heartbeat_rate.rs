@@ -12,7 +12,7 @@ use yadcc_scheduler::sim::{
 
 use crate::{
     Cli,
-    report::{round3, row_json},
+    report::{emit, round3, row_json},
 };
 
 #[derive(Debug, Args)]
@@ -159,7 +159,7 @@ pub(crate) async fn run(
                 json!(micros(result.client_cpu_per_request())),
             );
         }
-        println!("{line}");
+        emit(cli, line);
     }
     Ok(failures)
 }

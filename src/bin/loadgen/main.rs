@@ -10,6 +10,9 @@
 //!   delegates acquiring, renewing and freeing grants at a chosen rate.
 //! - `daemon-mix` (benchmark P5): the real daemon mix, every machine servant
 //!   and delegate, `GetRunningTasks` every second.
+//! - `task-list` (benchmark P6): daemons polling `GetRunningTasks` every
+//!   second against many running tasks; bytes received (on the wire and
+//!   inflated, with or without accepting compressed answers) and latency.
 //!
 //! The modes' earlier names (`hammer`, `cluster`, `mix`) still work.
 //!
@@ -28,7 +31,7 @@ use std::{
 use clap::{Parser, Subcommand};
 use yadcc_scheduler::sim::{self, Protocol};
 
-use cluster::{ClusterArgs, MixArgs};
+use cluster::{ClusterArgs, MixArgs, TaskListArgs};
 use heartbeat_rate::HeartbeatRateArgs;
 
 // Thousands of simulated daemons allocate and free small buffers and
@@ -74,6 +77,11 @@ pub(crate) struct Cli {
     #[arg(long, global = true, default_value_t = 2)]
     threads: usize,
 
+    /// Adds `"label": LABEL` to every JSON line (which scheduler or setup
+    /// the run measured, for the tables and plots of scripts/bench.sh).
+    #[arg(long, global = true)]
+    label: Option<String>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -89,6 +97,9 @@ enum Command {
     /// Heartbeat as fast as possible per protocol (benchmark P1).
     #[command(alias = "hammer")]
     HeartbeatRate(HeartbeatRateArgs),
+    /// Daemons polling the whole task list every second against many
+    /// running tasks (benchmark P6).
+    TaskList(TaskListArgs),
 }
 /// The scheduler's address, and the protocol its URI names, if any.
 fn resolve(text: &str) -> Result<(SocketAddr, Option<Protocol>), String> {
@@ -144,6 +155,7 @@ async fn run(cli: Cli) -> ExitCode {
     let outcome = match &cli.command {
         Command::GrantCycles(args) => cluster::run_grant_cycles(&cli, args, target, protocol).await,
         Command::DaemonMix(args) => cluster::run_daemon_mix(&cli, args, target, protocol).await,
+        Command::TaskList(args) => cluster::run_task_list(&cli, args, target, protocol).await,
         Command::HeartbeatRate(args) => heartbeat_rate::run(&cli, args, target, protocol).await,
     };
     match outcome {

@@ -5,6 +5,16 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use yadcc_scheduler::sim::{process::ProcessSample, stats::Row};
 
+use crate::Cli;
+
+/// Prints one run's JSON line on stdout, labelled if `--label` was given.
+pub(crate) fn emit(cli: &Cli, mut line: Value) {
+    if let (Some(label), Value::Object(fields)) = (&cli.label, &mut line) {
+        fields.insert("label".into(), json!(label));
+    }
+    println!("{line}");
+}
+
 /// CPU-seconds per second between two samples, and the later sample's memory.
 pub(crate) fn cpu_json(
     before: Option<ProcessSample>,
@@ -41,5 +51,8 @@ pub(crate) fn row_json(row: &Row) -> Value {
         "no_quota": row.no_quota,
         "errors": row.error_count(),
         "error_kinds": row.errors,
+        "received_bytes_per_second": row.answer_bytes_per_second.round(),
+        "inflated_bytes_per_second": row.message_bytes_per_second.round(),
+        "compressed_answers": row.compressed,
     })
 }
