@@ -448,6 +448,7 @@ async fn measure(
             "loadgen_cpu_ms_per_machine_second".into(),
             json!(loadgen_per_machine),
         );
+        fields.insert("loadgen_threads".into(), json!(cli.threads));
         fields.insert("task_list".into(), list);
     }
     emit(cli, result);

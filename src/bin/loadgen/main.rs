@@ -72,10 +72,12 @@ pub(crate) struct Cli {
     #[arg(long, global = true)]
     fail_on_errors: bool,
 
-    /// Threads running the simulated daemons (1: one thread, no hand-over
-    /// between threads).
-    #[arg(long, global = true, default_value_t = 2)]
-    threads: usize,
+    /// Threads of the load generator. Default: 1 for the cluster modes (the
+    /// simulated daemons are driven by events: one thread serves thousands
+    /// of them, and cheapest, with no hand-over between threads), 2 for
+    /// heartbeat-rate (as fast as possible).
+    #[arg(long, global = true)]
+    threads: Option<usize>,
 
     /// Adds `"label": LABEL` to every JSON line (which scheduler or setup
     /// the run measured, for the tables and plots of scripts/bench.sh).
@@ -123,14 +125,19 @@ fn resolve(text: &str) -> Result<(SocketAddr, Option<Protocol>), String> {
     Ok((address, protocol))
 }
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let runtime = if cli.threads <= 1 {
+    let mut cli = Cli::parse();
+    let threads = cli.threads.unwrap_or(match cli.command {
+        Command::HeartbeatRate(_) => 2,
+        Command::GrantCycles(_) | Command::DaemonMix(_) | Command::TaskList(_) => 1,
+    });
+    cli.threads = Some(threads);
+    let runtime = if threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
     } else {
         tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(cli.threads)
+            .worker_threads(threads)
             .enable_all()
             .build()
     };
