@@ -5,13 +5,14 @@
 //!
 //! Nothing here has a task per machine or per call: the shards' tasks fire
 //! what falls due ([`Daemons::fire`]), and each answer's continuation runs on
-//! the connection's reader. Handlers change a role's state under its lock
-//! and send calls only once the lock is released (a send may run a
-//! continuation at once, which takes that lock again).
+//! its connection's reader. Either way a role changes its state under its
+//! lock and returns the calls it asks for ([`Effects`]); they are sent here,
+//! once the lock is released (a send may run a continuation at once, which
+//! takes that lock again).
 
 use std::{
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed},
     },
     time::Duration,
@@ -19,16 +20,18 @@ use std::{
 
 use bytes::Bytes;
 use prost::Message;
-use tokio::time::Instant;
 
 use super::{
-    client::{CallError, Endpoint, Reply, lock, settle},
-    delegate::{Delegate, DelegateBehaviour},
+    behaviour::{DelegateBehaviour, ServantBehaviour},
+    client::{CallError, Endpoint, Reply, record_failure, record_reply, settle},
+    delegate::Delegate,
+    effects::{Effects, Request},
+    jobs::LongPoll,
     registry::Registry,
-    servant::{Servant, ServantBehaviour},
+    servant::{DAEMON_VERSION, Servant},
     shard::{Event, Shard},
     stats::Stats,
-    wire::Compression,
+    task_lists::TaskLists,
 };
 use crate::pb::{self, Method};
 
@@ -47,18 +50,21 @@ pub(crate) struct Daemons {
     pub(crate) machines: Vec<Daemon>,
     pub(crate) registry: Registry,
     pub(crate) stats: Arc<Stats>,
-    pub(crate) shards: Vec<Arc<Shard>>,
-    pub(crate) servant_behaviour: ServantBehaviour,
-    pub(crate) delegate_behaviour: DelegateBehaviour,
-    pub(crate) task_lists: TaskLists,
+    shards: Vec<Arc<Shard>>,
+    servant_behaviour: ServantBehaviour,
+    delegate_behaviour: DelegateBehaviour,
+    task_lists: TaskLists,
     /// Every delegate's `GetConfig`, encoded once.
-    pub(crate) config_request: Bytes,
+    config_request: Bytes,
     stopping: AtomicBool,
     /// `WaitForStartingTask` calls out, and `FreeTask` calls out: a
     /// stopping cluster waits for both, so no grant is left behind.
-    pub(crate) long_polls: AtomicUsize,
-    pub(crate) frees: AtomicUsize,
+    long_polls: AtomicUsize,
+    frees: AtomicUsize,
 }
+
+/// How long each of the last calls of a stopping daemon may take.
+const LAST_CALL: Duration = Duration::from_secs(2);
 
 impl Daemons {
     pub(crate) fn new(
@@ -92,13 +98,36 @@ impl Daemons {
         &shards[machine % shards.len()]
     }
 
-    /// `event` of machine `machine` falls due at `at`.
-    pub(crate) fn after(&self, machine: usize, at: Instant, event: Event) {
-        Daemons::shard_of(&self.shards, machine).at(at, event);
-    }
-
     pub(crate) fn is_stopping(&self) -> bool {
         self.stopping.load(Relaxed)
+    }
+
+    /// What machine `machine`'s role may do now.
+    fn effects(&self, machine: usize) -> Effects<'_> {
+        Effects::new(
+            machine,
+            self.is_stopping(),
+            &self.registry,
+            &self.stats.events,
+            Daemons::shard_of(&self.shards, machine),
+        )
+    }
+
+    /// Sets machine `machine`'s first heartbeat.
+    pub(crate) fn start_servant(&self, machine: usize) {
+        if let Some(servant) = &self.machines[machine].servant {
+            let fx = self.effects(machine);
+            fx.after(servant.first_heartbeat_at(), Event::Heartbeat(machine));
+        }
+    }
+
+    /// Starts machine `machine`'s delegate: its periodic calls and workload.
+    pub(crate) fn start_delegate(self: &Arc<Self>, machine: usize) {
+        if let Some(delegate) = &self.machines[machine].delegate {
+            let mut fx = self.effects(machine);
+            delegate.start(&self.delegate_behaviour, &mut fx);
+            self.send_requests(machine, fx.into_requests());
+        }
     }
 
     /// Runs what fell due. Once stopping, only call deadlines still fire.
@@ -110,22 +139,71 @@ impl Daemons {
         if self.is_stopping() {
             return;
         }
-        let now = Instant::now();
-        match event {
-            Event::Heartbeat(machine) => self.heartbeat(machine, now),
-            Event::RunningTasks(machine) => self.list_running_tasks(machine, now),
-            Event::Config(machine) => self.get_config(machine, now),
-            Event::Renew(machine) => self.renew(machine, now),
-            Event::Arrival(machine) => self.arrival(machine, now),
-            Event::BuildStart(machine) => self.build_start(machine, now),
-            Event::JobDone { machine, grant } => self.job_done(machine, grant, now),
-            Event::LaneRetry { machine, lane } => self.lane_retry(machine, lane),
-            Event::Expire(_) => {}
+        let machine = event_machine(&event);
+        let daemon = &self.machines[machine];
+        let mut fx = self.effects(machine);
+        let delegating = &self.delegate_behaviour;
+        match (event, &daemon.servant, &daemon.delegate) {
+            (Event::Heartbeat(_), Some(servant), _) => {
+                servant.beat(&self.servant_behaviour, &mut fx);
+            }
+            (Event::RunningTasks(_), _, Some(delegate)) => delegate.list_tasks(delegating, &mut fx),
+            (Event::Config(_), _, Some(delegate)) => delegate.get_config(delegating, &mut fx),
+            (Event::Renew(_), _, Some(delegate)) => delegate.renew(delegating, &mut fx),
+            (Event::Arrival(_), _, Some(delegate)) => delegate.arrival(delegating, &mut fx),
+            (Event::BuildStart(_), _, Some(delegate)) => delegate.build_start(delegating, &mut fx),
+            (Event::JobDone { grant, .. }, _, Some(delegate)) => {
+                delegate.job_done(grant, delegating, &mut fx);
+            }
+            (Event::LaneRetry { lane, .. }, _, Some(delegate)) => {
+                delegate.lane_retry(lane, &mut fx);
+            }
+            _ => {}
+        }
+        self.send_requests(machine, fx.into_requests());
+    }
+
+    /// Sends the calls machine `machine`'s role asked for.
+    fn send_requests(self: &Arc<Self>, machine: usize, requests: Vec<Request>) {
+        for request in requests {
+            match request {
+                Request::Heartbeat(payload) => {
+                    self.send(
+                        machine,
+                        Method::Heartbeat,
+                        payload,
+                        Daemons::heartbeat_answered,
+                    );
+                }
+                Request::Ask { lane, immediate } => self.ask(machine, lane, immediate),
+                Request::Renew(ids) => self.renew(machine, ids),
+                Request::Free(ids) => self.free(machine, ids),
+                Request::GetConfig => {
+                    let payload = self.config_request.clone();
+                    self.send(
+                        machine,
+                        Method::GetConfig,
+                        payload,
+                        |daemons, machine, result| {
+                            let rpc = Method::GetConfig;
+                            let _ = settle::<pb::GetConfigResponse>(&daemons.stats, rpc, result);
+                            if let Some(delegate) = &daemons.machines[machine].delegate {
+                                delegate.configured();
+                            }
+                        },
+                    );
+                }
+                Request::ListTasks => {
+                    let payload = Bytes::new();
+                    let rpc = Method::GetRunningTasks;
+                    self.send(machine, rpc, payload, Daemons::tasks_listed);
+                }
+            }
         }
     }
 
     /// Sends a call of machine `machine`; `then` runs with its outcome.
-    pub(crate) fn send(
+    fn send(
         self: &Arc<Self>,
         machine: usize,
         rpc: Method,
@@ -138,6 +216,111 @@ impl Daemons {
             payload,
             Box::new(move |result| then(&daemons, machine, result)),
         );
+    }
+
+    fn heartbeat_answered(self: &Arc<Self>, machine: usize, result: Result<Reply, CallError>) {
+        let Some(servant) = &self.machines[machine].servant else {
+            return;
+        };
+        let reply = settle::<pb::HeartbeatResponse>(&self.stats, Method::Heartbeat, result);
+        let expired = reply.as_ref().ok().map(|reply| &reply.expired_tasks[..]);
+        let killed = servant.answered(expired, &mut self.effects(machine));
+        for (grant, owner) in killed {
+            if let Some(delegate) = &self.machines[owner].delegate {
+                let mut fx = self.effects(owner);
+                delegate.task_killed(grant, &self.delegate_behaviour, &mut fx);
+                self.send_requests(owner, fx.into_requests());
+            }
+        }
+    }
+
+    /// The lane's `WaitForStartingTask`: grants for the jobs waiting now,
+    /// plus a prefetch.
+    fn ask(self: &Arc<Self>, machine: usize, lane: usize, immediate: u32) {
+        let Some(delegate) = &self.machines[machine].delegate else {
+            return;
+        };
+        let behaviour = &self.delegate_behaviour;
+        let request = pb::WaitForStartingTaskRequest {
+            token: behaviour.token.clone(),
+            milliseconds_to_wait: behaviour.wait_ms,
+            env_desc: Some(pb::EnvironmentDesc {
+                compiler_digest: delegate.environments[lane].clone(),
+            }),
+            immediate_reqs: immediate,
+            prefetch_reqs: behaviour.prefetch,
+            next_keep_alive_in_ms: behaviour.grant_lease_ms,
+            min_version: DAEMON_VERSION,
+        };
+        self.long_polls.fetch_add(1, Relaxed);
+        let payload = Bytes::from(request.encode_to_vec());
+        let rpc = Method::WaitForStartingTask;
+        self.send(machine, rpc, payload, move |daemons, machine, result| {
+            let reply = settle::<pb::WaitForStartingTaskResponse>(&daemons.stats, rpc, result);
+            let ended = match reply {
+                Ok(reply) => LongPoll::Granted(reply.grants),
+                Err(error) if error.is_no_quota() => LongPoll::NoQuota,
+                Err(_) => LongPoll::Failed,
+            };
+            if let Some(delegate) = &daemons.machines[machine].delegate {
+                let mut fx = daemons.effects(machine);
+                delegate.long_poll_ended(lane, ended, &mut fx);
+                daemons.send_requests(machine, fx.into_requests());
+            }
+            // After what it asked for, so a stopping cluster sees the frees.
+            daemons.long_polls.fetch_sub(1, Relaxed);
+        });
+    }
+
+    fn renew(self: &Arc<Self>, machine: usize, ids: Vec<u64>) {
+        let behaviour = &self.delegate_behaviour;
+        let request = pb::KeepTaskAliveRequest {
+            token: behaviour.token.clone(),
+            task_grant_ids: ids,
+            next_keep_alive_in_ms: behaviour.renew_lease_ms,
+        };
+        let payload = Bytes::from(request.encode_to_vec());
+        let ids = request.task_grant_ids;
+        let rpc = Method::KeepTaskAlive;
+        self.send(machine, rpc, payload, move |daemons, machine, result| {
+            let reply = settle::<pb::KeepTaskAliveResponse>(&daemons.stats, rpc, result);
+            if let Some(delegate) = &daemons.machines[machine].delegate {
+                let statuses = reply.as_ref().ok().map(|reply| &reply.statuses[..]);
+                delegate.renewed(&ids, statuses, &daemons.effects(machine));
+            }
+        });
+    }
+
+    /// `FreeTask`; errors are recorded and otherwise ignored, as the daemon does.
+    fn free(self: &Arc<Self>, machine: usize, ids: Vec<u64>) {
+        let request = pb::FreeTaskRequest {
+            token: self.delegate_behaviour.token.clone(),
+            task_grant_ids: ids,
+        };
+        self.frees.fetch_add(1, Relaxed);
+        let payload = Bytes::from(request.encode_to_vec());
+        self.send(machine, Method::FreeTask, payload, |daemons, _, result| {
+            let _ = settle::<pb::FreeTaskResponse>(&daemons.stats, Method::FreeTask, result);
+            daemons.frees.fetch_sub(1, Relaxed);
+        });
+    }
+
+    /// A `GetRunningTasks` answer: the list checked (`TaskLists`), its
+    /// bytes counted, the longest list remembered.
+    fn tasks_listed(self: &Arc<Self>, machine: usize, result: Result<Reply, CallError>) {
+        let rpc = Method::GetRunningTasks;
+        let checked = result.and_then(|reply| Ok((self.task_lists.check(&reply)?, reply)));
+        match checked {
+            Ok((list, reply)) => {
+                record_reply(&self.stats, rpc, &reply, list.message_bytes);
+                let largest = &self.stats.events.largest_task_list;
+                largest.fetch_max(list.tasks as u64, Relaxed);
+            }
+            Err(error) => record_failure(&self.stats, rpc, &error),
+        }
+        if let Some(delegate) = &self.machines[machine].delegate {
+            delegate.listed();
+        }
     }
 
     /// Stops every machine's periodic calls and workload, then, as daemons
@@ -158,9 +341,6 @@ impl Daemons {
         futures_util::future::join_all(machines.map(|machine| self.say_goodbye(machine))).await;
     }
 
-    /// How long one of the last calls may take.
-    const LAST_CALL: Duration = Duration::from_secs(2);
-
     async fn give_back(self: &Arc<Self>, machine: usize) {
         let daemon = &self.machines[machine];
         let Some(delegate) = &daemon.delegate else {
@@ -177,7 +357,7 @@ impl Daemons {
         let call = daemon
             .endpoint
             .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &request);
-        let _ = tokio::time::timeout(Daemons::LAST_CALL, call).await;
+        let _ = tokio::time::timeout(LAST_CALL, call).await;
     }
 
     async fn say_goodbye(self: &Arc<Self>, machine: usize) {
@@ -191,7 +371,7 @@ impl Daemons {
         let call = daemon
             .endpoint
             .call_raw(Method::Heartbeat, servant.leave_request());
-        if let Ok(reply) = tokio::time::timeout(Daemons::LAST_CALL, call).await {
+        if let Ok(reply) = tokio::time::timeout(LAST_CALL, call).await {
             let _ = settle::<pb::HeartbeatResponse>(&self.stats, Method::Heartbeat, reply);
         }
     }
@@ -205,106 +385,17 @@ impl Daemons {
     }
 }
 
-/// One task list checked: what it came as, and what it held.
-#[derive(Debug)]
-struct CheckedList {
-    message: Bytes,
-    compression: Compression,
-    message_bytes: usize,
-    tasks: usize,
-}
-
-/// What one `GetRunningTasks` answer held.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ListFigures {
-    /// The list's bytes inflated.
-    pub(crate) message_bytes: usize,
-    pub(crate) tasks: usize,
-}
-
-/// The check of the task lists: every distinct answer is inflated and
-/// decoded whole once, and answers equal to the last one checked (the
-/// scheduler sends every caller the same list for a while) are compared byte
-/// for byte instead. A machine of the cluster pays for a list what a daemon
-/// pays to receive it, not a decoding each: decoding every copy would make
-/// the simulator's cost grow with the square of the cluster.
-#[derive(Debug, Default)]
-pub(crate) struct TaskLists {
-    last: Mutex<Option<Arc<CheckedList>>>,
-}
-
-impl TaskLists {
-    pub(crate) fn check(&self, reply: &Reply) -> Result<ListFigures, CallError> {
-        let last = lock(&self.last).clone();
-        if let Some(last) = last
-            && last.compression == reply.compression
-            && last.message == reply.message
-        {
-            return Ok(ListFigures {
-                message_bytes: last.message_bytes,
-                tasks: last.tasks,
-            });
-        }
-        let inflated = reply.inflated()?;
-        let list = pb::GetRunningTasksResponse::decode(inflated.as_ref())
-            .map_err(|error| CallError::Decode(error.to_string()))?;
-        let checked = CheckedList {
-            // A copy, so the reader's buffer is not held.
-            message: Bytes::copy_from_slice(&reply.message),
-            compression: reply.compression,
-            message_bytes: inflated.len(),
-            tasks: list.running_tasks.len(),
-        };
-        let figures = ListFigures {
-            message_bytes: checked.message_bytes,
-            tasks: checked.tasks,
-        };
-        *lock(&self.last) = Some(Arc::new(checked));
-        Ok(figures)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reply(message: &[u8], compression: Compression) -> Reply {
-        Reply {
-            message: Bytes::copy_from_slice(message),
-            compression,
-            answer_bytes: message.len() + 24,
-            latency: Duration::ZERO,
-        }
-    }
-
-    /// A list is decoded when it differs from the last one checked; a broken
-    /// one is an error even right after a good one of the same length.
-    #[test]
-    fn task_lists_are_checked_once_per_distinct_answer() {
-        let list = |digest: &str| {
-            pb::GetRunningTasksResponse {
-                running_tasks: vec![pb::RunningTask {
-                    servant_task_id: 1,
-                    task_grant_id: 0,
-                    servant_location: "127.1.0.1:8335".into(),
-                    task_digest: digest.into(),
-                }],
-            }
-            .encode_to_vec()
-        };
-        let lists = TaskLists::default();
-        let first = list("aa");
-        let figures = lists.check(&reply(&first, Compression::None)).unwrap();
-        assert_eq!((figures.tasks, figures.message_bytes), (1, first.len()));
-        let zstd = Compression::Zstd.compress(&first);
-        let figures = lists.check(&reply(&zstd, Compression::Zstd)).unwrap();
-        assert_eq!((figures.tasks, figures.message_bytes), (1, first.len()));
-        let mut broken = first.clone();
-        // The length of the only task becomes longer than the message.
-        broken[1] += 1;
-        assert!(lists.check(&reply(&broken, Compression::None)).is_err());
-        assert!(lists.check(&reply(&first, Compression::None)).is_ok());
-        let empty = lists.check(&reply(&[], Compression::None)).unwrap();
-        assert_eq!(empty.tasks, 0);
+/// The machine an event is for (deadlines are not any machine's).
+fn event_machine(event: &Event) -> usize {
+    match event {
+        Event::Heartbeat(machine)
+        | Event::RunningTasks(machine)
+        | Event::Config(machine)
+        | Event::Renew(machine)
+        | Event::Arrival(machine)
+        | Event::BuildStart(machine)
+        | Event::JobDone { machine, .. }
+        | Event::LaneRetry { machine, .. } => *machine,
+        Event::Expire(_) => 0,
     }
 }

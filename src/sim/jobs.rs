@@ -1,55 +1,77 @@
 //! A delegate's compilations, from arrival to `FreeTask`: each takes a
 //! prefetched grant of its compiler or waits for the compiler's
-//! `WaitForStartingTask` loop, runs on the granted servant for its duration
-//! (or until the servant kills it), and is freed. Jobs arrive as the
-//! workload says: a Poisson stream, builds of many files now and then, or a
-//! steady number under way.
-//!
-//! State changes happen under the delegate's lock and return [`Action`]s,
-//! the calls they ask for, which are sent once the lock is released.
+//! `WaitForStartingTask` loop (one call at a time, asking for the jobs
+//! waiting now plus a prefetch, again at once after no quota, 100 ms after an
+//! error), runs on the granted servant for its duration (or until the
+//! servant kills it), and is freed. Jobs arrive as the workload says: a
+//! Poisson stream, builds of many files now and then, or a steady number
+//! under way.
 
-use std::sync::{Arc, atomic::Ordering::Relaxed};
+use std::{
+    collections::{HashMap, VecDeque},
+    ops::RangeInclusive,
+    sync::atomic::Ordering::Relaxed,
+    time::Duration,
+};
 
-use bytes::Bytes;
-use prost::Message;
-use rand::Rng;
+use rand::{Rng, SeedableRng, rngs::SmallRng};
 use tokio::time::Instant;
 
 use super::{
-    client::{CallError, Reply, lock, settle},
-    daemons::Daemons,
-    delegate::{DelegateState, Grant, Workload, random_duration},
-    servant::DAEMON_VERSION,
+    behaviour::{DelegateBehaviour, Workload},
+    effects::{Effects, Request},
     shard::Event,
 };
-use crate::pb::{self, Method};
+use crate::pb;
 
-/// A call a delegate's state change asks for.
-#[derive(Debug)]
-pub(crate) enum Action {
-    /// The lane's `WaitForStartingTask`, for `immediate` waiting jobs.
-    Ask {
-        lane: usize,
-        immediate: u32,
-    },
-    Free(Vec<u64>),
+/// A grant as a delegate holds it: the servant it names, if simulated here.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Grant {
+    pub(crate) id: u64,
+    pub(crate) servant: Option<usize>,
+}
+
+/// A compiler digest the delegate compiles with: jobs (their durations)
+/// waiting for a grant, and prefetched grants waiting for a job.
+#[derive(Debug, Default)]
+pub(crate) struct Lane {
+    waiting: VecDeque<Duration>,
+    pub(crate) spares: Vec<(Grant, Instant)>,
+    /// Its `WaitForStartingTask` is out (or waits to be retried).
+    asking: bool,
 }
 
 /// A build under way: `remaining` files not started, `in_flight` compiling
 /// (or waiting for a grant), at most `parallel` at once, all with one compiler.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Build {
+struct Build {
     lane: usize,
     remaining: u32,
     in_flight: u32,
     parallel: u32,
 }
 
+/// How a lane's `WaitForStartingTask` ended.
+#[derive(Debug)]
+pub(crate) enum LongPoll {
+    Granted(Vec<pb::StartingTaskGrant>),
+    /// The cluster was busy for the whole wait.
+    NoQuota,
+    Failed,
+}
+
 /// Between a failed `WaitForStartingTask` and the next (the daemon's 100 ms).
-const RETRY_AFTER_ERROR: std::time::Duration = std::time::Duration::from_millis(100);
+const RETRY_AFTER_ERROR: Duration = Duration::from_millis(100);
 
 /// Largest `immediate_reqs` a delegate asks for at once.
 const MOST_IMMEDIATE: usize = 1000;
+
+pub(crate) fn random_duration(rng: &mut SmallRng, range: &RangeInclusive<Duration>) -> Duration {
+    if range.start() >= range.end() {
+        return *range.start();
+    }
+    rng.random_range(range.clone())
+}
 
 /// A task digest: 32 random hex digits.
 fn task_digest(rng: &mut impl Rng) -> [u8; 32] {
@@ -58,369 +80,299 @@ fn task_digest(rng: &mut impl Rng) -> [u8; 32] {
     std::array::from_fn(|index| HEX[((bits >> (4 * (31 - index))) & 0xf) as usize])
 }
 
-impl Daemons {
+/// One delegate's compilations.
+#[derive(Debug)]
+pub(crate) struct Jobs {
+    pub(crate) rng: SmallRng,
+    pub(crate) lanes: Vec<Lane>,
+    /// Compilations running now: grant id to the servant running it.
+    pub(crate) running: HashMap<u64, usize>,
+    /// Compilations waiting for a grant or running (at most `max_jobs`).
+    count: usize,
+    build: Option<Build>,
+    next_arrival: Instant,
+}
+
+impl Jobs {
+    pub(crate) fn new(lanes: usize) -> Jobs {
+        Jobs {
+            rng: SmallRng::from_rng(&mut rand::rng()),
+            lanes: (0..lanes).map(|_| Lane::default()).collect(),
+            running: HashMap::new(),
+            count: 0,
+            build: None,
+            next_arrival: Instant::now(),
+        }
+    }
+
     /// The workload's first jobs, or when they come.
-    pub(crate) fn start_workload(
-        self: &Arc<Self>,
-        machine: usize,
-        state: &mut DelegateState,
-        now: Instant,
-        actions: &mut Vec<Action>,
-    ) {
-        let behaviour = &self.delegate_behaviour;
+    pub(crate) fn start(&mut self, behaviour: &DelegateBehaviour, fx: &mut Effects<'_>) {
         match &behaviour.workload {
             Workload::Rate { jobs_per_second } if *jobs_per_second > 0.0 => {
-                state.next_arrival = now;
-                self.next_arrival(machine, state, *jobs_per_second);
+                self.next_arrival = fx.now;
+                self.next_arrival(*jobs_per_second, fx);
             }
             Workload::Rate { .. } => {}
             Workload::Builds { idle, .. } => {
-                let at = now + random_duration(&mut state.rng, idle);
-                self.after(machine, at, Event::BuildStart(machine));
+                let at = fx.now + random_duration(&mut self.rng, idle);
+                fx.after(at, Event::BuildStart(fx.machine));
             }
             Workload::Steady { running } => {
                 for _ in 0..*running {
-                    let lane = state.rng.random_range(0..state.lanes.len());
-                    let whole = random_duration(&mut state.rng, &behaviour.task_duration);
+                    let lane = self.rng.random_range(0..self.lanes.len());
+                    let whole = random_duration(&mut self.rng, &behaviour.task_duration);
                     // Part-way through: what is left of a job already running.
-                    let left = whole.mul_f64(state.rng.random_range(0.0..=1.0));
-                    self.submit_job(machine, state, lane, left, now, actions);
+                    let left = whole.mul_f64(self.rng.random_range(0.0..=1.0));
+                    self.submit(lane, left, fx);
                 }
             }
         }
     }
 
     /// Sets the stream's next arrival: exponential gaps make it Poisson.
-    fn next_arrival(&self, machine: usize, state: &mut DelegateState, jobs_per_second: f64) {
-        let gap = -(1.0 - state.rng.random::<f64>()).ln() / jobs_per_second;
-        state.next_arrival += std::time::Duration::from_secs_f64(gap.min(60.0));
-        self.after(machine, state.next_arrival, Event::Arrival(machine));
+    fn next_arrival(&mut self, jobs_per_second: f64, fx: &Effects<'_>) {
+        let gap = -(1.0 - self.rng.random::<f64>()).ln() / jobs_per_second;
+        self.next_arrival += Duration::from_secs_f64(gap.min(60.0));
+        fx.after(self.next_arrival, Event::Arrival(fx.machine));
     }
 
     /// A compilation of the stream arrives.
-    pub(crate) fn arrival(self: &Arc<Self>, machine: usize, now: Instant) {
-        let Some(delegate) = &self.machines[machine].delegate else {
-            return;
-        };
-        let behaviour = &self.delegate_behaviour;
+    pub(crate) fn arrival(&mut self, behaviour: &DelegateBehaviour, fx: &mut Effects<'_>) {
         let Workload::Rate { jobs_per_second } = behaviour.workload else {
             return;
         };
-        let mut actions = Vec::new();
-        {
-            let mut state = lock(&delegate.state);
-            let state = &mut *state;
-            self.next_arrival(machine, state, jobs_per_second);
-            if state.jobs >= behaviour.max_jobs {
-                self.stats.events.jobs_shed.fetch_add(1, Relaxed);
-                return;
-            }
-            let lane = state.rng.random_range(0..state.lanes.len());
-            let duration = random_duration(&mut state.rng, &behaviour.task_duration);
-            self.submit_job(machine, state, lane, duration, now, &mut actions);
+        self.next_arrival(jobs_per_second, fx);
+        if self.count >= behaviour.max_jobs {
+            fx.events.jobs_shed.fetch_add(1, Relaxed);
+            return;
         }
-        self.act(machine, actions);
+        let lane = self.rng.random_range(0..self.lanes.len());
+        let duration = random_duration(&mut self.rng, &behaviour.task_duration);
+        self.submit(lane, duration, fx);
     }
 
     /// An idle developer starts a build.
-    pub(crate) fn build_start(self: &Arc<Self>, machine: usize, now: Instant) {
-        let Some(delegate) = &self.machines[machine].delegate else {
-            return;
-        };
+    pub(crate) fn build_start(&mut self, behaviour: &DelegateBehaviour, fx: &mut Effects<'_>) {
         let Workload::Builds {
             files, parallelism, ..
-        } = &self.delegate_behaviour.workload
+        } = &behaviour.workload
         else {
             return;
         };
-        let mut actions = Vec::new();
-        {
-            let mut state = lock(&delegate.state);
-            let state = &mut *state;
-            state.build = Some(Build {
-                lane: state.rng.random_range(0..state.lanes.len()),
-                remaining: state.rng.random_range(files.clone()),
-                in_flight: 0,
-                parallel: state.rng.random_range(parallelism.clone()).max(1),
-            });
-            self.launch_build(machine, state, now, &mut actions);
-        }
-        self.act(machine, actions);
+        self.build = Some(Build {
+            lane: self.rng.random_range(0..self.lanes.len()),
+            remaining: self.rng.random_range(files.clone()),
+            in_flight: 0,
+            parallel: self.rng.random_range(parallelism.clone()).max(1),
+        });
+        self.launch_build(behaviour, fx);
     }
 
     /// Starts the build's next files, as many as its parallelism allows; when
     /// it is done, the developer is idle again.
-    fn launch_build(
-        self: &Arc<Self>,
-        machine: usize,
-        state: &mut DelegateState,
-        now: Instant,
-        actions: &mut Vec<Action>,
-    ) {
-        let behaviour = &self.delegate_behaviour;
-        while let Some(build) = state.build
+    fn launch_build(&mut self, behaviour: &DelegateBehaviour, fx: &mut Effects<'_>) {
+        while let Some(build) = self.build
             && build.in_flight < build.parallel
             && build.remaining > 0
         {
-            if state.jobs >= behaviour.max_jobs {
+            if self.count >= behaviour.max_jobs {
                 // Too much queued: the rest of the build is given up.
-                state.build = Some(Build {
+                self.build = Some(Build {
                     remaining: 0,
                     ..build
                 });
                 break;
             }
-            state.build = Some(Build {
+            self.build = Some(Build {
                 remaining: build.remaining - 1,
                 in_flight: build.in_flight + 1,
                 ..build
             });
-            let duration = random_duration(&mut state.rng, &behaviour.task_duration);
-            self.submit_job(machine, state, build.lane, duration, now, actions);
+            let duration = random_duration(&mut self.rng, &behaviour.task_duration);
+            self.submit(build.lane, duration, fx);
         }
-        if let Some(build) = state.build
+        if let Some(build) = self.build
             && build.in_flight == 0
             && build.remaining == 0
             && let Workload::Builds { idle, .. } = &behaviour.workload
         {
-            state.build = None;
-            let at = now + random_duration(&mut state.rng, idle);
-            self.after(machine, at, Event::BuildStart(machine));
+            self.build = None;
+            let at = fx.now + random_duration(&mut self.rng, idle);
+            fx.after(at, Event::BuildStart(fx.machine));
         }
     }
 
     /// A compilation needs a grant: a prefetched one of its compiler, else
     /// it waits and the compiler's loop asks (unless it is asking already).
-    fn submit_job(
-        self: &Arc<Self>,
-        machine: usize,
-        state: &mut DelegateState,
-        lane: usize,
-        duration: std::time::Duration,
-        now: Instant,
-        actions: &mut Vec<Action>,
-    ) {
-        state.jobs += 1;
-        if let Some((grant, _)) = state.lanes[lane].spares.pop() {
-            self.run_job(machine, state, grant, duration, now, actions);
+    fn submit(&mut self, lane: usize, duration: Duration, fx: &mut Effects<'_>) {
+        self.count += 1;
+        if let Some((grant, _)) = self.lanes[lane].spares.pop() {
+            self.run(grant, duration, fx);
             return;
         }
-        let queue = &mut state.lanes[lane];
+        let queue = &mut self.lanes[lane];
         queue.waiting.push_back(duration);
         if !queue.asking {
             queue.asking = true;
             let immediate = queue.waiting.len().min(MOST_IMMEDIATE) as u32;
-            actions.push(Action::Ask { lane, immediate });
+            fx.request(Request::Ask { lane, immediate });
         }
     }
 
-    /// Starts a compilation on its granted servant.
-    fn run_job(
-        self: &Arc<Self>,
-        machine: usize,
-        state: &mut DelegateState,
-        grant: Grant,
-        duration: std::time::Duration,
-        now: Instant,
-        actions: &mut Vec<Action>,
-    ) {
-        let events = &self.stats.events;
+    /// Starts a compilation on its granted servant. One naming a servant
+    /// this simulator does not run is freed at once and counted.
+    fn run(&mut self, grant: Grant, duration: Duration, fx: &mut Effects<'_>) {
         let Some(servant) = grant.servant else {
-            events.unknown_servants.fetch_add(1, Relaxed);
-            actions.push(Action::Free(vec![grant.id]));
-            self.job_ended(machine, state, now, actions);
+            fx.events.unknown_servants.fetch_add(1, Relaxed);
+            fx.request(Request::Free(vec![grant.id]));
+            self.count = self.count.saturating_sub(1);
             return;
         };
-        state.running.insert(grant.id, servant);
-        let digest = task_digest(&mut state.rng);
-        self.registry.start(servant, grant.id, digest, machine);
-        events.tasks_started.fetch_add(1, Relaxed);
+        self.running.insert(grant.id, servant);
+        let digest = task_digest(&mut self.rng);
+        fx.registry.start(servant, grant.id, digest, fx.machine);
+        fx.events.tasks_started.fetch_add(1, Relaxed);
         let done = Event::JobDone {
-            machine,
+            machine: fx.machine,
             grant: grant.id,
         };
-        self.after(machine, now + duration, done);
+        fx.after(fx.now + duration, done);
     }
 
     /// The compilation under `grant` finished: the servant stops reporting
     /// it before the grant is freed, so a heartbeat in between never lists a
     /// freed grant.
-    pub(crate) fn job_done(self: &Arc<Self>, machine: usize, grant: u64, now: Instant) {
-        let Some(delegate) = &self.machines[machine].delegate else {
+    pub(crate) fn done(&mut self, grant: u64, behaviour: &DelegateBehaviour, fx: &mut Effects<'_>) {
+        // Gone already if its servant killed it.
+        let Some(servant) = self.running.remove(&grant) else {
             return;
         };
-        let mut actions = Vec::new();
-        {
-            let mut state = lock(&delegate.state);
-            // Gone already if its servant killed it.
-            let Some(servant) = state.running.remove(&grant) else {
-                return;
-            };
-            self.registry.finish(servant, grant);
-            actions.push(Action::Free(vec![grant]));
-            self.stats.events.tasks_completed.fetch_add(1, Relaxed);
-            self.job_ended(machine, &mut state, now, &mut actions);
-        }
-        self.act(machine, actions);
+        fx.registry.finish(servant, grant);
+        fx.request(Request::Free(vec![grant]));
+        fx.events.tasks_completed.fetch_add(1, Relaxed);
+        self.ended(behaviour, fx);
     }
 
     /// A servant killed the task under `grant` (its id came back expired).
-    pub(crate) fn task_killed(self: &Arc<Self>, machine: usize, grant: u64) {
-        let Some(delegate) = &self.machines[machine].delegate else {
-            return;
-        };
-        let mut actions = Vec::new();
-        {
-            let mut state = lock(&delegate.state);
-            if state.running.remove(&grant).is_none() {
-                return;
-            }
-            actions.push(Action::Free(vec![grant]));
-            self.job_ended(machine, &mut state, Instant::now(), &mut actions);
+    pub(crate) fn killed(
+        &mut self,
+        grant: u64,
+        behaviour: &DelegateBehaviour,
+        fx: &mut Effects<'_>,
+    ) {
+        if self.running.remove(&grant).is_some() {
+            fx.request(Request::Free(vec![grant]));
+            self.ended(behaviour, fx);
         }
-        self.act(machine, actions);
     }
 
     /// A compilation is over, whatever ended it: the workload goes on.
-    fn job_ended(
-        self: &Arc<Self>,
-        machine: usize,
-        state: &mut DelegateState,
-        now: Instant,
-        actions: &mut Vec<Action>,
-    ) {
-        state.jobs = state.jobs.saturating_sub(1);
-        if self.is_stopping() {
+    fn ended(&mut self, behaviour: &DelegateBehaviour, fx: &mut Effects<'_>) {
+        self.count = self.count.saturating_sub(1);
+        if fx.stopping {
             return;
         }
-        let behaviour = &self.delegate_behaviour;
         match behaviour.workload {
             Workload::Rate { .. } => {}
             Workload::Builds { .. } => {
-                if let Some(build) = &mut state.build {
+                if let Some(build) = &mut self.build {
                     build.in_flight = build.in_flight.saturating_sub(1);
                 }
-                self.launch_build(machine, state, now, actions);
+                self.launch_build(behaviour, fx);
             }
             Workload::Steady { .. } => {
-                let lane = state.rng.random_range(0..state.lanes.len());
-                let duration = random_duration(&mut state.rng, &behaviour.task_duration);
-                self.submit_job(machine, state, lane, duration, now, actions);
+                let lane = self.rng.random_range(0..self.lanes.len());
+                let duration = random_duration(&mut self.rng, &behaviour.task_duration);
+                self.submit(lane, duration, fx);
             }
         }
     }
 
-    /// The lane's `WaitForStartingTask`: grants for the jobs waiting now,
-    /// plus a prefetch.
-    pub(crate) fn ask(self: &Arc<Self>, machine: usize, lane: usize, immediate: u32) {
-        let Some(delegate) = &self.machines[machine].delegate else {
-            return;
-        };
-        let behaviour = &self.delegate_behaviour;
-        let request = pb::WaitForStartingTaskRequest {
-            token: behaviour.token.clone(),
-            milliseconds_to_wait: behaviour.wait_ms,
-            env_desc: Some(pb::EnvironmentDesc {
-                compiler_digest: delegate.environments[lane].clone(),
-            }),
-            immediate_reqs: immediate,
-            prefetch_reqs: behaviour.prefetch,
-            next_keep_alive_in_ms: behaviour.grant_lease_ms,
-            min_version: DAEMON_VERSION,
-        };
-        self.long_polls.fetch_add(1, Relaxed);
-        let payload = Bytes::from(request.encode_to_vec());
-        self.send(
-            machine,
-            Method::WaitForStartingTask,
-            payload,
-            move |daemons, machine, result| daemons.granted(machine, lane, result),
-        );
-    }
-
-    /// The lane's `WaitForStartingTask` answered: grants go to the waiting
-    /// jobs in order, the rest are kept as prefetched; the loop asks again
-    /// while jobs wait (at once after no quota, 100 ms after an error).
-    fn granted(self: &Arc<Self>, machine: usize, lane: usize, result: Result<Reply, CallError>) {
-        let Some(delegate) = &self.machines[machine].delegate else {
-            return;
-        };
-        let rpc = Method::WaitForStartingTask;
-        let reply = settle::<pb::WaitForStartingTaskResponse>(&self.stats, rpc, result);
-        let now = Instant::now();
-        let stopping = self.is_stopping();
-        let mut actions = Vec::new();
-        {
-            let mut state = lock(&delegate.state);
-            let state = &mut *state;
-            let retry = match reply {
-                Ok(reply) => {
-                    let events = &self.stats.events;
-                    events
-                        .grants_received
-                        .fetch_add(reply.grants.len() as u64, Relaxed);
-                    if stopping {
-                        // Given back at once: nothing will run on them.
-                        let ids = reply.grants.iter().map(|g| g.task_grant_id).collect();
-                        actions.push(Action::Free(ids));
-                    }
-                    for granted in reply.grants.iter().filter(|_| !stopping) {
+    /// The lane's `WaitForStartingTask` ended: grants go to the waiting jobs
+    /// in order, the rest are kept as prefetched; the loop asks again while
+    /// jobs wait (at once after no quota, 100 ms after an error). A stopping
+    /// delegate gives every new grant back at once.
+    pub(crate) fn long_poll_ended(&mut self, lane: usize, ended: LongPoll, fx: &mut Effects<'_>) {
+        let retry = match ended {
+            LongPoll::Granted(grants) => {
+                let events = fx.events;
+                events
+                    .grants_received
+                    .fetch_add(grants.len() as u64, Relaxed);
+                if fx.stopping {
+                    let ids = grants.iter().map(|grant| grant.task_grant_id).collect();
+                    fx.request(Request::Free(ids));
+                } else {
+                    for granted in grants {
                         let grant = Grant {
                             id: granted.task_grant_id,
-                            servant: self.registry.servant_at(&granted.servant_location),
+                            servant: fx.registry.servant_at(&granted.servant_location),
                         };
-                        match state.lanes[lane].waiting.pop_front() {
-                            Some(duration) => {
-                                self.run_job(machine, state, grant, duration, now, &mut actions);
-                            }
-                            None => state.lanes[lane].spares.push((grant, now)),
+                        match self.lanes[lane].waiting.pop_front() {
+                            Some(duration) => self.run(grant, duration, fx),
+                            None => self.lanes[lane].spares.push((grant, fx.now)),
                         }
                     }
-                    false
                 }
-                // The cluster was busy for the whole wait: ask again at once.
-                Err(error) if error.is_no_quota() => false,
-                Err(_) => true,
-            };
-            let queue = &mut state.lanes[lane];
-            if stopping || queue.waiting.is_empty() {
-                queue.asking = false;
-            } else if retry {
-                let at = now + RETRY_AFTER_ERROR;
-                self.after(machine, at, Event::LaneRetry { machine, lane });
-            } else {
-                let immediate = queue.waiting.len().min(MOST_IMMEDIATE) as u32;
-                actions.push(Action::Ask { lane, immediate });
+                false
             }
+            LongPoll::NoQuota => false,
+            LongPoll::Failed => true,
+        };
+        let queue = &mut self.lanes[lane];
+        if fx.stopping || queue.waiting.is_empty() {
+            queue.asking = false;
+        } else if retry {
+            let event = Event::LaneRetry {
+                machine: fx.machine,
+                lane,
+            };
+            fx.after(fx.now + RETRY_AFTER_ERROR, event);
+        } else {
+            let immediate = queue.waiting.len().min(MOST_IMMEDIATE) as u32;
+            fx.request(Request::Ask { lane, immediate });
         }
-        self.act(machine, actions);
-        self.long_polls.fetch_sub(1, Relaxed);
     }
 
     /// The lane's loop after an error's pause: asks if jobs still wait.
-    pub(crate) fn lane_retry(self: &Arc<Self>, machine: usize, lane: usize) {
-        let Some(delegate) = &self.machines[machine].delegate else {
-            return;
-        };
-        let ask = {
-            let mut state = lock(&delegate.state);
-            let queue = &mut state.lanes[lane];
-            queue.asking = !queue.waiting.is_empty();
-            queue
-                .asking
-                .then(|| queue.waiting.len().min(MOST_IMMEDIATE) as u32)
-        };
-        if let Some(immediate) = ask {
-            self.ask(machine, lane, immediate);
+    pub(crate) fn retry(&mut self, lane: usize, fx: &mut Effects<'_>) {
+        let queue = &mut self.lanes[lane];
+        queue.asking = !queue.waiting.is_empty() && !fx.stopping;
+        if queue.asking {
+            let immediate = queue.waiting.len().min(MOST_IMMEDIATE) as u32;
+            fx.request(Request::Ask { lane, immediate });
         }
+    }
+
+    /// Prefetched grants older than `life`, taken.
+    pub(crate) fn stale_spares(&mut self, life: Duration, now: Instant) -> Vec<u64> {
+        let mut stale = Vec::new();
+        for lane in &mut self.lanes {
+            lane.spares.retain(|(grant, at)| {
+                let keep = now.duration_since(*at) < life;
+                if !keep {
+                    stale.push(grant.id);
+                }
+                keep
+            });
+        }
+        stale
+    }
+
+    /// Every grant held, taken (the daemon gives them back on shutdown).
+    pub(crate) fn take_grants(&mut self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.running.drain().map(|(id, _)| id).collect();
+        for lane in &mut self.lanes {
+            ids.extend(lane.spares.drain(..).map(|(grant, _)| grant.id));
+        }
+        ids
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use rand::{SeedableRng, rngs::SmallRng};
-
     use super::*;
+    use crate::sim::{registry::Registry, shard::Shard, stats::Events};
 
     #[test]
     fn task_digests_are_32_hex_digits() {
@@ -428,5 +380,77 @@ mod tests {
         let digest = task_digest(&mut rng);
         assert!(digest.iter().all(u8::is_ascii_hexdigit), "{digest:?}");
         assert_ne!(digest, task_digest(&mut rng));
+    }
+
+    /// Jobs wait for the lane's one long poll, take its grants in order,
+    /// keep the rest as prefetched, run on their servants, and are freed
+    /// when done; the loop asks again only while jobs wait.
+    #[tokio::test(start_paused = true)]
+    async fn jobs_wait_for_grants_run_and_are_freed() {
+        let registry = Registry::new(["127.1.0.1:8335".parse().unwrap()]);
+        let (events, timers) = (Events::default(), Shard::default());
+        let behaviour = DelegateBehaviour::new(
+            "t",
+            Workload::Rate {
+                jobs_per_second: 1.0,
+            },
+        );
+        let mut jobs = Jobs::new(1);
+        let mut fx = Effects::new(3, false, &registry, &events, &timers);
+        jobs.submit(0, Duration::from_secs(2), &mut fx);
+        jobs.submit(0, Duration::from_secs(3), &mut fx);
+        let asked: Vec<String> = fx
+            .into_requests()
+            .iter()
+            .map(|r| format!("{r:?}"))
+            .collect();
+        assert_eq!(
+            asked,
+            ["Ask { lane: 0, immediate: 1 }"],
+            "one call at a time"
+        );
+
+        let grant = |id: u64| pb::StartingTaskGrant {
+            task_grant_id: id,
+            servant_location: "127.1.0.1:8335".into(),
+        };
+        let mut fx = Effects::new(3, false, &registry, &events, &timers);
+        jobs.long_poll_ended(0, LongPoll::Granted(vec![grant(10)]), &mut fx);
+        let asked: Vec<String> = fx
+            .into_requests()
+            .iter()
+            .map(|r| format!("{r:?}"))
+            .collect();
+        assert_eq!(
+            asked,
+            ["Ask { lane: 0, immediate: 1 }"],
+            "one job still waits"
+        );
+        assert_eq!(registry.running(), 1);
+
+        let mut fx = Effects::new(3, false, &registry, &events, &timers);
+        let granted = LongPoll::Granted(vec![grant(11), grant(12)]);
+        jobs.long_poll_ended(0, granted, &mut fx);
+        assert!(
+            fx.into_requests().is_empty(),
+            "nothing waits: the loop rests"
+        );
+        assert_eq!(registry.running(), 2);
+        assert_eq!(jobs.lanes[0].spares.len(), 1, "the prefetch is kept");
+
+        let mut fx = Effects::new(3, false, &registry, &events, &timers);
+        jobs.done(10, &behaviour, &mut fx);
+        jobs.done(10, &behaviour, &mut fx);
+        let requests: Vec<String> = fx
+            .into_requests()
+            .iter()
+            .map(|r| format!("{r:?}"))
+            .collect();
+        assert_eq!(requests, ["Free([10])"], "freed once");
+        assert_eq!(registry.running(), 1);
+        assert_eq!(events.tasks_completed.load(Relaxed), 1);
+        let mut held = jobs.take_grants();
+        held.sort_unstable();
+        assert_eq!(held, [11, 12]);
     }
 }

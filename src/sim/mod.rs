@@ -19,14 +19,16 @@
 //!   [`Registry`] through which delegates start tasks on servants (what a
 //!   servant reports running is what delegates started there).
 //! - [`delegate`]: the delegate role: renewing grants, `GetConfig` and
-//!   `GetRunningTasks`; [`jobs`]: its compilations, from a grant (prefetched,
-//!   or from the compiler's `WaitForStartingTask` loop) to `FreeTask`.
-//! - `daemons`: every machine of a cluster and what they share, and the
-//!   check of the task lists; `shard`: the timers. No task runs per machine
-//!   or per call: a few shard tasks fire what falls due (periodic calls, job
-//!   arrivals and ends, call deadlines), and each answer's continuation runs
-//!   on its connection's reader, so one process can play thousands of
-//!   daemons.
+//!   `GetRunningTasks`; `jobs`: its compilations, from a grant (prefetched,
+//!   or from the compiler's `WaitForStartingTask` loop) to `FreeTask`;
+//!   `behaviour`: both roles' periods, leases and workloads.
+//! - `daemons`: every machine of a cluster and what they share; it fires
+//!   what falls due and sends the calls the roles ask for (`effects`);
+//!   `shard`: the timers; `task_lists`: the check of `GetRunningTasks`
+//!   answers. No task runs per machine or per call: a few shard tasks fire
+//!   what falls due (periodic calls, job arrivals and ends, call deadlines),
+//!   and each answer's continuation runs on its connection's reader, so one
+//!   process can play thousands of daemons.
 //! - [`stats`]: per-RPC counts, latency percentiles, bytes and errors by kind.
 //! - [`heartbeat_rate`]: Heartbeat as fast as possible per protocol
 //!   (benchmark P1) and the bare route it is compared against.
@@ -36,9 +38,11 @@
 //! call and workload, then waits (at most a few seconds) for servants to say
 //! goodbye and delegates to free their grants.
 
+mod behaviour;
 pub mod client;
 mod daemons;
 pub mod delegate;
+mod effects;
 pub mod heartbeat_rate;
 mod jobs;
 pub mod process;
@@ -46,6 +50,7 @@ pub mod registry;
 pub mod servant;
 mod shard;
 pub mod stats;
+mod task_lists;
 pub mod wire;
 
 use std::{
@@ -417,10 +422,8 @@ impl Cluster {
             config.servant.clone(),
             config.delegate.clone(),
         ));
-        for (index, daemon) in daemons.machines.iter().enumerate() {
-            if let Some(servant) = &daemon.servant {
-                daemons.after(index, servant.first_heartbeat_at(), Event::Heartbeat(index));
-            }
+        for machine in 0..daemons.machines.len() {
+            daemons.start_servant(machine);
         }
         let mut tasks: Vec<AbortHandle> = shards
             .iter()
@@ -532,9 +535,8 @@ async fn launch_delegates(
     if daemons.is_stopping() {
         return;
     }
-    let now = Instant::now();
     for machine in 0..daemons.machines.len() {
-        daemons.start_delegate(machine, now);
+        daemons.start_delegate(machine);
     }
     started.store(true, Relaxed);
 }

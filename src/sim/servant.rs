@@ -3,7 +3,7 @@
 //! A servant heartbeats every second (`next_heartbeat_in_ms = 10000`) with its
 //! environments, processors, load (a drifting base load plus the tasks it
 //! runs), memory, priority and the tasks delegates started on it (the
-//! [`Registry`]). It kills every task whose grant id comes back in
+//! [`Registry`](super::Registry)). It kills every task whose grant id comes back in
 //! `expired_tasks`, and says goodbye with `next_heartbeat_in_ms = 0` when the
 //! simulation stops. A heartbeat still unanswered when the next falls due
 //! makes the servant skip that beat, as a daemon whose heartbeat call blocks.
@@ -11,8 +11,7 @@
 use std::{
     collections::HashMap,
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex, atomic::Ordering::Relaxed},
-    time::Duration,
+    sync::{Mutex, atomic::Ordering::Relaxed},
 };
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -23,13 +22,14 @@ use prost::{
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 use tokio::time::Instant;
 
+pub use super::behaviour::ServantBehaviour;
 use super::{
-    client::{CallError, Reply, lock, settle},
-    daemons::Daemons,
+    client::lock,
+    effects::{Effects, Request},
     registry::Task,
     shard::Event,
 };
-use crate::pb::{self, Method};
+use crate::pb;
 
 /// Version the simulated daemons report.
 pub const DAEMON_VERSION: u32 = 1;
@@ -55,29 +55,6 @@ impl ServantSpec {
     /// What it reports as `location` and what the scheduler hands out in grants.
     pub fn location(&self) -> SocketAddr {
         SocketAddr::new(self.ip, self.port)
-    }
-}
-
-/// How servants behave. Its `Debug` redacts the token.
-#[derive(Clone)]
-pub struct ServantBehaviour {
-    pub token: String,
-    /// Between heartbeats (1 s, as the daemon).
-    pub heartbeat_interval: Duration,
-    /// `next_heartbeat_in_ms` (10000, as the daemon).
-    pub next_heartbeat_in_ms: u32,
-    /// Send `next_heartbeat_in_ms = 0` when stopping.
-    pub leave_on_stop: bool,
-}
-
-impl std::fmt::Debug for ServantBehaviour {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServantBehaviour")
-            .field("token", &format_args!("<redacted>"))
-            .field("heartbeat_interval", &self.heartbeat_interval)
-            .field("next_heartbeat_in_ms", &self.next_heartbeat_in_ms)
-            .field("leave_on_stop", &self.leave_on_stop)
-            .finish()
     }
 }
 
@@ -289,68 +266,59 @@ impl Servant {
     }
 }
 
-impl Daemons {
-    /// Machine `machine`'s heartbeat fell due.
-    pub(crate) fn heartbeat(self: &Arc<Self>, machine: usize, now: Instant) {
-        let Some(servant) = &self.machines[machine].servant else {
+impl Servant {
+    /// Its heartbeat fell due: the next one is set, and this one sent unless
+    /// the last is still unanswered.
+    pub(crate) fn beat(&self, behaviour: &ServantBehaviour, fx: &mut Effects<'_>) {
+        let interval = behaviour.heartbeat_interval;
+        let mut state = lock(&self.state);
+        state.next += interval;
+        if state.next < fx.now {
+            // Fell behind (an overloaded machine): skip, do not burst.
+            state.next = fx.now + interval;
+        }
+        fx.after(state.next, Event::Heartbeat(fx.machine));
+        if state.beating {
             return;
-        };
-        let interval = self.servant_behaviour.heartbeat_interval;
-        let payload = {
-            let mut state = lock(&servant.state);
-            state.next += interval;
-            if state.next < now {
-                // Fell behind (an overloaded machine): skip, do not burst.
-                state.next = now + interval;
-            }
-            self.after(machine, state.next, Event::Heartbeat(machine));
-            if state.beating {
-                return;
-            }
-            state.beating = true;
-            // The machine's own load drifts a little each second.
-            let drift: i64 = state.rng.random_range(-1..=1);
-            let ceiling = i64::from(servant.spec.num_processors / 2);
-            state.base_load = (i64::from(state.base_load) + drift).clamp(0, ceiling) as u32;
-            let base_load = state.base_load;
-            let next_in = self.servant_behaviour.next_heartbeat_in_ms;
-            self.registry.with_tasks(machine, |tasks| {
-                servant.heartbeat.encode(base_load, next_in, tasks)
-            })
-        };
-        self.send(
-            machine,
-            Method::Heartbeat,
-            payload,
-            Daemons::heartbeat_answered,
-        );
+        }
+        state.beating = true;
+        // The machine's own load drifts a little each second.
+        let drift: i64 = state.rng.random_range(-1..=1);
+        let ceiling = i64::from(self.spec.num_processors / 2);
+        state.base_load = (i64::from(state.base_load) + drift).clamp(0, ceiling) as u32;
+        let base_load = state.base_load;
+        let next_in = behaviour.next_heartbeat_in_ms;
+        let payload = fx.registry.with_tasks(fx.machine, |tasks| {
+            self.heartbeat.encode(base_load, next_in, tasks)
+        });
+        fx.request(Request::Heartbeat(payload));
     }
 
-    fn heartbeat_answered(self: &Arc<Self>, machine: usize, result: Result<Reply, CallError>) {
-        let Some(servant) = &self.machines[machine].servant else {
-            return;
-        };
-        let reply = settle::<pb::HeartbeatResponse>(&self.stats, Method::Heartbeat, result);
+    /// Its heartbeat was answered (with the grants whose tasks must die) or
+    /// failed. Kills those tasks; returns each one's grant and owner.
+    pub(crate) fn answered(
+        &self,
+        expired: Option<&[u64]>,
+        fx: &mut Effects<'_>,
+    ) -> Vec<(u64, usize)> {
         let registered_now = {
-            let mut state = lock(&servant.state);
+            let mut state = lock(&self.state);
             state.beating = false;
-            let first = reply.is_ok() && !state.registered;
-            state.registered |= reply.is_ok();
+            let first = expired.is_some() && !state.registered;
+            state.registered |= expired.is_some();
             first
         };
-        let events = &self.stats.events;
         if registered_now {
-            events.servants_registered.fetch_add(1, Relaxed);
+            fx.events.servants_registered.fetch_add(1, Relaxed);
         }
-        if let Ok(reply) = reply
-            && !reply.expired_tasks.is_empty()
-        {
-            let killed = self.registry.kill(machine, &reply.expired_tasks);
-            events.tasks_killed.fetch_add(killed.len() as u64, Relaxed);
-            for (grant, owner) in killed {
-                self.task_killed(owner, grant);
-            }
-        }
+        let Some(expired) = expired.filter(|expired| !expired.is_empty()) else {
+            return Vec::new();
+        };
+        let killed = fx.registry.kill(fx.machine, expired);
+        fx.events
+            .tasks_killed
+            .fetch_add(killed.len() as u64, Relaxed);
+        killed
     }
 }
 
@@ -372,6 +340,7 @@ mod tests {
     }
 
     fn behaviour() -> ServantBehaviour {
+        use std::time::Duration;
         ServantBehaviour {
             token: "servant-secret".into(),
             heartbeat_interval: Duration::from_secs(1),
@@ -416,12 +385,5 @@ mod tests {
             let slow = heartbeat_request(&spec, &behaviour, &location, base_load, listed, next);
             assert_eq!(fast, slow.encode_to_vec(), "load {base_load}, next {next}");
         }
-    }
-
-    #[test]
-    fn behaviour_debug_redacts_the_token() {
-        let printed = format!("{:?}", behaviour());
-        assert!(!printed.contains("-secret"), "{printed}");
-        assert!(printed.contains("token: <redacted>"), "{printed}");
     }
 }
