@@ -189,8 +189,15 @@ impl Shard {
                 }
             }
             wheel.mark(slot, !kept.is_empty());
-            wheel.slots[slot] = kept;
-            wheel.spare = entries;
+            // The slot keeps a vector with room (it fills again next turn):
+            // the drained one if nothing is left, else the one kept.
+            if kept.is_empty() {
+                wheel.slots[slot] = entries;
+                wheel.spare = kept;
+            } else {
+                wheel.slots[slot] = kept;
+                wheel.spare = entries;
+            }
         }
         if stalled {
             due.sort_by_key(|(tick, _)| *tick);

@@ -12,7 +12,7 @@ use std::{
     io,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed},
     },
     time::Duration,
 };
@@ -55,14 +55,18 @@ struct Outgoing {
     /// A flusher task owns draining `queued`.
     flushing: bool,
     flusher: Option<AbortHandle>,
-    /// When the last call was sent (or the connection opened).
-    last_sent: Instant,
 }
 
 struct Shared {
     write: OwnedWriteHalf,
     outgoing: Mutex<Outgoing>,
     pending: Mutex<HashMap<u64, Pending>>,
+    /// `pending.len()`, read without the lock by whoever picks a connection.
+    in_flight: AtomicUsize,
+    /// When the last call was sent (or the connection opened), as
+    /// milliseconds since `opened`.
+    last_sent_ms: AtomicU64,
+    opened: Instant,
     broken: AtomicBool,
     next_id: AtomicU64,
     protocol: Protocol,
@@ -70,10 +74,30 @@ struct Shared {
 }
 
 impl Shared {
+    /// Registers call `id`; the only way into `pending`.
+    fn insert(&self, id: u64, call: Pending) {
+        let mut pending = lock(&self.pending);
+        pending.insert(id, call);
+        self.in_flight.store(pending.len(), Relaxed);
+    }
+
+    /// Takes call `id` out, if it is still waiting; the only way out of
+    /// `pending` but for [`Shared::fail_all`].
+    fn remove(&self, id: u64) -> Option<Pending> {
+        let mut pending = lock(&self.pending);
+        let call = pending.remove(&id);
+        self.in_flight.store(pending.len(), Relaxed);
+        call
+    }
+
     /// The connection is done: every call still waiting fails with `error`.
     fn fail_all(&self, error: &CallError) {
         self.broken.store(true, Relaxed);
-        let waiting: Vec<Pending> = lock(&self.pending).drain().map(|(_, call)| call).collect();
+        let waiting: Vec<Pending> = {
+            let mut pending = lock(&self.pending);
+            self.in_flight.store(0, Relaxed);
+            pending.drain().map(|(_, call)| call).collect()
+        };
         for call in waiting {
             (call.then)(Err(error.clone()));
         }
@@ -81,8 +105,7 @@ impl Shared {
 
     /// Ends call `id` with `result`, if it is still waiting.
     fn finish(&self, id: u64, result: impl FnOnce(Duration) -> Result<Reply, CallError>) {
-        let call = lock(&self.pending).remove(&id);
-        if let Some(call) = call {
+        if let Some(call) = self.remove(id) {
             (call.then)(result(call.started.elapsed()));
         }
     }
@@ -135,9 +158,11 @@ impl Mux {
                 queued: BytesMut::new(),
                 flushing: false,
                 flusher: None,
-                last_sent: Instant::now(),
             }),
             pending: Mutex::default(),
+            in_flight: AtomicUsize::new(0),
+            last_sent_ms: AtomicU64::new(0),
+            opened: Instant::now(),
             broken: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             protocol,
@@ -153,12 +178,13 @@ impl Mux {
 
     /// Calls in flight on this connection.
     pub fn in_flight(&self) -> usize {
-        lock(&self.shared.pending).len()
+        self.shared.in_flight.load(Relaxed)
     }
 
     /// When the last call was sent on it (or it opened).
     pub fn last_sent(&self) -> Instant {
-        lock(&self.shared.outgoing).last_sent
+        let shared = &self.shared;
+        shared.opened + Duration::from_millis(shared.last_sent_ms.load(Relaxed))
     }
 
     /// Sends a call of `rpc` carrying `payload` (the encoded request
@@ -173,13 +199,14 @@ impl Mux {
             return Err(then);
         }
         let started = Instant::now();
-        outgoing.last_sent = started;
+        let since_opened = started.duration_since(shared.opened).as_millis() as u64;
+        shared.last_sent_ms.store(since_opened, Relaxed);
         // Registered before a byte is written, so the fastest answer finds it.
-        lock(&shared.pending).insert(id, Pending { started, then });
+        shared.insert(id, Pending { started, then });
         if self.is_broken() {
             // The reader failed every call just now; this one, unless it
             // was failed with them, goes back to the caller.
-            return match lock(&shared.pending).remove(&id) {
+            return match shared.remove(id) {
                 Some(call) => Err(call.then),
                 None => Ok(id),
             };
