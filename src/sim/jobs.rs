@@ -374,6 +374,15 @@ mod tests {
     use super::*;
     use crate::sim::{registry::Registry, shard::Shard, stats::Events};
 
+    /// The calls asked for, as text.
+    fn requested(fx: Effects<'_>) -> Vec<String> {
+        let requests = fx.into_requests();
+        requests
+            .iter()
+            .map(|request| format!("{request:?}"))
+            .collect()
+    }
+
     #[test]
     fn task_digests_are_32_hex_digits() {
         let mut rng = SmallRng::seed_from_u64(3);
@@ -399,11 +408,7 @@ mod tests {
         let mut fx = Effects::new(3, false, &registry, &events, &timers);
         jobs.submit(0, Duration::from_secs(2), &mut fx);
         jobs.submit(0, Duration::from_secs(3), &mut fx);
-        let asked: Vec<String> = fx
-            .into_requests()
-            .iter()
-            .map(|r| format!("{r:?}"))
-            .collect();
+        let asked = requested(fx);
         assert_eq!(
             asked,
             ["Ask { lane: 0, immediate: 1 }"],
@@ -416,11 +421,7 @@ mod tests {
         };
         let mut fx = Effects::new(3, false, &registry, &events, &timers);
         jobs.long_poll_ended(0, LongPoll::Granted(vec![grant(10)]), &mut fx);
-        let asked: Vec<String> = fx
-            .into_requests()
-            .iter()
-            .map(|r| format!("{r:?}"))
-            .collect();
+        let asked = requested(fx);
         assert_eq!(
             asked,
             ["Ask { lane: 0, immediate: 1 }"],
@@ -441,11 +442,7 @@ mod tests {
         let mut fx = Effects::new(3, false, &registry, &events, &timers);
         jobs.done(10, &behaviour, &mut fx);
         jobs.done(10, &behaviour, &mut fx);
-        let requests: Vec<String> = fx
-            .into_requests()
-            .iter()
-            .map(|r| format!("{r:?}"))
-            .collect();
+        let requests = requested(fx);
         assert_eq!(requests, ["Free([10])"], "freed once");
         assert_eq!(registry.running(), 1);
         assert_eq!(events.tasks_completed.load(Relaxed), 1);

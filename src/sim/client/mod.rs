@@ -39,7 +39,7 @@ pub use self::{
 };
 use super::{
     stats::{Call, Stats},
-    wire::{self, Answer, Compression, FLARE_MAX_FRAME_BYTES, Outcome, Protocol, WireError},
+    wire::{self, Answer, Compression, Outcome, Protocol, WireError},
 };
 use crate::pb::{self, Method};
 
@@ -58,13 +58,9 @@ pub struct Reply {
 impl Reply {
     /// The message, inflated if it came compressed.
     pub fn inflated(&self) -> Result<Bytes, CallError> {
-        if self.compression == Compression::None {
-            return Ok(self.message.clone());
-        }
         self.compression
-            .inflate(&self.message, FLARE_MAX_FRAME_BYTES)
-            .map(Bytes::from)
-            .map_err(|error| CallError::Decode(error.to_string()))
+            .inflate_message(&self.message)
+            .map_err(CallError::Decode)
     }
 }
 

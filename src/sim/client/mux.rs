@@ -391,8 +391,9 @@ mod tests {
     use super::*;
     use crate::sim::{client::connect, wire::DAEMON_ACCEPTABLE_COMPRESSION};
 
-    fn requests() -> Arc<FlareRequests> {
-        Arc::new(FlareRequests::new(DAEMON_ACCEPTABLE_COMPRESSION))
+    async fn connected(addr: std::net::SocketAddr, protocol: Protocol) -> Mux {
+        let requests = Arc::new(FlareRequests::new(DAEMON_ACCEPTABLE_COMPRESSION));
+        Mux::start(connect(None, addr).await.unwrap(), protocol, requests)
     }
 
     /// A server that answers the second request before the first: the
@@ -427,8 +428,7 @@ mod tests {
             // Then the server goes away: later calls fail, not hang.
             drop(stream);
         });
-        let stream = connect(None, addr).await.unwrap();
-        let mux = Mux::start(stream, Protocol::HttpPb, requests());
+        let mux = connected(addr, Protocol::HttpPb).await;
         let timeout = Duration::from_secs(5);
         let (first, second) = tokio::join!(
             mux.call(Method::WaitForStartingTask, b"", timeout),
@@ -451,11 +451,7 @@ mod tests {
     async fn unanswered_calls_time_out() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mux = Mux::start(
-            connect(None, addr).await.unwrap(),
-            Protocol::Flare,
-            requests(),
-        );
+        let mux = connected(addr, Protocol::Flare).await;
         let _accepted = listener.accept().await.unwrap();
         let result = mux
             .call(Method::Heartbeat, b"", Duration::from_millis(50))
@@ -488,11 +484,7 @@ mod tests {
         use tokio::io::AsyncReadExt;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mux = Mux::start(
-            connect(None, addr).await.unwrap(),
-            Protocol::Flare,
-            requests(),
-        );
+        let mux = connected(addr, Protocol::Flare).await;
         let (mut server, _) = listener.accept().await.unwrap();
         let payloads: Vec<Vec<u8>> = (0..4u8).map(|n| vec![n; 3 << 20]).collect();
         for payload in &payloads {

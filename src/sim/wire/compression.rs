@@ -6,6 +6,8 @@
 
 use std::io::{self, Read, Write};
 
+use bytes::Bytes;
+
 use crate::pb::flare::rpc::CompressionAlgorithm;
 
 /// How a message travels: as it is, or compressed with one algorithm.
@@ -94,6 +96,16 @@ impl Compression {
         };
         // Compressing into memory fails only on exhausted memory.
         written.unwrap_or_else(|error| panic!("{} compression failed: {error}", self.label()))
+    }
+
+    /// A message that came with this compression, inflated as a daemon does
+    /// (at most its 512 MiB packet limit); as it is if uncompressed.
+    pub fn inflate_message(self, message: &Bytes) -> Result<Bytes, String> {
+        if self == Compression::None {
+            return Ok(message.clone());
+        }
+        self.inflate(message, super::FLARE_MAX_FRAME_BYTES)
+            .map(Bytes::from)
     }
 
     /// Inflates `compressed`; an error if it is not a whole message of this

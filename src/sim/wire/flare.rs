@@ -166,12 +166,8 @@ impl FlareResponse {
 
     /// The message, inflated if it came compressed.
     pub fn message(&self) -> Result<Bytes, WireError> {
-        if self.compression == Compression::None {
-            return Ok(self.payload.clone());
-        }
         self.compression
-            .inflate(&self.payload, FLARE_MAX_FRAME_BYTES)
-            .map(Bytes::from)
+            .inflate_message(&self.payload)
             .map_err(WireError::BadPayload)
     }
 
