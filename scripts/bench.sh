@@ -107,8 +107,11 @@ echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), load:$(uptime | sed 's/.*load average
 # Each simulated machine holds up to two sockets: raise the soft limit.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
+# shellcheck source=scripts/lib/scheduler.sh
+. scripts/lib/scheduler.sh
 scheduler_pid=""
-port=""
+scheduler_addr=""
+scheduler_log=$(mktemp)
 stop_scheduler() {
   if [ -n "$scheduler_pid" ]; then
     kill "$scheduler_pid" 2>/dev/null || true
@@ -116,14 +119,18 @@ stop_scheduler() {
     scheduler_pid=""
   fi
 }
-trap stop_scheduler EXIT
+trap 'stop_scheduler; rm -f "$scheduler_log"' EXIT
 
-# A port free on every interface (the original always listens on 0.0.0.0).
-free_port() {
+# The original takes only --port=P and binds 0.0.0.0, so its port is picked
+# here just before it starts; should another process take it first, the
+# original exits and the wait below fails loudly instead of measuring
+# something else.
+original_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("0.0.0.0", 0)); print(s.getsockname()[1])'
 }
 
-wait_listening() {
+wait_original_listening() {
+  local port=$1
   for _ in $(seq 100); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       return 0
@@ -131,28 +138,30 @@ wait_listening() {
     kill -0 "$scheduler_pid" 2>/dev/null || break
     sleep 0.1
   done
-  echo "the scheduler did not start listening on $port" >&2
+  echo "the original scheduler did not start listening on $port; its log: $out/original.log" >&2
   exit 1
 }
 
-# A fresh scheduler per run, so runs do not share state: `this` or `original`.
-start_scheduler() {
-  local which=$1
+# A fresh scheduler per run, so runs do not share state: `this` (on a port
+# the kernel picks, read back from its log) or `original`.
+launch() {
+  local which=$1 port
   shift
-  port=$(free_port)
   if [ "$which" = original ]; then
+    port=$(original_port)
     "$original" --port="$port" --acceptable_user_tokens=u --acceptable_servant_tokens=s \
       --logtostderr 2>>"$out/original.log" &
+    scheduler_pid=$!
+    scheduler_addr=127.0.0.1:$port
+    wait_original_listening "$port"
   else
-    RUST_LOG=warn "$bin/yadcc-scheduler" --listen "127.0.0.1:$port" \
-      --acceptable_user_tokens=u --acceptable_servant_tokens=s "$@" &
+    start_scheduler "$bin/yadcc-scheduler" "$scheduler_log" \
+      --acceptable_user_tokens=u --acceptable_servant_tokens=s "$@"
   fi
-  scheduler_pid=$!
-  wait_listening
 }
 
 loadgen() {
-  "$bin/yadcc-loadgen" --scheduler "127.0.0.1:$port" --user-token u --servant-token s \
+  "$bin/yadcc-loadgen" --scheduler "$scheduler_addr" --user-token u --servant-token s \
     --scheduler-pid "$scheduler_pid" "$@"
 }
 
@@ -161,13 +170,13 @@ bare_flag=()
 
 if [[ " $only " == *" p1 "* ]]; then
   echo "== P1: Heartbeat over flare, http+pb and JSON${bare_flag:+ against the bare route}"
-  start_scheduler this "${bare_flag[@]}"
+  launch this "${bare_flag[@]}"
   loadgen --label this --protocol "$p1_protocol" heartbeat-rate "${p1_args[@]}" \
     --targets "$p1_targets" >"$out/p1.jsonl"
   stop_scheduler
   cat "$out/p1.jsonl"
   echo "== P1, the daemons' habit: 2 connections, many calls in flight on each"
-  start_scheduler this "${bare_flag[@]}"
+  launch this "${bare_flag[@]}"
   loadgen --label this --protocol "$p1_protocol" heartbeat-rate "${p1_daemon_args[@]}" \
     --targets "${p1_targets/,json/}" >"$out/p1-daemon.jsonl"
   stop_scheduler
@@ -176,7 +185,7 @@ fi
 
 if [[ " $only " == *" p3 "* ]]; then
   echo "== P3: servants + grant cycles over $p3_protocol"
-  start_scheduler this
+  launch this
   loadgen --label this --protocol "$p3_protocol" grant-cycles "${p3_args[@]}" >"$out/p3.jsonl"
   stop_scheduler
   cat "$out/p3.jsonl"
@@ -187,7 +196,7 @@ if [[ " $only " == *" p5 "* ]]; then
   : >"$out/p5.jsonl"
   for protocol in $p5_protocols; do
     for machines in $p5_sizes; do
-      start_scheduler this
+      launch this
       loadgen --label this --protocol "$protocol" daemon-mix --machines "$machines" \
         "${p5_args[@]}" >>"$out/p5.jsonl"
       stop_scheduler
@@ -202,7 +211,7 @@ if [[ " $only " == *" p6 "* ]]; then
   for accept in no yes; do
     accepting=()
     [ "$accept" = yes ] && accepting=(--accept-compression)
-    start_scheduler this
+    launch this
     loadgen --label this --protocol flare task-list "${p6_args[@]}" "${accepting[@]}" \
       >>"$out/p6.jsonl"
     stop_scheduler
@@ -220,7 +229,7 @@ if [[ " $only " == *" original "* ]]; then
     for which in this original; do
       for setup in one daemon; do
         if [ "$setup" = one ]; then args=("${p1_args[@]}"); else args=("${p1_daemon_args[@]}"); fi
-        start_scheduler "$which"
+        launch "$which"
         loadgen --label "$which" --protocol flare heartbeat-rate "${args[@]}" \
           --targets flare >>"$out/p1-side-by-side.jsonl"
         stop_scheduler
@@ -229,7 +238,7 @@ if [[ " $only " == *" original "* ]]; then
     : >"$out/p5-side-by-side.jsonl"
     for machines in $original_sizes; do
       for which in this original; do
-        start_scheduler "$which"
+        launch "$which"
         loadgen --label "$which" --protocol flare daemon-mix --machines "$machines" \
           "${p5_args[@]}" >>"$out/p5-side-by-side.jsonl"
         stop_scheduler

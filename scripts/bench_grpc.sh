@@ -17,10 +17,12 @@ fi
 cargo build --release --locked --bin yadcc-scheduler
 rounds=${1:-3}
 seconds=${2:-5}
-addr=127.0.0.1:18399
 path=/yadcc.scheduler.SchedulerService/Heartbeat
 work=$(mktemp -d)
-trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
+# shellcheck source=scripts/lib/scheduler.sh
+. scripts/lib/scheduler.sh
+scheduler_pid=""
+trap 'kill $scheduler_pid 2>/dev/null || true; rm -rf "$work"' EXIT
 
 # HeartbeatRequest{token "s", next_heartbeat_in_ms 10000, version 1,
 # location "127.0.0.1:8335", num_processors 16, capacity 8,
@@ -29,13 +31,9 @@ printf '\x6a\x01s\x38\x90\x4e\x58\x01\x0a\x0e127.0.0.1:8335\x50\x10\x18\x08\x32\
 length=$(wc -c <"$work/heartbeat.bin")
 { printf '\x00\x00\x00\x00'; printf "\\x$(printf %02x "$length")"; cat "$work/heartbeat.bin"; } >"$work/heartbeat.grpc"
 
-RUST_LOG=warn target/release/yadcc-scheduler --listen "$addr" \
-  --acceptable_user_tokens=u --acceptable_servant_tokens=s &
-server=$!
-for _ in $(seq 50); do
-  curl -s -o /dev/null "http://$addr/healthz" && break
-  sleep 0.1
-done
+start_scheduler target/release/yadcc-scheduler "$work/scheduler.log" \
+  --acceptable_user_tokens=u --acceptable_servant_tokens=s
+addr=$scheduler_addr
 
 # Both succeed before anything is measured (gRPC: grpc-status 0 in the trailers).
 curl -sf --http2-prior-knowledge -o /dev/null -H 'content-type: application/proto' \

@@ -226,16 +226,38 @@ def check_requests(args, rng, classes, failures):
     return counted
 
 
+def scheduler_outcomes(readme):
+    """(HTTP status, rpc code) of every scheduler `Status` row of the README's
+    error table: the answers a well-formed call may get besides 200."""
+    outcomes = set()
+    for line in readme.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`STATUS_") and cells[1].isdigit() and cells[2].isdigit():
+            if int(cells[2]) >= 1000:
+                outcomes.add((int(cells[1]), int(cells[2])))
+    if not outcomes:
+        raise SystemExit("no scheduler rows found in the README's error table")
+    return outcomes
+
+
 def check_live(args, name, text, failures):
-    """The real routes decode it too: never "malformed" (framework code 5)."""
+    """The real routes decode it too, and answer 200 or a scheduler status of
+    the error table (a random token is refused, a random digest not found):
+    never "malformed" (framework code 5), never an internal error."""
     method = classes_methods[name]
     if method == "WaitForStartingTask":
         # Would long-poll; the decode-echo route covers its decoding.
         return
     for path in (f"/rpc/{SERVICE}.{method}", f"/{SERVICE}/{method}"):
         status, body = post(args.url + path, text.encode(), "application/json")
-        if status == 400 and b'"rpcErrorCode":5' in body:
-            failures.add(f"{path} refused {text[:200]} as malformed: {body[:200]!r}")
+        if status == 200:
+            continue
+        try:
+            code = json.loads(body).get("rpcErrorCode")
+        except ValueError:
+            code = None
+        if (status, code) not in args.outcomes:
+            failures.add(f"{path} answered {status} (code {code}) to {text[:200]}: {body[:200]!r}")
 
 
 def check_responses(args, rng, classes, failures):
@@ -309,6 +331,10 @@ def check_refusals(args, classes, failures):
         ("yadcc.scheduler.HeartbeatRequest", '{"envDescs": {"compilerDigest": "d"}}'),
         ("yadcc.scheduler.WaitForStartingTaskRequest", '{"envDesc": "d"}'),
         ("yadcc.scheduler.KeepTaskAliveRequest", '{"nextKeepAliveInMs": 1e400}'),
+        # No JSON value at all: a message needs at least `{}`.
+        ("yadcc.scheduler.GetRunningTasksRequest", ""),
+        ("yadcc.scheduler.GetRunningTasksRequest", " \t\r\n"),
+        ("yadcc.scheduler.KeepTaskAliveRequest", '{"future": {"a": 1, "a": 2}}'),
     ]
     for name, text in cases:
         cls = classes["all"][name]
@@ -347,10 +373,15 @@ def main():
     parser.add_argument("--url", required=True, help="base URL of the test server")
     parser.add_argument("--descriptors", required=True, help="FileDescriptorSet file")
     parser.add_argument("--count", type=int, default=400, help="messages per type and check")
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None, help="replays a run (printed first)")
+    parser.add_argument("--readme", required=True, help="README.md, whose error table lists the answers")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(2**32)
+    # First, so that even a crash leaves the way to replay it.
+    print(f"differential: seed {seed}", flush=True)
     rng = random.Random(seed)
+    with open(args.readme, encoding="utf-8") as file:
+        args.outcomes = scheduler_outcomes(file.read())
 
     with open(args.descriptors, "rb") as file:
         descriptor_set = descriptor_pb2.FileDescriptorSet.FromString(file.read())

@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""The crate's module graph from its sources, and the import cycles in it.
+"""The crate's module graph from its sources, its import cycles and its imports that point up.
 
 Every file under src/ is a node (`http/routes.rs` is `http::routes`,
 `http/mod.rs` is `http`). An edge is any path into the crate the file names:
 `use crate::...` (brace groups expanded, however they are nested and
 wrapped), `use super::...`, and `crate::a::b` written inline in code. A path
-lands on the deepest module that exists (`crate::http::error::ApiError` is an
-edge to `http::error`). Edges between a module and its own children or
+lands on the deepest module that exists (`crate::rpc::error::ApiError` is an
+edge to `rpc::error`). Edges between a module and its own children or
 parent do not count: a `mod.rs` declaring its files, a child using its
 parent's items, are one module's private business.
 
-    scripts/module_graph.py            # the edges, then the cycles
-    scripts/module_graph.py --check    # exit 1 if there is a cycle
+The layer order is declared once, in the `layers:` block of the `//!` map
+in src/lib.rs: top to bottom, one layer a line, its modules first on the
+line (a module belongs to the longest one that names it or a parent). An
+import may point to its own layer or below, never up.
+
+    scripts/module_graph.py            # the edges, then the cycles and upward imports
+    scripts/module_graph.py --check    # exit 1 on a cycle, an upward import or an undeclared module
     scripts/module_graph.py --ignore engine  # cycles outside engine's private files
     scripts/module_graph.py --no-tests       # without unit-test modules' imports
 
@@ -220,9 +225,53 @@ def cycles(edges):
     return out
 
 
+def declared_layers():
+    """The layer order of src/lib.rs: a list of lists of module names, top first."""
+    lines = (SRC / "lib.rs").read_text().splitlines()
+    start = lines.index("//! layers:")
+    layers = []
+    for line in lines[start + 1 :]:
+        text = line.removeprefix("//!").strip()
+        if text.startswith("```"):
+            break
+        names = re.split(r"\s{2,}", text)[0].split()
+        if names:
+            layers.append(names)
+    return layers
+
+
+def layer_of(module, layers):
+    """The index of the layer `module` belongs to, or None."""
+    best, best_len = None, -1
+    for index, names in enumerate(layers):
+        for name in names:
+            if (module == name or module.startswith(name + "::")) and len(name) > best_len:
+                best, best_len = index, len(name)
+    return best
+
+
+def upward(edges, layers):
+    """Imports that point to a higher layer, and modules in no layer."""
+    undeclared = sorted(m for m in edges if m and layer_of(m, layers) is None)
+    up = []
+    for module in sorted(edges):
+        here = layer_of(module, layers)
+        if here is None:
+            continue
+        for target in sorted(edges[module]):
+            there = layer_of(target, layers)
+            if there is not None and there < here:
+                up.append((module, target))
+    return up, undeclared
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 on a cycle")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 on a cycle, an import that points up or a module in no layer",
+    )
     parser.add_argument(
         "--ignore", action="append", default=[], help="treat this module's files as one"
     )
@@ -242,7 +291,16 @@ def main():
         print(f"CYCLE among {', '.join(component)}: {'; '.join(inner)}")
     if not found:
         print("no cycles")
-    return 1 if (args.check and found) else 0
+    layers = declared_layers()
+    up, undeclared = upward(edges, layers)
+    for module, target in up:
+        print(f"UP: {module} -> {target} points to a higher layer (src/lib.rs `layers:`)")
+    for module in undeclared:
+        print(f"UNDECLARED: {module} is in no layer of src/lib.rs `layers:`")
+    if not up and not undeclared:
+        print(f"imports point down {len(layers)} layers")
+    failed = bool(found or up or undeclared)
+    return 1 if (args.check and failed) else 0
 
 
 if __name__ == "__main__":

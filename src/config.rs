@@ -29,7 +29,7 @@ pub use settings::{MAX_FLAG_DURATION, Settings, parse_duration, parse_size};
 #[derive(Debug, Clone, Parser)]
 // Repeating a flag is not an error: the last one wins, as with gflags (a
 // flag file, then an override on the command line).
-#[command(version, about, long_about, args_override_self = true)]
+#[command(version = crate::build_info::LONG_VERSION, about, long_about, args_override_self = true)]
 pub struct Cli {
     #[command(flatten)]
     pub server: server::ServerFlags,
@@ -42,7 +42,8 @@ const ENV_PREFIX: &str = "YADCC_";
 
 impl Cli {
     /// The command line clap parses: every flag under its snake_case name,
-    /// also in kebab-case and as `YADCC_<NAME>` in the environment.
+    /// also in kebab-case and as `YADCC_<NAME>` in the environment; every
+    /// boolean a [`gflags::switch`], so `--noname` overrides its variable.
     pub fn command_line() -> Command {
         <Cli as CommandFactory>::command().mut_args(|arg| {
             let Some(long) = arg.get_long().map(str::to_owned) else {
@@ -51,6 +52,11 @@ impl Cli {
             if matches!(arg.get_action(), ArgAction::Help | ArgAction::Version) {
                 return arg;
             }
+            let arg = if matches!(arg.get_action(), ArgAction::SetTrue) {
+                gflags::switch(arg)
+            } else {
+                arg
+            };
             let arg = arg.env(format!("{ENV_PREFIX}{}", long.to_ascii_uppercase()));
             if long.contains('_') {
                 arg.visible_alias(long.replace('_', "-"))
@@ -77,7 +83,7 @@ impl Cli {
     ) -> Result<(Cli, Vec<String>), clap::Error> {
         let mut command = Cli::command_line();
         command.build();
-        let normalised = gflags::normalise(&command, args)
+        let normalised = gflags::normalise(&command, args, |name| std::env::var_os(name))
             .map_err(|message| command.error(clap::error::ErrorKind::InvalidValue, message))?;
         let cli = Cli::try_parse_args(normalised.args)?;
         Ok((cli, normalised.warnings))

@@ -4,7 +4,11 @@
 //! sequence-number headers). A leaf: the engine checks a location with it,
 //! the transports read headers with it, the OpenAPI builder states it.
 
-use std::{net::SocketAddr, ops::RangeInclusive, sync::LazyLock};
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    ops::RangeInclusive,
+    sync::LazyLock,
+};
 
 /// Range of `Rpc-Timeout` and `Connect-Timeout-Ms`, in milliseconds: a
 /// positive integer of at most 10 digits, as the Connect protocol defines it.
@@ -26,13 +30,26 @@ pub fn header_integer(text: &str, range: &RangeInclusive<u64>) -> Option<u64> {
 
 /// A servant's reported location: an IPv4 address and port (`10.0.0.1:8335`)
 /// or a bracketed IPv6 address and port (`[2001:db8::1]:8335`); no zone id
-/// (other machines could not use it), no leading zero in the port.
+/// (other machines could not use it). The port is decimal digits, leading
+/// zeros allowed (`:080` is 80), as the original's parser reads it.
 pub fn parse_location(text: &str) -> Option<SocketAddr> {
-    let (_, port) = text.rsplit_once(':')?;
-    if text.contains('%') || (port.len() > 1 && port.starts_with('0')) {
+    let (host, port) = text.rsplit_once(':')?;
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    text.parse().ok()
+    let significant = port.trim_start_matches('0');
+    let port = if significant.is_empty() {
+        0
+    } else if significant.len() > 5 {
+        return None;
+    } else {
+        significant.parse::<u16>().ok()?
+    };
+    let ip = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => IpAddr::V6(v6.parse::<Ipv6Addr>().ok()?),
+        None => IpAddr::V4(host.parse::<Ipv4Addr>().ok()?),
+    };
+    Some(SocketAddr::new(ip, port))
 }
 
 /// [`parse_location`] as a regular expression (ECMA 262 and Python `re`
@@ -62,7 +79,7 @@ pub fn location_pattern() -> &'static str {
         ]
         .join("|");
         let port = decimal_alternatives(0, 65535);
-        format!("^(?:{ipv4}|\\[(?:{ipv6})\\]):(?:{port})$")
+        format!("^(?:{ipv4}|\\[(?:{ipv6})\\]):0*(?:{port})$")
     });
     &PATTERN
 }
@@ -204,19 +221,40 @@ mod tests {
     }
 
     #[test]
-    fn locations_are_ip_and_port_without_zone_or_padded_port() {
+    fn locations_are_ip_and_port_without_zone() {
         assert!(parse_location("10.0.0.1:8335").is_some());
         assert!(parse_location("[::1]:0").is_some());
         assert!(parse_location("[2001:db8::1]:65535").is_some());
+        // Leading zeros in the port, as the original's parser reads them.
+        for (padded, port) in [
+            ("10.0.0.1:080", 80),
+            ("10.0.0.1:000065535", 65535),
+            ("[::1]:00", 0),
+        ] {
+            assert_eq!(
+                parse_location(padded).map(|a| a.port()),
+                Some(port),
+                "{padded}"
+            );
+        }
+        assert_eq!(
+            parse_location("10.0.0.1:08335").unwrap().to_string(),
+            "10.0.0.1:8335",
+            "normalised"
+        );
         for bad in [
             "",
             "10.0.0.1",
+            "10.0.0.1:",
             "host:8335",
             "::1:8335",
             "10.0.0.1:65536",
-            "10.0.0.1:08335",
+            "10.0.0.1:0065536",
+            "10.0.0.1:+80",
+            "10.0.0.1: 80",
             "[fe80::1%2]:8335",
             "010.0.0.1:80",
+            "[10.0.0.1]:80",
         ] {
             assert!(parse_location(bad).is_none(), "{bad}");
         }
@@ -293,6 +331,10 @@ mod pattern_tests {
             "1.2.3:4",
             "1.2.3.4:65536",
             "1.2.3.4:08335",
+            "1.2.3.4:0000",
+            "1.2.3.4:065536",
+            "1.2.3.4:",
+            "1.2.3.4:-1",
             "01.2.3.4:1",
             "1.2.3.4",
             "[::]:1",

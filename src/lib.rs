@@ -6,50 +6,81 @@
 //! ```text
 //! socket -> net             accept under the connection caps; the first bytes
 //!                           decide the protocol of the whole connection:
-//!    "CPRF"      -> flare          the daemons' binary frames, long polls concurrent,
-//!                                  answers written as they finish, matched by id
-//!    daemon http -> flare::http    the daemons' http+pb (`Rpc-SeqNo`), same rules
-//!    otherwise   -> hyper -> http::routes   wiring only; http::access_log, peer address
-//!                         -> http::dialect  http+pb (`/rpc/...`) and Connect framing
-//!                            http::grpc     gRPC and gRPC-Web, on the Connect path by Content-Type
-//!        -> rpc             the one entry every protocol calls: deadline, metrics,
-//!                           access log, peer protocol ([`protocol::Protocol`] labels)
-//!        -> http::codec     bytes <-> prost message (binary protobuf, proto3 JSON;
-//!                           http::json brings every canonical JSON form to pbjson's)
+//!    "CPRF"      -> daemon          one connection loop for the daemons' protocols:
+//!    daemon http -> daemon          long polls concurrent, answers written as they
+//!                                   finish, matched by id, one overload, idle and
+//!                                   close rule; framings daemon::flare (binary
+//!                                   frames) and daemon::http_pb (`Rpc-SeqNo`)
+//!    otherwise   -> hyper -> http::routes    wiring only; picks the protocol per request
+//!                         -> http::handler   the seam: each protocol (http::dialect:
+//!                                            http+pb and Connect; http::grpc: gRPC and
+//!                                            gRPC-Web) says what a head means; the head
+//!                                            checks run once, in one order
+//!        -> rpc             the call core every protocol calls: deadline, dispatch,
+//!                           metrics, access log, peer protocol ([`protocol::CallProtocol`])
+//!        -> rpc::codec      bytes <-> prost message (binary protobuf, proto3 JSON;
+//!                           rpc::json reads JSON in one pass into binary protobuf)
 //!        -> service         prost message <-> engine domain types; scheduler `Status`
 //!        -> engine          servants, grants, waiters, tokens, expiry (no HTTP, no protobuf)
 //! ```
 //!
-//! Errors have one table: [`http::error`] maps every failure to an HTTP
-//! status, the framework's numeric `Rpc-Error-Code` (also the binary
-//! protocol's `status`), a Connect code and a JSON body. Which scheduler
-//! `Status` codes each RPC can answer with is [`service::failure_statuses`].
+//! The call core ([`rpc`]) is below every transport and imports none of
+//! them: [`rpc::state`] (`AppState`: service, metrics, dashboard, settings,
+//! the body budget, the `GetRunningTasks` answer, the [`readiness`]) is what
+//! every transport takes; [`rpc::error`] is the one error table, mapping every failure to an
+//! HTTP status, the framework's numeric `Rpc-Error-Code` (also the binary
+//! protocol's `status`), a Connect code and a JSON body (the HTTP form is
+//! [`http::dialect`]'s); [`rpc::running_tasks`] owns the `GetRunningTasks`
+//! answer, encoded once per version of the engine's list and per encoding.
+//! Which scheduler `Status` codes each RPC can answer with is
+//! [`service::failure_statuses`]. [`http::operations`] serves `/healthz`,
+//! `/readyz` and `/metrics`.
 //!
-//! Arrows point down the picture: every transport takes [`http::state`]
-//! (`AppState`: service, metrics, dashboard, settings), which knows none of
-//! them; [`http::operations`] serves `/healthz`, `/readyz` and `/metrics`.
-//! `scripts/module_graph.py` prints the module graph and its import cycles.
+//! Layers, top to bottom: an import points to its own line or below, never
+//! up, and never in a loop (`scripts/module_graph.py --check` reads this
+//! block and fails CI otherwise; a module belongs to the longest name that
+//! names it or a parent):
+//!
+//! ```text
+//! layers:
+//! config                          the command line
+//! net                             listener, caps, sniffing, shutdown
+//! daemon                          the daemons' connections and framings
+//! http::routes                    the router: wiring every handler
+//! openapi                         the document, built from the descriptors
+//! http                            HTTP protocols: seam, dialects, gRPC, reflection, health
+//! rpc                             the call core: dispatch, state, errors, codecs
+//! service dashboard metrics       the six RPCs; beside the path: people, Prometheus
+//! ha                              hot standby: leadership elected on etcd, fencing
+//! contract                        what requests must satisfy, as data
+//! engine                          the scheduling rules
+//! edge protocol grammar readiness build_info  leaves: limits, labels, grammars, readiness, the build
+//! sim                             the simulated daemons: generated types only
+//! pb                              generated types, Method, Encoding
+//! ```
 //!
 //! Inside the engine (`src/engine/`): `mod.rs` is the cheap-to-clone handle;
 //! `shared.rs` the one `Mutex<State>`, the token check and the one expiry
 //! task; `state.rs` the state: one owner type per index family, each with
 //! private fields and the methods that keep it consistent: `servants.rs`
-//! (registry, address index, expiries, reports, running-task list, capacity
-//! rule), `grants.rs` (grant table, leases, adoption memory, counters),
-//! `placement.rs` (per-environment indexes), `queue.rs` (queues fair between
-//! machines and their count), `requesters.rs` (owners, last served,
-//! figures), `adoption.rs` (the window after start), `tokens.rs` (token sets
-//! and the flag's splitting rule, `Redacted`, serving-daemon ring). The
-//! rules that change several owners are `impl State` blocks:
+//! (registry, address index, expiries, reports, the running-task list's
+//! version, capacity rule), `grants.rs` (grant table, leases, adoption
+//! memory, counters), `envs.rs` (per-environment indexes, `Envs`, and the
+//! follow-up `Effects` of a change), `wait_queues.rs` (queues fair between
+//! machines and their count, `WaitQueues`), `requesters.rs` (owners, last
+//! served, figures), `adoption.rs` (the window after start), `tokens.rs`
+//! (token sets and the flag's splitting rule, `Redacted`, serving-daemon
+//! ring). The rules that change several owners are `impl State` blocks:
 //! `lifecycle.rs` (placement rule, the one grant creation and the one
 //! removal, renew, free by the owner only, zombies), `heartbeat.rs`
 //! (admission, reports, adoption, servant removal), `waiters.rs` (admission,
 //! serving, timeouts, cancellation), `snapshot.rs` (totals, inspection).
-//! `types.rs`, `views.rs` and `config.rs` hold the plain types; no import
-//! cycles. Tests by topic in `tests/`.
+//! `types.rs`, `views.rs` and `config.rs` hold the plain types. The rules
+//! the comments cite by name are listed in `RULES.md`, each with the
+//! function that holds it. Tests by topic in `tests/`.
 //!
 //! The edge's limits (timeouts, caps, the budget for buffered bodies) are
-//! [`limits`], one flag each; every protocol obeys them.
+//! [`edge`], one flag each; every protocol obeys them.
 //!
 //! Beside the request path, never in it:
 //! - [`contract`]: what a request's fields must satisfy (engine limits,
@@ -60,13 +91,18 @@
 //!   `proto/`), and the names every protocol and the simulator share:
 //!   [`pb::Method`] (each RPC's name, full name, `/rpc/` and Connect paths)
 //!   and [`pb::Encoding`].
-//! - [`http::reflection`]: gRPC server reflection from that descriptor set.
+//! - [`http::reflection`]: gRPC server reflection from that descriptor set;
+//!   [`http::health`]: the gRPC health service, reporting [`readiness`] (the
+//!   one readiness `/readyz` reports, flipped by [`net`] when a shutdown
+//!   begins and by [`ha`] while standing by); both served over gRPC, gRPC-Web and Connect by
+//!   [`http::connect_bridge`] (Connect in front of tonic's services).
 //! - [`openapi`]: the OpenAPI document built from the descriptor pool (one
 //!   file per part: paths, schemas, errors, security, examples, prose and
 //!   comments), served at `/openapi.json` with Swagger UI at `/docs`;
 //!   committed in `openapi/`.
-//! - [`dashboard`] (`src/dashboard/`): `views.rs` the JSON over the engine
-//!   snapshot, `history.rs` the history ring, `vars.rs` the original's dump at
+//! - [`dashboard`] (`src/dashboard/`): `overview.rs` the JSON over the engine
+//!   snapshot, `history.rs` the history ring and the grant rates over 10 s,
+//!   `vars.rs` the original's dump at
 //!   `/inspect/vars/yadcc/task_dispatcher`, `access.rs` who may read them
 //!   ([`dashboard::InspectAccess`]: closed unless a flag opens them),
 //!   `assets.rs` the page from `web/` embedded and routed from one list, with
@@ -75,14 +111,26 @@
 //!   every panel uses), `cells.js`, `chart.js` and `chart-geometry.js`
 //!   (history), `format.js`, `dom.js`, `store.js`, and `views/` (servants,
 //!   grants, environments, requesters, summary cards, tabs, connection status).
-//! - [`metrics`]: Prometheus exposition.
+//! - [`metrics`]: Prometheus exposition, classic text or OpenMetrics as the
+//!   scraper asks (`exposition.rs`), the `process_*` series (`process.rs`)
+//!   and the build's version and commit ([`build_info`], embedded by
+//!   `build.rs`; `--version` prints them too).
+//! - [`ha`] (`src/ha/`): the hot standby. `election.rs` campaigns on etcd
+//!   (etcd's own election and lease services, stubs from `proto/etcd/` in
+//!   `etcd.rs`) and, on winning, restarts the engine and opens its
+//!   [`engine::GrantFence`] until the lease could expire; `mod.rs` is the
+//!   narrow side the rest sees, [`ha::Leadership`]: whether this instance
+//!   serves (the call core refuses RPCs otherwise, [`net`] closes daemon
+//!   connections), the role for `/readyz`, the dashboard and the metrics.
+//!   [`net::proxy`] reads the PROXY header a balancer in front of it sends.
 //! - [`config`]: the command line (`src/main.rs` starts and stops the server):
 //!   `server.rs` (the scheduler's flags), `demo.rs` (`--demo`, and with the
 //!   `bench-route` cargo feature the hidden `--bench_bare_route`),
 //!   `settings.rs` (value parsers, checks across flags, [`config::Settings`]);
 //!   every flag's kebab alias and `YADCC_*` variable are added in one place,
 //!   and [`config::gflags`] first rewrites the original's gflags habits
-//!   (`--flagfile`, `-name=value`, `--noflag`, glog and `--flare_*` flags).
+//!   (`--flagfile`, `--fromenv`, `-name=value`, `--noflag`, glog and
+//!   `--flare_*` flags).
 //! - [`sim`]: a simulated cluster of stock daemons (each machine servant and
 //!   delegate, at most two shared connections, the daemons' periods and
 //!   timeouts, compressed answers accepted and inflated) speaking `flare://`,
@@ -106,25 +154,31 @@
 //! `tests/it/` (with `differential.rs`, the JSON mapping against Google's
 //! protobuf through `scripts/differential.py`, and `openapi_*.rs`, the
 //! document against the code and a live server's answers against the
-//! document's schemas with `jsonschema`), engine benchmarks in
-//! `benches/`; `scripts/schemathesis.sh` tests the OpenAPI document against a
-//! live server.
+//! document's schemas with `jsonschema`, and `peers/`, the original yadcc's
+//! daemons and compiler wrapper in network namespaces against the real
+//! binary; heavy tests take `support::heavy()` and run one at a time),
+//! engine benchmarks in `benches/`; `scripts/schemathesis.sh` tests the
+//! OpenAPI document against a live server.
 
+pub mod build_info;
 pub mod config;
 pub mod contract;
+pub mod daemon;
 pub mod dashboard;
+pub mod edge;
 pub mod engine;
-pub mod flare;
 pub mod grammar;
+pub mod ha;
 pub mod http;
-pub mod limits;
 pub mod metrics;
 pub mod net;
 pub mod openapi;
 pub mod pb;
 pub mod protocol;
+pub mod readiness;
 pub mod rpc;
 pub mod service;
 pub mod sim;
 
-pub use http::{routes::app, state::AppState};
+pub use http::routes::app;
+pub use rpc::state::AppState;

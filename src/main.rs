@@ -1,16 +1,18 @@
 //! `yadcc-scheduler`: parse the command line, start the engine and the HTTP
 //! server, and shut down gracefully on SIGINT/SIGTERM.
 
-use std::{net::SocketAddr, process::ExitCode};
+use std::{net::SocketAddr, process::ExitCode, time::Duration};
 
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 use yadcc_scheduler::{
     AppState, app,
-    config::{Cli, Settings},
+    config::{Cli, Settings, server::LogFormat},
     dashboard::InspectAccess,
-    engine::{self, Scheduler},
-    limits, net, sim,
+    edge,
+    engine::{self, GrantFence, Scheduler},
+    ha::{self, Leadership, election::Election},
+    net, sim,
 };
 
 /// The server allocates and frees small buffers on every request (bodies,
@@ -30,14 +32,24 @@ async fn main() -> ExitCode {
     } else {
         "info"
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)),
-        )
-        // Logs are diagnostics: stderr, and colour only for a person at a terminal.
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    // Logs are diagnostics: stderr, and colour only for a person at a terminal.
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.server.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // One object per line: `timestamp`, `level`, `target` and the event's
+        // `fields` (its message among them); spans carry nothing worth a key.
+        LogFormat::Json => logs
+            .json()
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
     for warning in flag_warnings {
         tracing::warn!("{warning}");
     }
@@ -59,14 +71,24 @@ async fn main() -> ExitCode {
 
 async fn run(settings: Settings) -> std::io::Result<()> {
     warn_about_open_doors(&settings);
-    let engine = Scheduler::new(settings.engine.clone());
+    let mut engine_config = settings.engine.clone();
+    // With a hot standby, the engine grants only while elected.
+    let leadership = if settings.ha.is_some() {
+        let fence = GrantFence::closed();
+        engine_config.grant_fence = fence.clone();
+        Leadership::elected(fence)
+    } else {
+        Leadership::solo()
+    };
+    let engine = Scheduler::new(engine_config);
     // Connections cost descriptors; the connection cap is derived from this.
-    match limits::raise_fd_limit() {
+    match edge::raise_fd_limit() {
         Ok(limit) => tracing::info!("file-descriptor limit: {limit}"),
         Err(error) => tracing::warn!("cannot raise the file-descriptor limit: {error}"),
     }
-    let state = AppState::new(engine.clone(), settings.http.clone());
-    let listener = TcpListener::bind(settings.listen).await.map_err(|error| {
+    let state =
+        AppState::with_leadership(engine.clone(), settings.http.clone(), leadership.clone());
+    let listener = bind_when_free(settings.listen).await.map_err(|error| {
         std::io::Error::new(
             error.kind(),
             format!("cannot listen on {}: {error}", settings.listen),
@@ -85,7 +107,17 @@ async fn run(settings: Settings) -> std::io::Result<()> {
         router = router.merge(bench_route::bare_router());
     }
     let demo = settings.demo.then(|| start_demo(&settings, local));
-    net::serve(listener, router, state, shutdown_signal(engine, demo)).await
+    let election = settings.ha.clone().map(|mut ha| {
+        ha.instance = ha::instance_name(local);
+        Election::start(ha, leadership, engine.clone())
+    });
+    net::serve(
+        listener,
+        router,
+        state,
+        shutdown_signal(engine, demo, election),
+    )
+    .await
 }
 
 /// The baseline of benchmark P1 (`yadcc-loadgen heartbeat-rate`): what the HTTP stack
@@ -159,7 +191,7 @@ fn warn_about_open_doors(settings: &Settings) {
         ),
     ] {
         if tokens.accepts_anyone() {
-            tracing::warn!("{flag} is empty: ANYONE may {who}");
+            tracing::warn!("--insecure_accept_any_token: ANYONE may {who}");
         } else if tokens.accepts_empty_token() {
             tracing::warn!(
                 "POSSIBLE SECURITY BREACH: {flag} has an empty entry: daemons without --token may {who}"
@@ -188,9 +220,14 @@ fn warn_about_open_doors(settings: &Settings) {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM, after telling the engine to answer every
+/// Resolves on SIGINT or SIGTERM, after resigning from the election (so a
+/// standby takes over at once) and telling the engine to answer every
 /// queued wait, so in-flight long polls finish and the server can drain.
-async fn shutdown_signal(engine: Scheduler, demo: Option<sim::Cluster>) {
+async fn shutdown_signal(
+    engine: Scheduler,
+    demo: Option<sim::Cluster>,
+    election: Option<Election>,
+) {
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -213,6 +250,43 @@ async fn shutdown_signal(engine: Scheduler, demo: Option<sim::Cluster>) {
         tracing::info!("demo: stopping the simulated cluster");
         demo.stop().await;
     }
+    if let Some(election) = election {
+        election.resign().await;
+    }
     tracing::info!("shutting down: answering waiting calls, draining connections");
     engine.shutdown();
+}
+
+/// How long a start waits for its address to be released. A scheduler
+/// restarted at once after `kill -9` finds the port still held while the
+/// kernel tears the old process down; giving up at once would leave the
+/// daemons with no scheduler at all.
+const BIND_PATIENCE: Duration = Duration::from_secs(5);
+/// Pause between two tries to bind a held address.
+const BIND_RETRY_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Binds `listen`, trying again for up to [`BIND_PATIENCE`] while the address
+/// is in use (logged once), then failing with the last error.
+async fn bind_when_free(listen: SocketAddr) -> std::io::Result<TcpListener> {
+    let give_up_at = tokio::time::Instant::now() + BIND_PATIENCE;
+    let mut warned = false;
+    loop {
+        match TcpListener::bind(listen).await {
+            Err(error)
+                if error.kind() == std::io::ErrorKind::AddrInUse
+                    && tokio::time::Instant::now() < give_up_at =>
+            {
+                if !warned {
+                    tracing::warn!(
+                        "{listen} is in use (an instance stopped a moment ago?): \
+                         trying again for up to {} s",
+                        BIND_PATIENCE.as_secs()
+                    );
+                    warned = true;
+                }
+                tokio::time::sleep(BIND_RETRY_INTERVAL).await;
+            }
+            result => return result,
+        }
+    }
 }

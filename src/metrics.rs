@@ -1,13 +1,22 @@
-//! Prometheus exposition (OpenMetrics text) at `GET /metrics`. Request
-//! counters and latency histograms are recorded by [`crate::rpc`] for every
-//! protocol, in its terms ([`Method`], [`Encoding`], [`CallEnd`]); the
-//! cluster's state is read from the engine snapshot at scrape time, so there
-//! is no second copy of it to drift.
+//! Prometheus exposition at `GET /metrics`, in the format the scraper asks
+//! for ([`exposition`]: OpenMetrics 1.0, or the classic text 0.0.4 that
+//! promtool reads). Request counters and latency histograms are recorded by
+//! [`crate::rpc`] for every protocol, in its terms ([`Method`], [`Encoding`],
+//! [`CallEnd`]); the cluster's state is read from the engine snapshot at
+//! scrape time, so there is no second copy of it to drift; `process_*`
+//! ([`process`]) and `yadcc_scheduler_build_info` describe the process.
+//!
+//! To add a family: register it in [`Metrics::new`] on `ours` (the
+//! `yadcc_scheduler_` prefix), or add a [`Collector`] for figures read at
+//! scrape time; the README's metrics table lists every family.
+
+mod exposition;
+mod process;
 
 use std::{fmt, sync::OnceLock, time::Duration};
 
 use axum::{
-    http::header,
+    http::{HeaderValue, header},
     response::{IntoResponse, Response},
 };
 use prometheus_client::{
@@ -19,15 +28,30 @@ use prometheus_client::{
         family::Family,
         gauge::{ConstGauge, Gauge},
         histogram::{Histogram, exponential_buckets},
+        info::Info,
     },
     registry::Registry,
 };
 
-use crate::{
-    engine::Scheduler,
-    pb::{self, Encoding, Method},
-    protocol::Protocol,
+pub use exposition::{
+    Format, OPENMETRICS_CONTENT_TYPE, PROMETHEUS_TEXT_CONTENT_TYPE, to_prometheus_text,
 };
+
+use crate::{
+    build_info,
+    engine::Scheduler,
+    ha::Leadership,
+    pb::{self, Encoding, Method},
+    protocol::CallProtocol,
+};
+
+/// The prefix of every family of the scheduler's own.
+pub const PREFIX: &str = "yadcc_scheduler";
+
+/// The caps a connection can be refused for (`net` passes them to
+/// [`Metrics::connection_refused`]); their series exist from the start, at 0,
+/// so a rate over them is defined before the first refusal.
+pub const CONNECTION_CAPS: [&str; 2] = ["max_connections", "max_connections_per_ip"];
 
 /// How a call ended, as its metrics tell endings apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,8 +90,15 @@ struct VersionLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct MethodLabels {
+struct LatencyLabels {
+    protocol: &'static str,
     method: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    commit: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -75,26 +106,26 @@ struct OutcomeLabels {
     outcome: &'static str,
 }
 
-type HistogramFamily = Family<MethodLabels, Histogram, fn() -> Histogram>;
+type HistogramFamily = Family<LatencyLabels, Histogram, fn() -> Histogram>;
 
 const METHODS: usize = Method::ALL.len();
-const PROTOCOLS: usize = Protocol::ALL.len();
+const PROTOCOLS: usize = CallProtocol::ALL.len();
 const ENCODINGS: usize = 2;
 
 /// The series every answered call writes, per protocol, method and
-/// encoding, looked up in their families once, at first use: a family lookup
+/// encoding (latency: per protocol and method), looked up in their families once, at first use: a family lookup
 /// hashes the whole label set under a lock, once per call and series.
 /// Filled lazily so the exposition lists only series that were used.
 struct Resolved {
     answered: [OnceLock<Counter>; PROTOCOLS * METHODS * ENCODINGS],
-    latency: [OnceLock<Histogram>; METHODS],
+    latency: [OnceLock<Histogram>; PROTOCOLS * METHODS],
 }
 
 impl Default for Resolved {
     fn default() -> Self {
         Self {
             answered: [const { OnceLock::new() }; PROTOCOLS * METHODS * ENCODINGS],
-            latency: [const { OnceLock::new() }; METHODS],
+            latency: [const { OnceLock::new() }; PROTOCOLS * METHODS],
         }
     }
 }
@@ -136,45 +167,58 @@ fn latency_histogram() -> Histogram {
 
 impl Metrics {
     pub fn new(engine: Scheduler) -> Self {
-        let mut registry = Registry::with_prefix("yadcc_scheduler");
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(process::ProcessCollector));
+        let ours = registry.sub_registry_with_prefix(PREFIX);
+        ours.register(
+            "build",
+            "The running binary: its version and the commit it was built from",
+            Info::new(BuildLabels {
+                version: build_info::VERSION,
+                commit: build_info::COMMIT,
+            }),
+        );
         let requests = Family::<RequestLabels, Counter>::default();
         let latency: HistogramFamily = Family::new_with_constructor(latency_histogram);
-        registry.register(
+        ours.register(
             "rpc_requests",
             "RPC calls by protocol, method, body encoding and outcome (the error table's HTTP status, 200 for success, on every protocol)",
             requests.clone(),
         );
-        registry.register(
+        ours.register(
             "rpc_duration_seconds",
-            "RPC latency by method (WaitForStartingTask includes its wait for quota)",
+            "RPC latency by protocol and method (WaitForStartingTask includes its wait for quota)",
             latency.clone(),
         );
         let grant_wait: Family<OutcomeLabels, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(latency_histogram);
-        registry.register(
+        ours.register(
             "grant_wait_seconds",
             "Time WaitForStartingTask callers waited, by outcome (granted, no_quota, error)",
             grant_wait.clone(),
         );
         let connections_accepted = Family::<ProtocolLabels, Counter>::default();
-        registry.register(
+        ours.register(
             "connections_accepted",
             "Connections served, by the protocol their first bytes chose",
             connections_accepted.clone(),
         );
         let connections_open = Family::<ProtocolLabels, Gauge>::default();
-        registry.register(
+        ours.register(
             "connections_open",
             "Connections open now, by protocol",
             connections_open.clone(),
         );
         let connections_refused = Family::<ReasonLabels, Counter>::default();
-        registry.register(
+        for reason in CONNECTION_CAPS {
+            drop(connections_refused.get_or_create(&ReasonLabels { reason }));
+        }
+        ours.register(
             "connections_refused",
             "Connections closed at accept, by the cap they were over (max_connections, max_connections_per_ip)",
             connections_refused.clone(),
         );
-        registry.register_collector(Box::new(EngineCollector { engine }));
+        ours.register_collector(Box::new(EngineCollector { engine }));
         Self {
             registry,
             requests,
@@ -191,7 +235,7 @@ impl Metrics {
     /// server has (labelled `unknown`).
     pub fn observe_rpc(
         &self,
-        protocol: Protocol,
+        protocol: CallProtocol,
         method: Option<Method>,
         encoding: Encoding,
         end: CallEnd,
@@ -221,17 +265,17 @@ impl Metrics {
             }
         }
         let seconds = elapsed.as_secs_f64();
+        let latency_labels = || LatencyLabels {
+            protocol: protocol.label(),
+            method: label,
+        };
         match method {
-            Some(known) => self.resolved.latency[known as usize]
-                .get_or_init(|| {
-                    self.latency
-                        .get_or_create(&MethodLabels { method: label })
-                        .clone()
-                })
+            Some(known) => self.resolved.latency[protocol as usize * METHODS + known as usize]
+                .get_or_init(|| self.latency.get_or_create(&latency_labels()).clone())
                 .observe(seconds),
             None => self
                 .latency
-                .get_or_create(&MethodLabels { method: label })
+                .get_or_create(&latency_labels())
                 .observe(seconds),
         }
         if method == Some(Method::WaitForStartingTask) {
@@ -251,7 +295,7 @@ impl Metrics {
 
     /// Counts a connection whose protocol is known; it counts as open until
     /// the returned value is dropped.
-    pub fn connection_opened(&self, protocol: Protocol) -> OpenConnection {
+    pub fn connection_opened(&self, protocol: CallProtocol) -> OpenConnection {
         let labels = ProtocolLabels {
             protocol: protocol.label(),
         };
@@ -268,23 +312,76 @@ impl Metrics {
             .inc();
     }
 
-    /// The exposition text.
-    pub fn encode(&self) -> String {
+    /// With a hot standby: whether this instance leads, elections won,
+    /// lease renewal latency, time since the last change of role. Nothing
+    /// for the only scheduler.
+    pub fn register_leadership(&mut self, leadership: &Leadership) {
+        let Some(stats) = leadership.stats() else {
+            return;
+        };
+        let ours = self.registry.sub_registry_with_prefix(PREFIX);
+        ours.register(
+            "lease_renew_duration_seconds",
+            "From sending an etcd lease renewal to its answer",
+            stats.renew_latency.clone(),
+        );
+        ours.register_collector(Box::new(LeadershipCollector(leadership.clone())));
+    }
+
+    /// The exposition in `format`.
+    pub fn encode(&self, format: Format) -> String {
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut text, &self.registry);
-        text
+        match format {
+            Format::OpenMetrics => text,
+            Format::PrometheusText => to_prometheus_text(&text),
+        }
     }
 
-    pub fn render(&self) -> Response {
+    /// The answer to `GET /metrics` with this `Accept` header.
+    pub fn render(&self, accept: Option<&HeaderValue>) -> Response {
+        let format = Format::negotiate(accept);
         (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            self.encode(),
+            [
+                (header::CONTENT_TYPE, format.content_type()),
+                // Caches between a scraper and the server must not hand a
+                // text-format answer to an OpenMetrics scraper.
+                (header::VARY, "accept"),
+            ],
+            self.encode(format),
         )
             .into_response()
+    }
+}
+
+/// Reads the election's state at scrape time.
+#[derive(Debug)]
+struct LeadershipCollector(Leadership);
+
+impl Collector for LeadershipCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        let Some(stats) = self.0.stats() else {
+            return Ok(());
+        };
+        write_gauge(
+            &mut encoder,
+            "leader",
+            "1 while this instance is the elected leader and its lease certainly runs, else 0",
+            i64::from(self.0.is_serving()),
+        )?;
+        write_counter(
+            &mut encoder,
+            "elections_won",
+            "Times this instance won the election",
+            stats.elections_won.get(),
+        )?;
+        ConstGauge::new(stats.since_change().as_secs_f64()).encode(encoder.encode_descriptor(
+            "seconds_since_leadership_change",
+            "Seconds since this instance last became leader or stopped being one (or started)",
+            None,
+            MetricType::Gauge,
+        )?)
     }
 }
 

@@ -3,11 +3,7 @@
 //! between wire messages and the engine's domain types, and the only place that
 //! maps engine outcomes to the seed's `Status` codes.
 
-use std::{
-    net::IpAddr,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{net::IpAddr, time::Duration};
 
 use prost::Message;
 use tokio::time::Instant;
@@ -45,7 +41,23 @@ impl From<Rejection> for RpcStatus {
             Rejection::EnvironmentNotAvailable { .. } => pb::Status::EnvironmentNotAvailable,
             Rejection::NoQuotaAvailable => pb::Status::NoQuotaAvailable,
         };
-        Self::new(code, rejection.to_string())
+        match original_description(code) {
+            Some(description) => Self::new(code, description),
+            None => Self::new(code, rejection.to_string()),
+        }
+    }
+}
+
+/// The description the original scheduler sends with `status`, which
+/// daemons print in their logs: only its two `WaitForStartingTask` outcomes
+/// have one (the others go out with an empty description). Every protocol's
+/// message for these two is this text; the binary protocol sends it, and
+/// only it, as the original does.
+pub fn original_description(status: pb::Status) -> Option<&'static str> {
+    match status {
+        pb::Status::NoQuotaAvailable => Some("The compilation cloud is busy now."),
+        pb::Status::EnvironmentNotAvailable => Some("No matched servant environment."),
+        _ => None,
     }
 }
 
@@ -86,24 +98,19 @@ const DEADLINE_MARGIN: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone)]
 pub struct SchedulerService {
     engine: Scheduler,
-    running_tasks: Arc<Mutex<RunningTasksCache>>,
 }
 
-/// `GetRunningTasks` is called by every daemon every second; its answer only
-/// changes when a heartbeat changes it, so the translated message is reused
-/// for as long as the engine hands out the same list.
-#[derive(Debug, Default)]
-struct RunningTasksCache {
-    source: Option<Arc<[engine::RunningTask]>>,
-    response: Arc<pb::GetRunningTasksResponse>,
+/// A `GetRunningTasks` answer and the version of the engine's list it shows
+/// ([`Scheduler::running_tasks_version`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningTasksAnswer {
+    pub version: u64,
+    pub response: pb::GetRunningTasksResponse,
 }
 
 impl SchedulerService {
     pub fn new(engine: Scheduler) -> Self {
-        Self {
-            engine,
-            running_tasks: Arc::default(),
-        }
+        Self { engine }
     }
 
     /// The engine behind this service, for inspection and shutdown.
@@ -245,29 +252,23 @@ impl SchedulerService {
         &self,
         _request: pb::GetRunningTasksRequest,
         _ctx: &CallContext,
-    ) -> Result<Arc<pb::GetRunningTasksResponse>, RpcStatus> {
-        let current = self.engine.running_tasks();
-        let mut cache = self
-            .running_tasks
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !cache
-            .source
-            .as_ref()
-            .is_some_and(|source| Arc::ptr_eq(source, &current))
-        {
-            let (response, left_out) = running_tasks_response(&current, RUNNING_TASKS_ANSWER_BYTES);
-            if left_out > 0 {
-                tracing::warn!(
-                    listed = response.running_tasks.len(),
-                    left_out,
-                    "GetRunningTasks answer cut to fit a daemon's message limit"
-                );
-            }
-            cache.response = Arc::new(response);
-            cache.source = Some(current);
+    ) -> Result<RunningTasksAnswer, RpcStatus> {
+        let (version, tasks) = self.engine.running_tasks_with_version();
+        let (response, left_out) = running_tasks_response(&tasks, RUNNING_TASKS_ANSWER_BYTES);
+        if left_out > 0 {
+            tracing::warn!(
+                listed = response.running_tasks.len(),
+                left_out,
+                "GetRunningTasks answer cut to fit a daemon's message limit"
+            );
         }
-        Ok(Arc::clone(&cache.response))
+        Ok(RunningTasksAnswer { version, response })
+    }
+
+    /// The version of the list `GetRunningTasks` shows now: an answer built
+    /// for it is still the answer.
+    pub fn running_tasks_version(&self) -> u64 {
+        self.engine.running_tasks_version()
     }
 }
 

@@ -40,6 +40,7 @@ jumpTo = setUpTabs(tables);
 
 const chart = createChart(document.getElementById('chart'));
 const uptimeEl = document.getElementById('uptime');
+const leadershipEl = document.getElementById('leadership');
 const mainEl = document.getElementById('dashboard');
 const countEls = {};
 for (const k of Object.keys(tables)) countEls[k] = document.querySelector('[data-count="' + k + '"]');
@@ -60,12 +61,16 @@ function renderOverview(d) {
   }
   const ctx = {
     now: isNum(d.generatedAtMs) ? d.generatedAtMs : Date.now(), tasksByGrant: tasksByGrant, protocols: protocols,
+    rateWindowSeconds: d.rateWindowSeconds,
   };
-  const requesters = requesterRows(d, grants, ctx.now);
+  const requesters = requesterRows(d, grants);
   tables.requesters.infoSuffix = requesters.infoSuffix;
   tables.grants.infoSuffix = tasksInfo(grants, tasks);
 
-  renderSummary(d.totals && typeof d.totals === 'object' ? d.totals : {}, servants, grants);
+  // Cards, legend and tables from this one document: they always agree.
+  const totals = d.totals && typeof d.totals === 'object' ? d.totals : {};
+  renderSummary(totals, d.rateWindowSeconds, servants, grants);
+  chart.setNow(totals, d.generatedAtMs);
   const items = { servants: servants, grants: grants, environments: envs, requesters: requesters.rows };
   for (const name of Object.keys(tables)) {
     tables[name].setItems(items[name], ctx);
@@ -73,6 +78,11 @@ function renderOverview(d) {
   }
 
   setText(uptimeEl, isNum(d.uptimeSeconds) ? fmtDuration(d.uptimeSeconds * 1000) : '—');
+  // Only with a hot standby: this instance's part ("standby, leader is X").
+  const role = typeof d.leadership === 'string' ? d.leadership : '';
+  leadershipEl.hidden = role === '';
+  setText(leadershipEl, role);
+  leadershipEl.className = 'status ' + (role === 'leader' ? 'status-live' : 'status-standby');
   const ms = performance.now() - t0;
   stats.renders++;
   stats.lastMs = ms;
@@ -135,6 +145,5 @@ window.yadccDashboard = {
 };
 
 watchConnection();
-chart.draw();
 pollOverview();
 pollHistory();

@@ -1,6 +1,10 @@
 // The history chart: capacity, running and waiters above, grants per second
 // below, over 5 min / 15 min / 1 h (or less: it spans the data it has), with
-// a hover read-out. Plain SVG, redrawn per history poll and per resize.
+// a hover read-out. Plain SVG, redrawn per poll and per resize.
+//
+// The legend shows the overview's totals (the document the cards and tables
+// show), and the chart ends on that same point, so they agree at every
+// instant; the server's history ring supplies the points before it.
 
 import { areaPath, fmtTick, linePath, niceStep, segments, timeStep } from './chart-geometry.js';
 import { h, setText } from './dom.js';
@@ -14,7 +18,7 @@ const RANGE_NAMES = { 300: 'Last 5 minutes', 900: 'Last 15 minutes', 3600: 'Last
 // Two samples' worth, so a single sample is a point at the right, not a division by zero.
 const MIN_SPAN_MS = 2000;
 
-// The chart inside `box`; returns { set(history), draw() }.
+// The chart inside `box`; returns { set(history), setNow(totals, atMs), draw() }.
 export function createChart(box) {
   const M = { l: 46, r: 14, t: 10, gap: 26, b: 22 };
   const TOP_H = 190;
@@ -49,7 +53,9 @@ export function createChart(box) {
   tip.setAttribute('aria-hidden', 'true');
   box.append(svg, tip);
 
-  let samples = [];
+  let samples = []; // what is drawn: the ring, then the overview's point
+  let ring = [];
+  let now = null;
   let intervalS = 1;
   let width = 0;
   let scale = null; // { x0, x1, px(x), ... } of the last draw
@@ -96,8 +102,24 @@ export function createChart(box) {
     e.setAttribute('y2', y.toFixed(1));
   }
 
+  // Drawn at most once a frame, however many updates arrive in it.
+  let drawPending = false;
+  function scheduleDraw() {
+    if (drawPending) return;
+    drawPending = true;
+    requestAnimationFrame(() => {
+      drawPending = false;
+      draw();
+    });
+  }
+
+  // The box's width as the resize observer last saw it: reading it in every
+  // draw would force a layout of the whole page right after the tables
+  // changed.
+  let boxWidth = 0;
   function draw() {
-    width = Math.max(320, Math.floor(box.clientWidth));
+    if (!boxWidth) boxWidth = Math.floor(box.clientWidth);
+    width = Math.max(320, boxWidth);
     svg.setAttribute('width', String(width));
     svg.setAttribute('viewBox', '0 0 ' + width + ' ' + H);
     const plotW = width - M.l - M.r;
@@ -269,15 +291,18 @@ export function createChart(box) {
     tip.hidden = true;
   });
 
-  let lastWidth = 0;
   if (typeof ResizeObserver === 'function') {
-    new ResizeObserver(() => {
-      const w = Math.floor(box.clientWidth);
-      if (w !== lastWidth) {
-        lastWidth = w;
-        draw();
+    new ResizeObserver((entries) => {
+      const w = Math.floor(entries[entries.length - 1].contentRect.width);
+      if (w !== boxWidth) {
+        boxWidth = w;
+        scheduleDraw();
       }
     }).observe(box);
+  }
+
+  function merge() {
+    samples = now && (!ring.length || now.atMs > ring[ring.length - 1].atMs) ? ring.concat([now]) : ring;
   }
 
   function setLegend(s) {
@@ -301,9 +326,19 @@ export function createChart(box) {
         });
       }
       out.sort((a, b) => a.atMs - b.atMs);
-      samples = out;
-      setLegend(out[out.length - 1]);
-      draw();
+      ring = out;
+      merge();
+      scheduleDraw();
+    },
+    // The overview's totals, generated at `atMs`: the legend and the last point.
+    setNow(totals, atMs) {
+      now = isNum(atMs) ? {
+        atMs: atMs, capacity: num(totals.capacity), capacityAvailable: num(totals.capacityAvailable),
+        running: num(totals.running), waiters: num(totals.waiters), grantsPerSecond: num(totals.grantsPerSecond),
+      } : null;
+      setLegend(now);
+      merge();
+      scheduleDraw();
     },
     draw: draw,
   };

@@ -16,6 +16,9 @@ export const str = (v) => (v === null || v === undefined ? '' : String(v));
 export const objs = (v) => (Array.isArray(v) ? v.filter((x) => x !== null && typeof x === 'object') : []);
 export const fmtInt = (v) => (isNum(v) ? NF.format(v) : '—');
 export const fmtClock = (ms) => CLOCK.format(new Date(ms));
+// The window a rate was measured over, in words (`rateWindowSeconds`).
+export const fmtRateWindow = (seconds) =>
+  (isNum(seconds) && seconds > 0 ? 'over the last ' + NF.format(Math.round(seconds)) + ' s' : 'no rate yet');
 
 // Non-negative decimal integers that may exceed 2^53 arrive as strings.
 const DECIMAL = /^\d+$/;

@@ -12,8 +12,9 @@ import { NF, str } from './format.js';
 import { saveUi, ui } from './store.js';
 
 // At most this many rows are in the DOM: a table of thousands of rows costs
-// the browser too much layout on every refresh.
-const PAGE_ROWS = 100;
+// the browser too much layout on every refresh. A hidden panel's table is
+// not drawn at all until its tab is shown.
+const PAGE_ROWS = 50;
 
 // The panel's controls, from its description (the page holds only the empty
 // tab panel).
@@ -98,6 +99,7 @@ export class Table {
     this.page = 0;
     this.lastRenderMs = 0;
     this.infoSuffix = '';
+    this.stale = true;
 
     const saved = ui.tables[o.name] || {};
     this.sortId = this.colById.has(saved.sort) ? saved.sort : o.defaultSort[0];
@@ -181,20 +183,25 @@ export class Table {
   fitHeader() {
     if (this.fitted || this.panel.hidden) return;
     this.fitted = true;
-    for (const col of this.columns) {
+    // Every width is read before any is written: a write between reads
+    // would make the browser lay the page out again for each column.
+    const needs = this.columns.map((col) => {
       const b = col.th.firstChild;
       const label = b.firstChild;
       const ind = b.lastChild;
       const cs = getComputedStyle(b);
-      const need = Math.ceil(label.scrollWidth + ind.offsetWidth + parseFloat(cs.columnGap || '0') +
+      return Math.ceil(label.scrollWidth + ind.offsetWidth + parseFloat(cs.columnGap || '0') +
         parseFloat(cs.paddingLeft) + parseFloat(cs.paddingRight)) + 2;
+    });
+    this.columns.forEach((col, i) => {
+      const need = needs[i];
       if (col.w && need > col.w) {
         col.w = need;
         col.th.style.width = need + 'px';
       } else if (!col.w && need > (col.minW || 0)) {
         col.minW = need;
       }
-    }
+    });
     this.setMinWidth();
   }
 
@@ -260,7 +267,18 @@ export class Table {
     return true;
   }
 
+  // The panel became visible: fit its header and draw what changed meanwhile.
+  reveal() {
+    this.fitHeader();
+    if (this.stale) this.render();
+  }
+
   render() {
+    if (this.panel.hidden) {
+      this.stale = true;
+      return;
+    }
+    this.stale = false;
     const t0 = performance.now();
     const ctx = this.ctx;
     const tokens = this.query.toLowerCase().split(/\s+/).filter(Boolean);

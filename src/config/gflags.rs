@@ -4,10 +4,17 @@
 //! - `--flagfile=FILE` (or `--flagfile FILE`) is replaced by the flags in
 //!   FILE: one per line, leading whitespace skipped, `#` starts a comment line,
 //!   the rest of the line taken literally (gflags does not trim the end either).
+//! - `--fromenv=a,b` reads the flags `a` and `b` from the environment
+//!   variables `FLAGS_a` and `FLAGS_b`, in place (a later flag overrides
+//!   them); a variable that is not set is an error. `--tryfromenv` is the
+//!   same without that error. Both name flags this program defines.
 //! - `-name`, `-name=value`, `-name value` are `--name...` (single-character
-//!   names such as `-h` stay clap's short flags).
+//!   names such as `-h` stay clap's short flags, except glog's `-v`).
 //! - Booleans: `--flag`, `--noflag`, `--flag=true|false` (also `1/0`, `yes/no`,
-//!   `t/f`, `y/n`); the last occurrence wins, as in gflags.
+//!   `t/f`, `y/n`); the last occurrence wins, as in gflags, also over the
+//!   flag's `YADCC_*` variable (see [`switch`]).
+//! - gflags' `--helpfull` and `--helpshort` show the usage, as `--help` does
+//!   (this program has one module, so all three show the same).
 //! - Flags of the original's logging library (glog) and RPC framework
 //!   (`--flare_*`) are dropped with a warning: they have no effect here.
 //!
@@ -19,13 +26,23 @@ use std::{
     path::Path,
 };
 
-use clap::{ArgAction, Command};
+use clap::{
+    Arg, ArgAction, Command,
+    builder::{BoolishValueParser, ValueParser},
+};
 
 /// Flag files read per command line, nested ones included: a file that
 /// includes itself is an error, not a hang.
 pub const MAX_FLAGFILES: usize = 64;
 /// Largest flag file read.
 pub const MAX_FLAGFILE_BYTES: u64 = 1 << 20;
+/// `--fromenv`/`--tryfromenv` expansions per command line: a variable that
+/// names itself again (`FLAGS_fromenv=fromenv,port`) is an error, not a hang.
+pub const MAX_FROMENV: usize = 64;
+/// Prefix of the variables `--fromenv` reads (`FLAGS_port`), as gflags names them.
+const FROMENV_PREFIX: &str = "FLAGS_";
+/// gflags' help flags that show the whole usage, as `--help` does here.
+const HELP_FLAGS: &[&str] = &["helpfull", "helpshort"];
 
 /// glog's flags that take no value (`--logtostderr`, `--nologtostderr`).
 const GLOG_BOOLEANS: &[&str] = &[
@@ -75,8 +92,27 @@ pub struct Normalised {
     pub warnings: Vec<String>,
 }
 
+/// A boolean flag as gflags has them: `--name`, `--name=true|false` and,
+/// through [`normalise`], `--noname`. clap's plain switch (`SetTrue`) cannot
+/// be set to false on the command line, so a `YADCC_*` variable saying true
+/// would win over `--noname`; this form takes an explicit value.
+pub fn switch(arg: Arg) -> Arg {
+    arg.action(ArgAction::Set)
+        .num_args(0..=1)
+        .require_equals(true)
+        .default_missing_value("true")
+        .default_value("false")
+        .value_name("true|false")
+        .value_parser(BoolishValueParser::new())
+}
+
+/// Whether `arg` is a boolean (made by [`switch`]).
+fn is_switch(arg: &Arg) -> bool {
+    arg.get_value_parser().type_id() == ValueParser::bool().type_id()
+}
+
 /// The flags `command` defines: every long name and alias, and whether it is a
-/// switch (takes no value).
+/// switch ([`switch`]).
 struct KnownFlags {
     switches: BTreeMap<String, String>,
     valued: Vec<String>,
@@ -89,24 +125,34 @@ impl KnownFlags {
         for arg in command.get_arguments() {
             let Some(long) = arg.get_long() else { continue };
             let names = std::iter::once(long).chain(arg.get_all_aliases().unwrap_or_default());
-            let action = arg.get_action();
             for name in names {
-                if matches!(action, ArgAction::SetTrue) {
+                if is_switch(arg) {
                     switches.insert(name.to_owned(), long.to_owned());
-                } else if action.takes_values() {
+                } else if arg.get_action().takes_values() {
                     valued.push(name.to_owned());
                 }
             }
         }
         KnownFlags { switches, valued }
     }
+
+    /// Whether gflags would know `name`: this program's flags, the framework's
+    /// (accepted and ignored) and gflags' own.
+    fn defines(&self, name: &str) -> bool {
+        self.switches.contains_key(name)
+            || self.valued.iter().any(|known| known == name)
+            || framework_flag(name).is_some()
+            || ["flagfile", "fromenv", "tryfromenv"].contains(&name)
+            || HELP_FLAGS.contains(&name)
+    }
 }
 
-/// Rewrites `args` (program name first) for `command`. Errors name the flag or
-/// file at fault.
+/// Rewrites `args` (program name first) for `command`; `env` reads the
+/// variables `--fromenv` names. Errors name the flag or file at fault.
 pub fn normalise(
     command: &Command,
     args: impl IntoIterator<Item = OsString>,
+    env: impl Fn(&str) -> Option<OsString>,
 ) -> Result<Normalised, String> {
     let known = KnownFlags::of(command);
     let mut queue: VecDeque<OsString> = args.into_iter().collect();
@@ -115,6 +161,7 @@ pub fn normalise(
     // Canonical switch name -> its last value.
     let mut switches: BTreeMap<String, bool> = BTreeMap::new();
     let mut flagfiles_read = 0;
+    let mut fromenv_read = 0;
     // What follows `--`, kept for the very end.
     let mut after_double_dash = Vec::new();
 
@@ -138,13 +185,7 @@ pub fn normalise(
         };
 
         if name == "flagfile" {
-            let path = match value {
-                Some(path) => path.to_owned(),
-                None => queue
-                    .pop_front()
-                    .and_then(|next| next.into_string().ok())
-                    .ok_or("--flagfile needs a file name")?,
-            };
+            let path = value_or_next(name, value, &mut queue)?;
             flagfiles_read += 1;
             if flagfiles_read > MAX_FLAGFILES {
                 return Err(format!(
@@ -153,6 +194,32 @@ pub fn normalise(
             }
             for (index, line) in read_flagfile(Path::new(&path))?.into_iter().enumerate() {
                 queue.insert(index, line.into());
+            }
+            continue;
+        }
+
+        if name == "fromenv" || name == "tryfromenv" {
+            let list = value_or_next(name, value, &mut queue)?;
+            fromenv_read += 1;
+            if fromenv_read > MAX_FROMENV {
+                return Err(format!(
+                    "more than {MAX_FROMENV} --fromenv/--tryfromenv lists (does a FLAGS_ variable name itself?)"
+                ));
+            }
+            let flags = from_environment(&known, name == "fromenv", &list, &env)
+                .map_err(|error| format!("--{name}={list}: {error}"))?;
+            for (index, flag) in flags.into_iter().enumerate() {
+                queue.insert(index, flag.into());
+            }
+            continue;
+        }
+
+        if HELP_FLAGS.contains(&name) {
+            let on = value
+                .map_or(Some(true), parse_bool)
+                .ok_or_else(|| format!("--{body}: expected true or false"))?;
+            if on {
+                out.push("--help".into());
             }
             continue;
         }
@@ -215,10 +282,13 @@ pub fn normalise(
         out.push(format!("--{body}").into());
     }
 
+    // False explicitly, so that it also overrides the flag's variable.
     for (name, on) in switches {
-        if on {
-            out.push(format!("--{name}").into());
-        }
+        out.push(if on {
+            format!("--{name}").into()
+        } else {
+            format!("--{name}=false").into()
+        });
     }
     out.extend(after_double_dash);
     Ok(Normalised {
@@ -228,14 +298,71 @@ pub fn normalise(
 }
 
 /// `--name[=value]` or `-name[=value]` without the dashes; None for values,
-/// `-`, and single-character short flags (`-h`).
+/// `-`, and single-character short flags (`-h`), except glog's `-v`.
 fn flag_body(text: &str) -> Option<&str> {
     if let Some(body) = text.strip_prefix("--") {
         return (!body.is_empty()).then_some(body);
     }
     let body = text.strip_prefix('-')?;
     let name = body.split('=').next().unwrap_or_default();
-    (name.len() > 1).then_some(body)
+    (name.len() > 1 || GLOG_VALUED.contains(&name)).then_some(body)
+}
+
+/// A valued gflags flag's value: after `=`, else the next word.
+fn value_or_next(
+    name: &str,
+    value: Option<&str>,
+    queue: &mut VecDeque<OsString>,
+) -> Result<String, String> {
+    match value {
+        Some(value) => Ok(value.to_owned()),
+        None => queue
+            .pop_front()
+            .and_then(|next| next.into_string().ok())
+            .ok_or_else(|| format!("--{name} needs a value")),
+    }
+}
+
+/// The flags a `--fromenv` (`required`) or `--tryfromenv` list sets, as
+/// `--name=value`, in the list's order: each listed flag from its `FLAGS_name`
+/// variable. gflags' rules: an empty entry, an entry starting with `-` and a
+/// flag nobody defines are errors; a variable holding `fromenv` or
+/// `tryfromenv` would recurse forever.
+fn from_environment(
+    known: &KnownFlags,
+    required: bool,
+    list: &str,
+    env: &impl Fn(&str) -> Option<OsString>,
+) -> Result<Vec<String>, String> {
+    let mut flags = Vec::new();
+    for name in list.split(',') {
+        if name.is_empty() {
+            return Err("empty entry in the list of flags".to_owned());
+        }
+        if name.starts_with('-') {
+            return Err(format!("flag {name:?} begins with '-'"));
+        }
+        if !known.defines(name) {
+            return Err(format!("unknown command line flag '{name}'"));
+        }
+        let variable = format!("{FROMENV_PREFIX}{name}");
+        let Some(value) = env(&variable) else {
+            if required {
+                return Err(format!("{variable} not found in environment"));
+            }
+            continue;
+        };
+        let value = value
+            .into_string()
+            .map_err(|_| format!("{variable} is not UTF-8"))?;
+        if value == "fromenv" || value == "tryfromenv" {
+            return Err(format!(
+                "infinite recursion on environment flag '{value}' ({variable})"
+            ));
+        }
+        flags.push(format!("--{name}={value}"));
+    }
+    Ok(flags)
 }
 
 /// gflags' spellings of a boolean.
@@ -304,7 +431,6 @@ fn parse_flagfile(text: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::{Arg, ArgAction};
 
     fn command() -> Command {
         Command::new("test")
@@ -315,13 +441,25 @@ mod tests {
                     .long("acceptable_user_tokens")
                     .visible_alias("acceptable-user-tokens"),
             )
-            .arg(Arg::new("demo").long("demo").action(ArgAction::SetTrue))
-            .arg(
+            .arg(switch(Arg::new("demo").long("demo")))
+            .arg(switch(
                 Arg::new("open")
                     .long("debugging_no_inspect_auth")
-                    .alias("debugging-no-inspect-auth")
-                    .action(ArgAction::SetTrue),
-            )
+                    .alias("debugging-no-inspect-auth"),
+            ))
+    }
+
+    /// What `--fromenv` reads in these tests.
+    fn environment(name: &str) -> Option<OsString> {
+        match name {
+            "FLAGS_port" => Some("9000".into()),
+            "FLAGS_demo" => Some("true".into()),
+            "FLAGS_acceptable_user_tokens" => Some("a,b".into()),
+            "FLAGS_v" => Some("2".into()),
+            "FLAGS_fromenv" => Some("fromenv".into()),
+            "FLAGS_tryfromenv" => Some("tryfromenv,port".into()),
+            _ => None,
+        }
     }
 
     fn run(args: &[&str]) -> Result<Normalised, String> {
@@ -330,6 +468,7 @@ mod tests {
             std::iter::once("prog")
                 .chain(args.iter().copied())
                 .map(OsString::from),
+            environment,
         )
     }
 
@@ -360,8 +499,9 @@ mod tests {
     fn booleans_take_gflags_spellings_and_the_last_one_wins() {
         assert_eq!(args(&["--demo"]), vec!["--demo"]);
         assert_eq!(args(&["-demo=true"]), vec!["--demo"]);
-        assert_eq!(args(&["--demo", "--nodemo"]), Vec::<String>::new());
-        assert_eq!(args(&["--demo=false"]), Vec::<String>::new());
+        // False is said explicitly, so that it also wins over YADCC_DEMO.
+        assert_eq!(args(&["--demo", "--nodemo"]), vec!["--demo=false"]);
+        assert_eq!(args(&["--demo=false"]), vec!["--demo=false"]);
         assert_eq!(args(&["--nodemo", "--demo=yes"]), vec!["--demo"]);
         assert_eq!(
             args(&["--debugging-no-inspect-auth=1"]),
@@ -396,6 +536,75 @@ mod tests {
                 .iter()
                 .all(|warning| warning.contains("no effect"))
         );
+    }
+
+    #[test]
+    fn glogs_one_letter_verbosity_is_accepted_in_every_spelling() {
+        for spelling in [&["-v=1"][..], &["--v=1"], &["-v", "1"], &["--v", "1"]] {
+            let normalised = run(spelling).unwrap();
+            assert_eq!(
+                normalised.args.len(),
+                1,
+                "{spelling:?}: only the program name"
+            );
+            assert_eq!(normalised.warnings.len(), 1, "{spelling:?}");
+            assert!(normalised.warnings[0].contains("--v "), "{spelling:?}");
+        }
+        // clap's own one-letter flags stay as they are.
+        assert_eq!(args(&["-h"]), vec!["-h"]);
+    }
+
+    #[test]
+    fn fromenv_reads_flags_in_place_and_later_flags_override() {
+        assert_eq!(
+            args(&[
+                "--port=1",
+                "--fromenv=port,demo",
+                "--acceptable_user_tokens=c"
+            ]),
+            vec![
+                "--port=1",
+                "--port=9000",
+                "--acceptable_user_tokens=c",
+                "--demo"
+            ]
+        );
+        assert_eq!(
+            args(&["-fromenv", "acceptable_user_tokens", "--port=2"]),
+            vec!["--acceptable_user_tokens=a,b", "--port=2"]
+        );
+        // A framework flag from the environment is ignored like one on the line.
+        let glog = run(&["--fromenv=v"]).unwrap();
+        assert_eq!((glog.args.len(), glog.warnings.len()), (1, 1));
+        // A variable that is not set: an error for --fromenv only.
+        let error = run(&["--fromenv=port,debugging_no_inspect_auth"]).unwrap_err();
+        assert!(
+            error.contains("FLAGS_debugging_no_inspect_auth not found in environment"),
+            "{error}"
+        );
+        assert_eq!(
+            args(&["--tryfromenv=debugging_no_inspect_auth,port"]),
+            vec!["--port=9000"]
+        );
+        for (list, expected) in [
+            ("port,,demo", "empty entry"),
+            ("-port", "begins with '-'"),
+            ("prot", "unknown command line flag 'prot'"),
+            ("fromenv", "infinite recursion"),
+        ] {
+            let error = run(&[&format!("--fromenv={list}")]).unwrap_err();
+            assert!(error.contains(expected), "{list}: {error}");
+        }
+        // A variable that lists itself again is stopped, not followed forever.
+        let error = run(&["--tryfromenv=tryfromenv"]).unwrap_err();
+        assert!(error.contains("--fromenv/--tryfromenv"), "{error}");
+    }
+
+    #[test]
+    fn gflags_help_flags_show_the_usage() {
+        assert_eq!(args(&["--helpfull"]), vec!["--help"]);
+        assert_eq!(args(&["-helpshort"]), vec!["--help"]);
+        assert_eq!(args(&["--helpfull=false", "--port=1"]), vec!["--port=1"]);
     }
 
     #[test]

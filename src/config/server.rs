@@ -7,7 +7,7 @@ use std::{
     time::Duration,
 };
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use super::settings::{parse_duration, parse_size};
 use crate::engine::Redacted;
@@ -25,18 +25,23 @@ pub struct ServerFlags {
 
     /// Comma-separated tokens that delegates (and unverified servants) present.
     /// Entries are literal (no trimming). An empty entry (`a,` or `,a`) accepts
-    /// only the empty token (daemons without `--token`), with a warning; only a
-    /// wholly empty flag (`--acceptable_user_tokens=`) lets anyone in.
+    /// only the empty token (daemons without `--token`), with a warning; a
+    /// wholly empty flag stops the start, as in the original.
     #[arg(long, hide_env_values = true)]
     pub acceptable_user_tokens: Option<Redacted<String>>,
 
     /// Comma-separated tokens that compile servants present. Servants with only a
     /// user token are listed but get no task. Entries are literal (no trimming).
     /// An empty entry (`a,` or `,a`) accepts only the empty token, with a
-    /// warning; only a wholly empty flag (`--acceptable_servant_tokens=`) lets
-    /// anyone in.
+    /// warning; a wholly empty flag stops the start, as in the original.
     #[arg(long, hide_env_values = true)]
     pub acceptable_servant_tokens: Option<Redacted<String>>,
+
+    /// Accept any token, or none, on every RPC instead of the two token lists:
+    /// anyone who reaches the port may register servants and take grants.
+    /// For tests and closed networks only; the log warns.
+    #[arg(long, conflicts_with_all = ["acceptable_user_tokens", "acceptable_servant_tokens"])]
+    pub insecure_accept_any_token: bool,
 
     /// Daemons older than this version are refused (STATUS_VERSION_TOO_OLD).
     #[arg(long, default_value_t = 0)]
@@ -58,8 +63,8 @@ pub struct ServerFlags {
     pub servant_min_memory_for_accepting_new_task: u64,
 
     /// `user:password` for HTTP basic auth on the dashboard, `/api/v1/*` and
-    /// `/inspect/*`. Without it (and without --debugging_no_inspect_auth) they
-    /// are closed, as in the original.
+    /// `/inspect/*`. Without it, or empty (the original's default), and
+    /// without --debugging_no_inspect_auth they are closed, as in the original.
     #[arg(long, hide_env_values = true)]
     pub inspect_credential: Option<Redacted<String>>,
 
@@ -120,8 +125,37 @@ pub struct ServerFlags {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
 
+    /// Log lines on stderr: `text` for people, `json` for log shippers (one
+    /// object per line: timestamp, level, target, fields).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Comma-separated etcd client URLs (`http://etcd1:2379,...`): run as one
+    /// of several schedulers of which the one elected on etcd serves and the
+    /// others stand by, ready to take over. Needs
+    /// --serving_daemon_token_secret (the same on every instance).
+    #[arg(long, value_delimiter = ',')]
+    pub ha_etcd_endpoints: Vec<String>,
+
+    /// The etcd election the instances campaign in (a key prefix).
+    #[arg(long, default_value = crate::ha::DEFAULT_ELECTION_NAME)]
+    pub ha_election_name: String,
+
+    /// The leader's etcd lease, whole seconds: a leader that dies holds the
+    /// election this long at most, and one that cannot renew stops serving
+    /// before it runs out.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub ha_lease_ttl: Duration,
+
     /// Comma-separated origins (`https://ci.example.com`) whose pages may call
     /// the RPCs from a browser (Connect, gRPC-Web); `*` for any. Default: none.
     #[arg(long, value_delimiter = ',')]
     pub cors_allowed_origins: Vec<String>,
+}
+
+/// How log lines are written (`--log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }

@@ -6,9 +6,10 @@ use std::{net::SocketAddr, time::Duration};
 use super::Cli;
 use crate::{
     dashboard::InspectAccess,
+    edge::{self, EdgeSettings},
     engine::{self, Redacted},
-    http::state::HttpSettings,
-    limits::{self, EdgeSettings},
+    ha::{self, HaSettings},
+    rpc::state::HttpSettings,
 };
 
 /// Parses `4096`, `512K`, `512M`, `10G`, `1T` (binary multiples; a trailing `B`
@@ -80,6 +81,9 @@ pub struct Settings {
     pub http: HttpSettings,
     /// Run the simulated demo cluster against this scheduler.
     pub demo: bool,
+    /// A hot standby elected on etcd (`--ha_*`); None: the only scheduler.
+    /// `instance` is left empty: `main` names the instance once it listens.
+    pub ha: Option<HaSettings>,
     /// What the demo's simulated daemons speak.
     pub demo_protocol: crate::sim::Protocol,
     /// Mount the benchmark's bare route.
@@ -94,7 +98,13 @@ impl Cli {
         if self.server.debugging_no_inspect_auth {
             return InspectAccess::Open;
         }
-        if let Some(credential) = &self.server.inspect_credential {
+        // Empty is the original's default: closed.
+        if let Some(credential) = self
+            .server
+            .inspect_credential
+            .as_ref()
+            .filter(|credential| !credential.is_empty())
+        {
             return InspectAccess::Credential(credential.as_str().into());
         }
         if self.sim.demo && listen.ip().is_loopback() {
@@ -103,43 +113,116 @@ impl Cli {
         InspectAccess::Closed
     }
 
-    /// Checks the flags and turns them into settings. Errors say what to pass.
-    pub fn settings(&self) -> Result<Settings, String> {
-        let demo_tokens = |given: &Option<Redacted<String>>, demo: &str| {
-            given
-                .as_ref()
-                .map(|tokens| tokens.0.clone())
-                .or_else(|| self.sim.demo.then(|| demo.to_owned()))
+    /// The user and servant token sets: both lists, the demo's public tokens
+    /// for a list not given to the demo, or anyone with
+    /// `--insecure_accept_any_token`. A list that is missing or empty stops
+    /// the start (the original refuses an empty one too).
+    fn token_sets(&self) -> Result<(engine::TokenSet, engine::TokenSet), String> {
+        if self.server.insecure_accept_any_token {
+            return Ok((engine::TokenSet::anyone(), engine::TokenSet::anyone()));
+        }
+        let list = |given: &Option<Redacted<String>>, flag: &str, demo: &str| match given {
+            Some(tokens) if tokens.is_empty() => Err(format!(
+                "{flag} is empty: list at least one token (the original scheduler refuses \
+                 to start too), or, to let anyone in, drop both token flags and pass \
+                 --insecure_accept_any_token"
+            )),
+            Some(tokens) => Ok(Some(engine::TokenSet::from_flag(tokens))),
+            None => Ok(self.sim.demo.then(|| engine::TokenSet::new([demo]))),
         };
-        let (Some(user_tokens), Some(servant_tokens)) = (
-            &demo_tokens(
-                &self.server.acceptable_user_tokens,
-                crate::sim::DEMO_USER_TOKEN,
-            ),
-            &demo_tokens(
-                &self.server.acceptable_servant_tokens,
-                crate::sim::DEMO_SERVANT_TOKEN,
-            ),
-        ) else {
+        let user = list(
+            &self.server.acceptable_user_tokens,
+            "--acceptable_user_tokens",
+            crate::sim::DEMO_USER_TOKEN,
+        )?;
+        let servant = list(
+            &self.server.acceptable_servant_tokens,
+            "--acceptable_servant_tokens",
+            crate::sim::DEMO_SERVANT_TOKEN,
+        )?;
+        user.zip(servant).ok_or_else(|| {
+            "no tokens configured: pass --acceptable_user_tokens=TOKEN[,TOKEN...] \
+             (what delegates present) and --acceptable_servant_tokens=TOKEN[,TOKEN...] \
+             (what compile servants present), or set YADCC_ACCEPTABLE_USER_TOKENS and \
+             YADCC_ACCEPTABLE_SERVANT_TOKENS"
+                .to_owned()
+        })
+    }
+
+    /// The `--ha_*` flags, checked; None without `--ha_etcd_endpoints`.
+    fn ha_settings(&self) -> Result<Option<HaSettings>, String> {
+        let flags = &self.server;
+        let endpoints: Vec<String> = flags
+            .ha_etcd_endpoints
+            .iter()
+            .map(|url| url.trim())
+            .filter(|url| !url.is_empty())
+            .map(|url| {
+                if url.starts_with("https://") {
+                    Err(format!(
+                        "--ha_etcd_endpoints: {url}: TLS to etcd is not supported; use http:// on a trusted network"
+                    ))
+                } else if url.starts_with("http://") {
+                    Ok(url.to_owned())
+                } else if url.contains("://") {
+                    Err(format!("--ha_etcd_endpoints: {url} is not an http:// URL"))
+                } else {
+                    Ok(format!("http://{url}"))
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        if endpoints.is_empty() {
+            return Ok(None);
+        }
+        if self.sim.demo {
+            return Err("--demo cannot run with --ha_etcd_endpoints".to_owned());
+        }
+        if flags
+            .serving_daemon_token_secret
+            .as_ref()
+            .is_none_or(|secret| secret.is_empty())
+        {
             return Err(
-                "no tokens configured: pass --acceptable_user_tokens=TOKEN[,TOKEN...] \
-                 (what delegates present) and --acceptable_servant_tokens=TOKEN[,TOKEN...] \
-                 (what compile servants present), or set YADCC_ACCEPTABLE_USER_TOKENS and \
-                 YADCC_ACCEPTABLE_SERVANT_TOKENS; an empty value lets anyone in"
+                "--ha_etcd_endpoints needs --serving_daemon_token_secret, the same on \
+                 every instance, so the tokens daemons hold stay valid when another instance \
+                 takes over (prefer YADCC_SERVING_DAEMON_TOKEN_SECRET)"
                     .to_owned(),
             );
-        };
+        }
+        let ttl = flags.ha_lease_ttl;
+        if ttl.subsec_nanos() != 0 || ttl < ha::MIN_LEASE_TTL {
+            return Err(format!(
+                "--ha_lease_ttl must be whole seconds, at least {}s (etcd's leases are)",
+                ha::MIN_LEASE_TTL.as_secs()
+            ));
+        }
+        if flags.ha_election_name.is_empty() {
+            return Err("--ha_election_name must not be empty".to_owned());
+        }
+        Ok(Some(HaSettings {
+            endpoints,
+            election_name: flags.ha_election_name.clone(),
+            lease_ttl: ttl,
+            instance: String::new(),
+        }))
+    }
+
+    /// Checks the flags and turns them into settings. Errors say what to pass.
+    pub fn settings(&self) -> Result<Settings, String> {
+        let (user_tokens, servant_tokens) = self.token_sets()?;
+        let ha = self.ha_settings()?;
         if let Some(credential) = &self.server.inspect_credential
+            && !credential.is_empty()
             && !credential.contains(':')
         {
             return Err("--inspect_credential must be user:password".to_owned());
         }
         let max_body_bytes = usize::try_from(self.server.max_body_bytes)
             .map_err(|_| "--max_body_bytes is too large".to_owned())?;
-        if self.server.idle_timeout < limits::MIN_IDLE_TIMEOUT {
+        if self.server.idle_timeout < edge::MIN_IDLE_TIMEOUT {
             return Err(format!(
                 "--idle_timeout must be at least {}s: stock daemons expect idle connections to stay open 60s",
-                limits::MIN_IDLE_TIMEOUT.as_secs()
+                edge::MIN_IDLE_TIMEOUT.as_secs()
             ));
         }
         for (flag, value) in [
@@ -174,8 +257,8 @@ impl Cli {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let engine = engine::Config {
-            user_tokens: engine::TokenSet::from_flag(user_tokens),
-            servant_tokens: engine::TokenSet::from_flag(servant_tokens),
+            user_tokens,
+            servant_tokens,
             min_daemon_version: self.server.min_daemon_version,
             servant_min_memory_for_accepting_new_task: self
                 .server
@@ -210,6 +293,7 @@ impl Cli {
                 edge,
                 cors_allowed_origins,
             },
+            ha,
             demo: self.sim.demo,
             demo_protocol: self.sim.protocol,
             #[cfg(feature = "bench-route")]

@@ -3,7 +3,7 @@
 use std::{ffi::OsString, time::Duration};
 
 use super::*;
-use crate::{dashboard::InspectAccess, engine, limits::EdgeSettings};
+use crate::{dashboard::InspectAccess, edge::EdgeSettings, engine};
 
 fn cli(args: &[&str]) -> Cli {
     Cli::try_parse_args(std::iter::once("yadcc-scheduler").chain(args.iter().copied())).unwrap()
@@ -281,8 +281,6 @@ fn token_lists_are_read_as_the_original_reads_them() {
     assert!(!trailing.accepts_token("b") && !trailing.accepts_anyone());
     assert!(trailing.accepts_empty_token(), "warned about at start");
     assert!(user_tokens(",a").accepts_token(""));
-    // Only a flag that is empty as a whole keeps the open mode.
-    assert!(user_tokens("").accepts_anyone());
 }
 
 #[test]
@@ -300,11 +298,57 @@ fn a_flagfile_keeps_token_lists_literal() {
 }
 
 #[test]
-fn an_empty_token_list_means_anyone() {
-    let settings = cli(&["--acceptable_user_tokens=", "--acceptable_servant_tokens="])
-        .settings()
-        .unwrap();
+fn an_empty_token_flag_stops_the_start_and_names_the_flag() {
+    for (args, flag) in [
+        (
+            ["--acceptable_user_tokens=", "--acceptable_servant_tokens=s"],
+            "--acceptable_user_tokens",
+        ),
+        (
+            ["--acceptable_user_tokens=u", "--acceptable_servant_tokens="],
+            "--acceptable_servant_tokens",
+        ),
+    ] {
+        let error = cli(&args).settings().unwrap_err();
+        assert!(error.starts_with(&format!("{flag} is empty")), "{error}");
+        assert!(error.contains("--insecure_accept_any_token"), "{error}");
+    }
+}
+
+#[test]
+fn only_the_explicit_flag_lets_anyone_in() {
+    let settings = cli(&["--insecure_accept_any_token"]).settings().unwrap();
     assert_eq!(settings.engine.user_tokens, engine::TokenSet::anyone());
+    assert_eq!(settings.engine.servant_tokens, engine::TokenSet::anyone());
+    // Never together with a token list: one of them would be ignored.
+    let error = Cli::try_parse_args([
+        "yadcc-scheduler",
+        "--insecure_accept_any_token",
+        "--acceptable_user_tokens=u",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(error.contains("cannot be used with"), "{error}");
+}
+
+#[test]
+fn an_empty_credential_keeps_inspection_closed() {
+    let settings = cli(&[
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+        "--inspect_credential=",
+    ])
+    .settings()
+    .unwrap();
+    assert!(matches!(settings.http.inspect, InspectAccess::Closed));
+    let error = cli(&[
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+        "--inspect_credential=nocolon",
+    ])
+    .settings()
+    .unwrap_err();
+    assert!(error.contains("user:password"), "{error}");
 }
 
 #[test]
@@ -349,5 +393,49 @@ fn the_bench_route_flag_exists_only_in_bench_builds() {
     {
         assert!(parsed.unwrap().settings().unwrap().bench_bare_route);
         assert!(!cli(&["--demo"]).settings().unwrap().bench_bare_route);
+    }
+}
+
+#[test]
+fn a_hot_standby_needs_the_shared_secret_and_whole_second_leases() {
+    let tokens = [
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+    ];
+    let with = |extra: &[&str]| {
+        let mut args = tokens.to_vec();
+        args.extend_from_slice(extra);
+        cli(&args).settings()
+    };
+    // Without the flag nothing changes.
+    assert_eq!(with(&[]).unwrap().ha, None);
+    let error = with(&["--ha_etcd_endpoints=127.0.0.1:2379"]).unwrap_err();
+    assert!(error.contains("--serving_daemon_token_secret"), "{error}");
+    let ha = with(&[
+        "--ha_etcd_endpoints=127.0.0.1:2379,http://etcd-2:2379",
+        "--serving_daemon_token_secret=x",
+    ])
+    .unwrap()
+    .ha
+    .expect("HA settings");
+    assert_eq!(
+        ha.endpoints,
+        ["http://127.0.0.1:2379", "http://etcd-2:2379"],
+        "a bare address is http"
+    );
+    assert_eq!(ha.election_name, "yadcc-scheduler");
+    assert_eq!(ha.lease_ttl, std::time::Duration::from_secs(3));
+    for (bad, says) in [
+        ("--ha_lease_ttl=2500ms", "whole seconds"),
+        ("--ha_lease_ttl=1s", "at least 2s"),
+        ("--ha_etcd_endpoints=https://etcd:2379", "TLS"),
+        ("--ha_election_name=", "must not be empty"),
+    ] {
+        let mut extra = vec!["--serving_daemon_token_secret=x", bad];
+        if !bad.starts_with("--ha_etcd_endpoints") {
+            extra.push("--ha_etcd_endpoints=etcd:2379");
+        }
+        let error = with(&extra).unwrap_err();
+        assert!(error.contains(says), "{bad}: {error}");
     }
 }

@@ -17,7 +17,8 @@ use crate::engine::{Redacted, TokenSet};
 /// Who may read the dashboard, `/api/v1/*` and `/inspect/*`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum InspectAccess {
-    /// Nobody (the original's default): answers say which flag opens them.
+    /// Nobody (the original's default): 401 with the challenge, and a message
+    /// that says which flag opens them.
     #[default]
     Closed,
     /// HTTP basic auth with this `user:password` (`--inspect_credential`).
@@ -48,21 +49,18 @@ impl From<InspectAccess> for Access {
     }
 }
 
-/// The answers [`require_access`] gives instead of a page, for the OpenAPI
+/// The answer [`require_access`] gives instead of a page, for the OpenAPI
 /// document of every route behind it.
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)] // Documentation only: the answers are built below.
 pub(super) enum Refusals {
     #[response(
         status = 401,
-        description = "Basic auth required (--inspect_credential)"
+        description = "Basic auth required (--inspect_credential); without a credential \
+            configured nothing is accepted (start with --inspect_credential or \
+            --debugging_no_inspect_auth)"
     )]
     NoCredential,
-    #[response(
-        status = 403,
-        description = "Closed: start with --inspect_credential or --debugging_no_inspect_auth"
-    )]
-    Closed,
 }
 
 /// Why a request was refused, in words that name the flag to pass.
@@ -72,41 +70,40 @@ const CLOSED_MESSAGE: &str = "inspection pages are closed: start the scheduler w
 const CREDENTIAL_MESSAGE: &str =
     "credentials required: HTTP basic auth with the USER:PASSWORD given to --inspect_credential\n";
 
+/// The challenge of every refusal.
+const CHALLENGE: &str = "Basic realm=\"yadcc scheduler\", charset=\"UTF-8\"";
+
+/// Rule "inspection access", as the original's basic-auth filter: a request
+/// without an accepted credential gets 401 and the challenge, also when no
+/// credential is configured (none is accepted then; the message says which
+/// flag opens the pages).
 pub(super) async fn require_access(
     State(dashboard): State<Arc<Dashboard>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let expected = match &dashboard.access {
+    let refusal = match &dashboard.access {
         Access::Open => return next.run(request).await,
-        Access::Closed => {
-            return (
-                StatusCode::FORBIDDEN,
-                [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                CLOSED_MESSAGE,
-            )
-                .into_response();
+        Access::Closed => CLOSED_MESSAGE,
+        Access::Credential(expected) => {
+            let presented = request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok())
+                .and_then(basic_credentials);
+            if presented.is_some_and(|presented| expected.accepts_token(&presented)) {
+                return next.run(request).await;
+            }
+            CREDENTIAL_MESSAGE
         }
-        Access::Credential(expected) => expected,
     };
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(basic_credentials);
-    if presented.is_some_and(|presented| expected.accepts_token(&presented)) {
-        return next.run(request).await;
-    }
     (
         StatusCode::UNAUTHORIZED,
         [
-            (
-                header::WWW_AUTHENTICATE,
-                "Basic realm=\"yadcc scheduler\", charset=\"UTF-8\"",
-            ),
+            (header::WWW_AUTHENTICATE, CHALLENGE),
             (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
         ],
-        CREDENTIAL_MESSAGE,
+        refusal,
     )
         .into_response()
 }

@@ -250,6 +250,24 @@ mod tests {
     }
 
     #[test]
+    fn the_page_preloads_every_module_its_entry_imports() {
+        let index = ASSETS.iter().find(|asset| asset.path == INDEX).unwrap();
+        let preloaded: BTreeSet<&str> =
+            quoted_after(index.body, "<link rel=\"modulepreload\" href=\"", '"')
+                .into_iter()
+                .collect();
+        let modules: BTreeSet<&str> = ASSETS
+            .iter()
+            .map(|asset| asset.path)
+            .filter(|path| path.ends_with(".js") && *path != "app.js")
+            .collect();
+        assert_eq!(
+            preloaded, modules,
+            "index.html's modulepreload links name every module but the entry"
+        );
+    }
+
+    #[test]
     fn modules_go_out_as_javascript_and_the_page_at_the_root() {
         for asset in ASSETS {
             let expected = match asset.path.rsplit_once('.').map(|(_, ext)| ext) {

@@ -10,32 +10,33 @@
 //!   every route.
 //! - `assets.rs`: the page and its ES modules, embedded from one list that
 //!   also routes them, and the security headers.
-//! - `history.rs`: the ring of one sample per second for the chart.
-//! - `views.rs`: the dashboard's JSON (`/api/v1/overview`).
+//! - `history.rs`: the ring of one sample per second for the chart, and the
+//!   grant rates (in all and per machine) over the last 10 s.
+//! - `overview.rs`: the dashboard's JSON (`/api/v1/overview`).
 //! - `vars.rs`: the original's dump under `/inspect/vars`.
 
 mod access;
 mod assets;
 mod history;
+mod overview;
 mod vars;
-mod views;
 
 use std::sync::{Arc, Mutex, Weak};
 
 use axum::{Router, middleware, routing::get};
 
-use crate::{engine::Scheduler, protocol::PeerProtocols};
+use crate::{engine::Scheduler, ha::Leadership, protocol::PeerProtocols};
 
 pub use access::InspectAccess;
 pub use assets::{ASSETS, Asset, CONTENT_SECURITY_POLICY, SECURITY_HEADERS};
-pub use history::{HISTORY_CAPACITY, HISTORY_INTERVAL, HistorySample, HistoryView};
+pub use history::{HISTORY_CAPACITY, HISTORY_INTERVAL, HistorySample, HistoryView, RATE_WINDOW};
+pub use overview::{
+    EnvironmentRow, GrantRow, OVERVIEW_MAX_AGE, Overview, ReasonView, RequesterRow, RunningTaskRow,
+    ServantRow, TotalsView,
+};
 pub use vars::{
     DumpServant, DumpTask, INSPECT_VARS, InspectVars, TASK_DISPATCHER_PATH, TaskDispatcherDump,
     YadccVars,
-};
-pub use views::{
-    EnvironmentRow, GrantRow, OVERVIEW_MAX_AGE, Overview, ReasonView, RequesterRow, RunningTaskRow,
-    ServantRow, TotalsView,
 };
 
 /// The dashboard's state: the engine it reads, the history ring and the
@@ -49,6 +50,8 @@ pub struct Dashboard {
     access: access::Access,
     /// The protocol of each peer's latest call.
     peer_protocols: Arc<PeerProtocols>,
+    /// Leader or standby, shown with a hot standby.
+    leadership: Leadership,
 }
 
 impl Dashboard {
@@ -58,6 +61,7 @@ impl Dashboard {
         engine: Scheduler,
         access: InspectAccess,
         peer_protocols: Arc<PeerProtocols>,
+        leadership: Leadership,
     ) -> Arc<Dashboard> {
         let dashboard = Arc::new(Dashboard {
             engine,
@@ -65,24 +69,31 @@ impl Dashboard {
             overview_cache: Mutex::default(),
             access: access::Access::from(access),
             peer_protocols,
+            leadership,
         });
+        // The first sample now, before any call is served: grants made
+        // before the first sample would never count in a rate.
+        dashboard.sample();
         tokio::spawn(sample_forever(Arc::downgrade(&dashboard)));
         dashboard
     }
 
-    /// Takes one history sample now.
+    /// Takes one history sample now, and the grant rates with it.
     pub fn sample(&self) {
         let (totals, counters) = self.engine.totals();
+        let requesters = self.engine.requesters();
         self.history
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .record(&totals, counters.grants_issued);
+            .record(&totals, counters.grants_issued, &requesters);
     }
 }
 
 async fn sample_forever(dashboard: Weak<Dashboard>) {
     let mut ticks = tokio::time::interval(HISTORY_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate, and `start` took that sample.
+    ticks.tick().await;
     loop {
         ticks.tick().await;
         match dashboard.upgrade() {
@@ -96,7 +107,7 @@ async fn sample_forever(dashboard: Weak<Dashboard>) {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     paths(
-        views::overview,
+        overview::overview,
         history::history,
         vars::inspect_vars,
         vars::inspect_vars_yadcc,
@@ -130,7 +141,7 @@ pub struct DashboardApi;
 /// every answer with the security headers.
 pub fn router<S>(dashboard: Arc<Dashboard>) -> Router<S> {
     assets::routes()
-        .route("/api/v1/overview", get(views::overview))
+        .route("/api/v1/overview", get(overview::overview))
         .route("/api/v1/history", get(history::history))
         .merge(vars::routes())
         .layer(middleware::from_fn_with_state(

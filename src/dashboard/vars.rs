@@ -9,12 +9,13 @@ use std::{
 
 use axum::{
     Json, Router,
-    extract::{Request, State},
-    http::{StatusCode, header},
+    extract::{Path, Request, State},
+    http::{StatusCode, Uri, header},
     response::{IntoResponse, Response},
     routing::get,
 };
 use serde::Serialize;
+use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::{Dashboard, access::Refusals};
@@ -222,6 +223,12 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 }
 
 /// The original scheduler's inspection dump (same path, same fields).
+///
+/// Servants and tasks with the original's field names, so scripts written
+/// against the original keep working; times are UTC. As under the original's
+/// framework, a trailing slash is the same page, and a path below it answers
+/// one field: `/inspect/vars/yadcc/task_dispatcher/servants_up` is the number
+/// alone (`text/plain`), `.../tasks/<id>` that task (JSON).
 #[utoipa::path(get, path = "/inspect/vars/yadcc/task_dispatcher", tag = "inspection",
     responses((status = 200, description = "The dump", body = TaskDispatcherDump),
               Refusals))]
@@ -243,49 +250,111 @@ pub struct InspectVars {
     pub yadcc: YadccVars,
 }
 
+impl Dashboard {
+    /// Every exposed variable (only the dump, here).
+    fn inspect_vars(&self) -> InspectVars {
+        InspectVars {
+            yadcc: YadccVars {
+                task_dispatcher: self.task_dispatcher_dump(),
+            },
+        }
+    }
+}
+
 /// All exposed variables (only the dump, here).
+///
+/// The framework's variable tree, as the original exposed it: the dump
+/// nested under `yadcc.task_dispatcher`.
 #[utoipa::path(get, path = "/inspect/vars", tag = "inspection",
     responses((status = 200, description = "Every exposed variable", body = InspectVars),
               Refusals))]
 pub(super) async fn inspect_vars(State(dashboard): State<Arc<Dashboard>>) -> Json<InspectVars> {
-    Json(InspectVars {
-        yadcc: YadccVars {
-            task_dispatcher: dashboard.task_dispatcher_dump(),
-        },
-    })
+    Json(dashboard.inspect_vars())
 }
 
 /// The exposed variables under `yadcc`.
+///
+/// The dump nested under `task_dispatcher`, as the original exposed it.
 #[utoipa::path(get, path = "/inspect/vars/yadcc", tag = "inspection",
     responses((status = 200, description = "The variables under yadcc", body = YadccVars),
               Refusals))]
 pub(super) async fn inspect_vars_yadcc(State(dashboard): State<Arc<Dashboard>>) -> Json<YadccVars> {
-    Json(YadccVars {
-        task_dispatcher: dashboard.task_dispatcher_dump(),
-    })
+    Json(dashboard.inspect_vars().yadcc)
+}
+
+/// Any other path under `/inspect/vars/`, read as the original's framework
+/// reads it: see [`var_at`]. An object or array is answered as JSON, any
+/// other value as `text/plain` (a string without quotes), as there.
+async fn inspect_var(
+    State(dashboard): State<Arc<Dashboard>>,
+    path: Option<Path<String>>,
+    uri: Uri,
+) -> Response {
+    let vars = match serde_json::to_value(dashboard.inspect_vars()) {
+        Ok(vars) => vars,
+        Err(error) => {
+            tracing::error!("the inspection dump does not serialise: {error}");
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        }
+    };
+    let below = path.map(|Path(path)| path).unwrap_or_default();
+    match var_at(&vars, &below) {
+        Some(value @ (Value::Object(_) | Value::Array(_))) => Json(value).into_response(),
+        Some(Value::String(text)) => plain_text(StatusCode::OK, text.clone()),
+        Some(scalar) => plain_text(StatusCode::OK, scalar.to_string()),
+        None => no_such_page(uri.path()),
+    }
+}
+
+/// The value at `path` below `vars`: empty segments (a trailing or doubled
+/// slash) are skipped, each other segment names a member of the object above
+/// (or, beyond the original, an array element by index). `None` when a
+/// segment names nothing, or the value is `null`, as the original's 404.
+fn var_at<'a>(vars: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut value = vars;
+    for segment in path.split('/').filter(|segment| !segment.is_empty()) {
+        value = match value {
+            Value::Object(members) => members.get(segment)?,
+            Value::Array(items) => items.get(segment.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    (!value.is_null()).then_some(value)
+}
+
+fn plain_text(status: StatusCode, text: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}
+
+fn no_such_page(path: &str) -> Response {
+    plain_text(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no inspection page at {path}; the scheduler's dump is at {TASK_DISPATCHER_PATH}\n"
+        ),
+    )
 }
 
 /// Behind the same access check as the real pages, so a closed scheduler
 /// does not tell which inspection pages exist.
 async fn no_such_inspection_page(request: Request) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        format!(
-            "no inspection page at {}; the scheduler's dump is at {TASK_DISPATCHER_PATH}\n",
-            request.uri().path()
-        ),
-    )
-        .into_response()
+    no_such_page(request.uri().path())
 }
 
-/// The dump at its path, the framework's nesting above it, and a clear 404
-/// for any other inspection page.
+/// The dump at its path, the framework's nesting above it, any path below
+/// `/inspect/vars/`, and a clear 404 for any other inspection page.
 pub(super) fn routes() -> Router<Arc<Dashboard>> {
     Router::new()
         .route(INSPECT_VARS, get(inspect_vars))
         .route(&format!("{INSPECT_VARS}/yadcc"), get(inspect_vars_yadcc))
         .route(TASK_DISPATCHER_PATH, get(task_dispatcher))
+        .route(&format!("{INSPECT_VARS}/"), get(inspect_var))
+        .route(&format!("{INSPECT_VARS}/{{*path}}"), get(inspect_var))
         .route("/inspect", get(no_such_inspection_page))
         .route("/inspect/{*rest}", get(no_such_inspection_page))
 }
@@ -304,6 +373,39 @@ mod tests {
         assert_eq!(format_time(leap_day), "2024-02-29 13:05:09");
         let new_year = UNIX_EPOCH + Duration::from_secs(1_767_225_599);
         assert_eq!(format_time(new_year), "2025-12-31 23:59:59");
+    }
+
+    #[test]
+    fn a_path_below_names_members_and_ignores_empty_segments() {
+        let vars = serde_json::json!({
+            "yadcc": {"task_dispatcher": {
+                "servants_up": 2,
+                "servants": [{"location": "10.0.0.1:8335"}],
+                "tasks": {},
+                "gone": null,
+            }}
+        });
+        let dump = &vars["yadcc"]["task_dispatcher"];
+        assert_eq!(var_at(&vars, ""), Some(&vars));
+        assert_eq!(var_at(&vars, "yadcc/task_dispatcher/"), Some(dump));
+        assert_eq!(var_at(&vars, "//yadcc//task_dispatcher"), Some(dump));
+        assert_eq!(
+            var_at(&vars, "yadcc/task_dispatcher/servants_up"),
+            Some(&serde_json::json!(2))
+        );
+        assert_eq!(
+            var_at(&vars, "yadcc/task_dispatcher/servants/0/location"),
+            Some(&serde_json::json!("10.0.0.1:8335"))
+        );
+        for missing in [
+            "nothing",
+            "yadcc/task_dispatcher/servants/1",
+            "yadcc/task_dispatcher/servants/first",
+            "yadcc/task_dispatcher/servants_up/more",
+            "yadcc/task_dispatcher/gone",
+        ] {
+            assert_eq!(var_at(&vars, missing), None, "{missing}");
+        }
     }
 
     #[test]

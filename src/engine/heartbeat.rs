@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 
 use tokio::time::Instant;
 
+use super::envs::{Effects, MAX_SLOTS};
 use super::grants::{GrantEnd, NewGrant, Origin};
-use super::placement::{Effects, MAX_SLOTS};
 use super::servants::ServantReport;
 use super::state::State;
 use super::types::{

@@ -20,14 +20,17 @@
 //!   (owner: `Requesters`).
 //! - `adoption`: what the window after start remembers (`AdoptionWindow`,
 //!   held by `Grants`).
-//! - `queue`: per-environment queues fair between machines, and `Waiters`,
-//!   the only writer of a queue.
-//! - `placement`: per-environment indexes (owner: `Envs`): servants with a
-//!   free slot in placement order, accepting versions, the queue.
+//! - `wait_queues`: per-environment queues fair between machines, and
+//!   `WaitQueues`, the only writer of a queue.
+//! - `envs`: per-environment indexes (owner: `Envs`): servants with a free
+//!   slot in placement order, accepting versions, the queue; `Effects`, the
+//!   follow-up work a change of them asks for.
 //! - `servants`: the servant registry with its address index, expiries,
 //!   reports and running-task list (owner: `Servants`); the capacity rule.
 //! - `grants`: the grant table with lease deadlines, adoption memory and
 //!   grant counters (owner: `Grants`).
+//! - `fence`: until when this instance may grant ([`GrantFence`]; always,
+//!   unless it is one of two elected on etcd).
 //! - `state`: the owners behind the lock, deadlines and the expiry sweep.
 //! - `shared`: the lock, the user-token check, the expiry task.
 //! - `lifecycle`: the placement rule, the one grant creation
@@ -46,11 +49,11 @@ use std::time::Duration;
 
 mod adoption;
 mod config;
+mod envs;
+mod fence;
 mod grants;
 mod heartbeat;
 mod lifecycle;
-mod placement;
-mod queue;
 mod requesters;
 mod servants;
 mod shared;
@@ -59,12 +62,14 @@ mod state;
 pub(crate) mod tokens;
 mod types;
 mod views;
+mod wait_queues;
 mod waiters;
 
 #[cfg(test)]
 mod tests;
 
 pub use config::{Config, Limits};
+pub use fence::GrantFence;
 pub use tokens::{Redacted, TokenSet};
 pub use types::{
     Grant, GrantRequest, Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask,
@@ -75,7 +80,6 @@ pub use views::{
 };
 
 use requesters::Owner;
-use servants::RunningParts;
 use shared::Shared;
 use waiters::{Admission, WaitGuard};
 
@@ -228,11 +232,8 @@ impl Scheduler {
             req.wait = req.wait.min(left);
         }
         check_duration("next_keep_alive_in_ms", req.lease, sh.limits.max_keep_alive)?;
-        if req.environment.is_empty() {
-            return Err(Rejection::InvalidArgument(
-                "env_desc.compiler_digest is empty".to_owned(),
-            ));
-        }
+        // An empty digest is no argument error: no servant offers it, so it
+        // is answered as any environment nobody offers (see `admit`).
         check_digest(
             "env_desc.compiler_digest",
             &req.environment,
@@ -240,11 +241,6 @@ impl Scheduler {
         )?;
         let limit = sh.limits.max_grants_per_request;
         let total = req.immediate.saturating_add(req.prefetch).min(limit);
-        if total == 0 {
-            return Err(Rejection::InvalidArgument(
-                "immediate_reqs + prefetch_reqs is 0; ask for at least one grant".to_owned(),
-            ));
-        }
         let immediate = req.immediate.min(total);
         let owner = Owner::new(req.requester_ip, &presented);
         match sh.with_state(|st, now| st.admit(&req, owner, immediate, total, now))? {
@@ -304,23 +300,41 @@ impl Scheduler {
     }
 
     /// `GetRunningTasks`: the tasks verified servants not behind NAT reported
-    /// under grants live there, with the servant's observed location. Cached; rebuilt (outside the lock) only after a
-    /// heartbeat or expiry changed it.
+    /// under grants live there, with the servant's observed location.
     pub fn running_tasks(&self) -> Arc<[RunningTask]> {
-        let sh = self.shared();
-        let (version, parts) = match sh.with_state(|st, now| st.servants.running_tasks_parts(now)) {
-            RunningParts::Cached(cached) => return cached,
-            RunningParts::Stale { version, parts } => (version, parts),
-        };
-        let flat: Arc<[RunningTask]> = parts.iter().flat_map(|p| p.iter().cloned()).collect();
-        sh.with_state(|st, now| st.servants.cache_running_tasks(version, now, flat.clone()));
-        flat
+        self.running_tasks_with_version().1
+    }
+
+    /// [`Scheduler::running_tasks`] and the version of the list
+    /// ([`Scheduler::running_tasks_version`]), which callers are shown from
+    /// now on. Built outside the lock.
+    pub fn running_tasks_with_version(&self) -> (u64, Arc<[RunningTask]>) {
+        let (version, parts) = self
+            .shared()
+            .with_state(|st, now| st.servants.running_tasks_parts(now));
+        let flat = parts.iter().flat_map(|p| p.iter().cloned()).collect();
+        (version, flat)
+    }
+
+    /// The version of the `GetRunningTasks` list callers are shown now. It
+    /// changes only when a heartbeat or an expiry changed the list, and at
+    /// most once per `running_tasks_refresh`: whoever keeps an answer built
+    /// from the list rebuilds it when this changes, and only then.
+    pub fn running_tasks_version(&self) -> u64 {
+        self.shared()
+            .with_state(|st, now| st.servants.running_tasks_version(now))
     }
 
     /// Cluster totals and event counters, cheap enough to read every second.
     pub fn totals(&self) -> (ClusterTotals, Counters) {
         self.shared()
             .with_state(|st, _| (st.totals(), st.counters()))
+    }
+
+    /// Each requesting machine's figures, sorted by IP: O(machines), without
+    /// the rest of a snapshot, for the dashboard's once-a-second grant rates.
+    pub fn requesters(&self) -> Vec<RequesterView> {
+        self.shared().with_state(|st, _| st.requesters.views())
     }
 
     /// Inspection data for the dashboard (O(cluster); not for hot paths).
@@ -334,9 +348,12 @@ impl Scheduler {
         self.shared().with_state(|st, _| st.shutdown());
     }
 
-    /// True once [`Scheduler::shutdown`] ran, so readiness probes can report
-    /// "not ready" while the server drains.
-    pub fn is_shutting_down(&self) -> bool {
-        self.shared().with_state(|st, _| st.shutting_down)
+    /// Rule "leadership": starts over as a restarted scheduler does, for an
+    /// instance that just won the election: every record dropped (a queued
+    /// waiter is answered first), the adoption window open from now, the
+    /// serving-daemon tokens from the configured secret. What the
+    /// instance held as an earlier leader is stale: the other one granted since.
+    pub fn restart(&self) {
+        self.shared().restart();
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::placement::{
+use super::envs::{
     Effects, EnvLink, EnvList, Envs, PlaceKey, Presence, detach, relink, sync, tier,
 };
 use super::types::{NotAcceptingReason, Rejection, RunningTask, ServantKey, ServantPriority};
@@ -87,12 +87,13 @@ impl Servant {
         u32::try_from(self.grants.len()).unwrap_or(u32::MAX)
     }
 
-    /// Rule "capacity of a servant": no new task under the memory floor;
+    /// Rule "capacity of a servant": under the memory floor, what it runs
+    /// already (so no new task; the original's figure, which its dump shows);
     /// otherwise `min(max_tasks, max(num_processors - foreign_load, 0))` with
     /// `foreign_load = max(current_load - granted_here, 0)`.
     pub(crate) fn capacity_available(&self) -> u32 {
-        if self.max_tasks == 0 || !self.memory_ok {
-            return 0;
+        if !self.memory_ok {
+            return self.granted();
         }
         let foreign_load = self.current_load.saturating_sub(self.granted());
         self.max_tasks
@@ -120,7 +121,7 @@ impl Servant {
 
     /// Recomputes the presence; returns (the previous one, the new one) and
     /// records the new one. The caller then `sync`s the environments, except
-    /// after a grant, which may leave them lagging (see `placement`).
+    /// after a grant, which may leave them lagging (see `envs`).
     /// Grant `id` no longer counts against this servant; false if it did not.
     fn forget_grant(&mut self, id: u64) -> bool {
         self.zombies.remove(&id);
@@ -163,7 +164,7 @@ impl Servant {
     }
 
     /// Its key in the free sets of its environments, if it has a free slot
-    /// (the true key: the sets may hold a lower one, see `placement`).
+    /// (the true key: the sets may hold a lower one, see `envs`).
     pub(crate) fn place(&self) -> Option<PlaceKey> {
         self.indexed.place
     }
@@ -216,18 +217,6 @@ pub(crate) struct ServantReport {
     pub expires_at: Instant,
 }
 
-/// The running-task list, or what it is built from.
-pub(crate) enum RunningParts {
-    /// Still current.
-    Cached(Arc<[RunningTask]>),
-    /// Per-servant lists to flatten outside the lock; cache the result only
-    /// if `version` is still current then.
-    Stale {
-        version: u64,
-        parts: Vec<Arc<[RunningTask]>>,
-    },
-}
-
 /// Every live servant, by key and by observed address, with the expiry
 /// deadlines, the cluster's total of reported tasks and the cached
 /// running-task list built from the reports.
@@ -245,8 +234,9 @@ pub(crate) struct Servants {
     min_memory: u64,
     /// Bumped whenever any servant's shown running tasks change.
     running_version: u64,
-    /// The last flattened list: its version and when it was built.
-    running_cache: Option<(u64, Instant, Arc<[RunningTask]>)>,
+    /// The version of the list last handed out, and when: callers are
+    /// shown it until it is `running_tasks_refresh` old.
+    running_shown: Option<(u64, Instant)>,
     running_tasks_refresh: Duration,
     /// Servants removed after expiry or leaving (counter).
     expired: u64,
@@ -267,7 +257,7 @@ impl Servants {
             max_reported_tasks,
             min_memory,
             running_version: 0,
-            running_cache: None,
+            running_shown: None,
             running_tasks_refresh,
             expired: 0,
         }
@@ -438,7 +428,7 @@ impl Servants {
 
     /// Counts grant `id` against the servant; returns the servant's observed
     /// location. An issued grant only raises the servant's place key, so the
-    /// environment indexes are left to lag (see `placement`); an adopted one
+    /// environment indexes are left to lag (see `envs`); an adopted one
     /// is counted inside a heartbeat, which reindexes the servant once at
     /// the end, so its presence is left alone here.
     pub(crate) fn count_grant(&mut self, key: ServantKey, id: u64, adopted: bool) -> SocketAddr {
@@ -553,16 +543,31 @@ impl Servants {
             .collect()
     }
 
-    /// The cached running-task list if it is current or younger than
-    /// `running_tasks_refresh`; else the per-servant lists (registration
-    /// order) to flatten outside the lock, and the version they belong to.
-    pub(crate) fn running_tasks_parts(&self, now: Instant) -> RunningParts {
-        if let Some((version, built_at, cached)) = &self.running_cache
-            && (*version == self.running_version
-                || now.saturating_duration_since(*built_at) < self.running_tasks_refresh)
-        {
-            return RunningParts::Cached(cached.clone());
+    /// The version of the running-task list callers are shown now: the one
+    /// last handed out while it is current or younger than
+    /// `running_tasks_refresh`, else the current one. Every daemon polls the
+    /// list about once a second while, in a large cluster, some heartbeat
+    /// changes it almost every millisecond: a new version at most once per
+    /// interval bounds the cost of rebuilding it whatever the number of
+    /// callers.
+    pub(crate) fn running_tasks_version(&mut self, now: Instant) -> u64 {
+        match self.running_shown {
+            Some((shown, since))
+                if shown == self.running_version
+                    || now.saturating_duration_since(since) < self.running_tasks_refresh =>
+            {
+                shown
+            }
+            _ => {
+                self.running_shown = Some((self.running_version, now));
+                self.running_version
+            }
         }
+    }
+
+    /// The per-servant lists (registration order) to flatten outside the
+    /// lock, and their version, which callers are shown from now on.
+    pub(crate) fn running_tasks_parts(&mut self, now: Instant) -> (u64, Vec<Arc<[RunningTask]>>) {
         let mut keys: Vec<_> = self.by_key.keys().copied().collect();
         keys.sort_unstable();
         let parts = keys
@@ -570,26 +575,7 @@ impl Servants {
             .map(|k| self.by_key[k].reported_tasks.clone())
             .filter(|p| !p.is_empty())
             .collect();
-        RunningParts::Stale {
-            version: self.running_version,
-            parts,
-        }
-    }
-
-    /// Caches a list built from the parts of `version`, unless a newer list
-    /// was cached meanwhile.
-    pub(crate) fn cache_running_tasks(
-        &mut self,
-        version: u64,
-        now: Instant,
-        list: Arc<[RunningTask]>,
-    ) {
-        if self
-            .running_cache
-            .as_ref()
-            .is_none_or(|(cached, _, _)| *cached <= version)
-        {
-            self.running_cache = Some((version, now, list));
-        }
+        self.running_shown = Some((self.running_version, now));
+        (self.running_version, parts)
     }
 }

@@ -1,17 +1,18 @@
 //! The engine's state behind the one mutex: one owner per index family
-//! (`servants`, `grants`, `placement::Envs`, `queue::Waiters`, `requesters`,
+//! (`servants`, `grants`, `envs::Envs`, `wait_queues::WaitQueues`, `requesters`,
 //! `tokens`), plus what ties them together: deadlines for the expiry task,
 //! the expiry sweep, and the follow-up work of an index change.
 
 use tokio::time::Instant;
 
 use super::config::Config;
+use super::envs::{Effects, Envs};
+use super::fence::GrantFence;
 use super::grants::Grants;
-use super::placement::{Effects, Envs};
-use super::queue::Waiters;
 use super::requesters::Requesters;
 use super::servants::Servants;
 use super::tokens::TokenRing;
+use super::wait_queues::WaitQueues;
 
 /// Everything mutable, guarded by `Shared`'s mutex (a `std::sync::Mutex`
 /// that is never held across an `.await`). Each field is an owner that keeps
@@ -26,10 +27,12 @@ pub(crate) struct State {
     /// Per-environment indexes (free servants, versions, queues).
     pub(super) envs: Envs,
     /// Call numbers and the count of queued calls across the queues.
-    pub(super) waiters: Waiters,
+    pub(super) waiters: WaitQueues,
     /// Requesting machines: ownership figures, last served, waiting.
     pub(super) requesters: Requesters,
     pub(super) tokens: TokenRing,
+    /// Checked by every placement (rule "fencing").
+    pub(super) fence: GrantFence,
     pub(super) shutting_down: bool,
     /// Set when the last `Scheduler` handle is dropped: the expiry task ends.
     stopped: bool,
@@ -49,17 +52,33 @@ impl State {
             ),
             grants: Grants::new(config, now),
             envs: Envs::default(),
-            waiters: Waiters::new(limits.max_waiters, limits.max_waiters_per_machine),
+            waiters: WaitQueues::new(limits.max_waiters, limits.max_waiters_per_machine),
             requesters: Requesters::new(limits.max_requesters),
             tokens: TokenRing::new(
                 config.serving_daemon_token_secret.clone().map(|s| s.0),
                 config.serving_daemon_token_rollout_interval,
                 now,
             ),
+            fence: config.grant_fence.clone(),
             shutting_down: false,
             stopped: false,
             wake_expiry: false,
         }
+    }
+
+    /// Rule "leadership": the state a restarted instance would start with,
+    /// replacing this one, which is answered and returned (drop it outside
+    /// the lock). Call numbers keep counting, so a wait guard of the old
+    /// state never matches a call of the new one.
+    pub(crate) fn restart(&mut self, config: &Config, now: Instant) -> State {
+        let mut fresh = State::new(config, now);
+        fresh.waiters.continue_after(&self.waiters);
+        fresh.shutting_down = self.shutting_down;
+        fresh.stopped = self.stopped;
+        fresh.wake_expiry = true;
+        let mut old = std::mem::replace(self, fresh);
+        old.shutdown();
+        old
     }
 
     /// The last handle is gone: the expiry task ends at its next wake-up.

@@ -55,9 +55,9 @@ pub(crate) fn digest(token: &str) -> TokenDigest {
 ///
 /// Rule "token lists": entries are literal (no trimming); an empty entry
 /// accepts the empty token (daemons started without `--token`), never
-/// anyone; an empty list accepts nobody. Only [`TokenSet::anyone`] (an
-/// explicitly empty whole flag, see [`TokenSet::from_flag`]) accepts every
-/// token. `Debug` shows the shape, never a token or a digest.
+/// anyone; an empty list accepts nobody. Only [`TokenSet::anyone`] (the
+/// explicit `--insecure_accept_any_token`) accepts every token. `Debug`
+/// shows the shape, never a token or a digest.
 #[derive(Clone, Debug, Default)]
 pub struct TokenSet {
     anyone: bool,
@@ -78,15 +78,11 @@ impl TokenSet {
     /// Rule "token flag": the one place a token flag is split. The value is
     /// split on every `,` and each entry kept literally, as the original
     /// reads it: `"a, "` is the tokens `a` and ` ` (a space), and `"a,"` is
-    /// `a` and the empty token. A flag that is empty as a whole keeps this
-    /// scheduler's documented open mode ([`TokenSet::anyone`]), where the
-    /// original refuses to start.
+    /// `a` and the empty token. A flag that is empty as a whole stops the
+    /// start, as in the original (the settings check it); split, it would be
+    /// the empty token alone, never anyone.
     pub fn from_flag(flag: &str) -> TokenSet {
-        if flag.is_empty() {
-            TokenSet::anyone()
-        } else {
-            TokenSet::new(flag.split(','))
-        }
+        TokenSet::new(flag.split(','))
     }
 
     /// Exactly these tokens, literally; an empty list accepts nobody.

@@ -245,7 +245,7 @@ pub enum Rejection {
 /// new one.
 pub(crate) type ServantKey = u64;
 
-/// Index of an environment's slot in the environment table (`placement::Envs`).
+/// Index of an environment's slot in the environment table (`envs::Envs`).
 pub(crate) type EnvId = usize;
 
 /// `now + d`, saturating far in the future instead of overflowing (limits

@@ -51,7 +51,8 @@ pub struct ServantView {
     pub num_processors: u32,
     /// Load average reported.
     pub current_load: u32,
-    /// `min(capacity, processors - foreign load)`, 0 under the memory floor.
+    /// `min(capacity, processors - foreign load)`; under the memory floor
+    /// `running` (no free slot), as the original computes it.
     pub capacity_available: u32,
     /// Total memory in bytes (0 = not reported).
     pub total_memory: u64,

@@ -26,13 +26,13 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::envs::Effects;
 use super::grants::{GrantEnd, NewGrant, Origin};
-use super::placement::Effects;
-use super::queue::{Answer, GrantOrder, Waiter};
 use super::requesters::Owner;
 use super::shared::Shared;
 use super::state::State;
 use super::types::{EnvId, Grant, GrantRequest, Rejection, later};
+use super::wait_queues::{Answer, GrantOrder, Waiter};
 
 /// Outcome of admitting a request under the lock.
 pub(crate) enum Admission {
@@ -48,13 +48,14 @@ pub(crate) enum Admission {
 }
 
 impl State {
-    /// Rule "WaitForStartingTask" (the part under the lock): environment not
-    /// available fails at once (rule "prefetch-only calls": `NoQuotaAvailable`
-    /// when `immediate` is 0, as the daemon expects for its idle prefetch);
-    /// otherwise take what is free now (immediate grants first, then
-    /// prefetch); if nothing is free, queue the request for its first grant
-    /// unless it may not wait or its machine has `max_waiters_per_machine`
-    /// calls queued already.
+    /// Rule "WaitForStartingTask" (the part under the lock): a call asking
+    /// for no grant gets none, so `NoQuotaAvailable`, as the original answers
+    /// it; environment not available fails at once (rule
+    /// "prefetch-only calls": `NoQuotaAvailable` when `immediate` is 0, as
+    /// the daemon expects for its idle prefetch); otherwise take what is free now
+    /// (immediate grants first, then prefetch); if nothing is free, queue the
+    /// request for its first grant unless it may not wait or its machine has
+    /// `max_waiters_per_machine` calls queued already.
     pub(crate) fn admit(
         &mut self,
         req: &GrantRequest,
@@ -63,6 +64,10 @@ impl State {
         total: u32,
         now: Instant,
     ) -> Result<Admission, Rejection> {
+        if total == 0 {
+            self.waiters.count_no_quota();
+            return Err(Rejection::NoQuotaAvailable);
+        }
         let env = match self.envs.lookup(&req.environment) {
             Some(id)
                 if self
@@ -127,7 +132,7 @@ impl State {
         now: Instant,
     ) -> Vec<Grant> {
         while grants.len() < order.total as usize {
-            let Some(servant) = self.pick(order.env, order.owner.ip, order.min_version) else {
+            let Some(servant) = self.pick(order.env, order.owner.ip, order.min_version, now) else {
                 break;
             };
             let origin = Origin::Issued {
@@ -190,7 +195,7 @@ impl State {
                         if failed_at[i].is_some_and(|v| min_version >= v) {
                             continue;
                         }
-                        let Some(servant) = self.pick(id, held.ip, min_version) else {
+                        let Some(servant) = self.pick(id, held.ip, min_version, now) else {
                             failed_at[i] = Some(min_version);
                             continue;
                         };
@@ -365,14 +370,14 @@ impl Drop for WaitGuard {
             return;
         };
         self.shared.with_state(|st, now| {
-            if !st.remove_waiter(self.env, self.seq) {
-                if let Ok(Ok(grants)) = rx.try_recv() {
-                    let mut fx = Effects::default();
-                    for g in &grants {
-                        st.remove_grant(g.id, GrantEnd::Freed, &mut fx);
-                    }
-                    st.apply(fx, now);
+            if !st.remove_waiter(self.env, self.seq)
+                && let Ok(Ok(grants)) = rx.try_recv()
+            {
+                let mut fx = Effects::default();
+                for g in &grants {
+                    st.remove_grant(g.id, GrantEnd::Freed, &mut fx);
                 }
+                st.apply(fx, now);
             }
         });
     }

@@ -1,4 +1,5 @@
-//! The two ways an RPC arrives, served by the same dispatcher:
+//! The two ways an RPC arrives in the dialects of the route styles, each a
+//! protocol of the seam ([`super::handler::RpcProtocol`]):
 //!
 //! - `http+pb`, as the yadcc daemons' framework writes it:
 //!   `POST /rpc/yadcc.scheduler.SchedulerService.<Method>`, `Rpc-SeqNo` echoed,
@@ -7,22 +8,22 @@
 //!   `Connect-Timeout-Ms`, errors as a JSON `{"code","message"}` body.
 //!
 //! Both always answer with a `Content-Length` (the route carries no
-//! compression layer) and use the error table of [`super::error`].
+//! compression layer), in the HTTP form of the error table
+//! ([`crate::rpc::error`]). The daemons' own `http+pb` connections
+//! ([`crate::daemon::http_pb`]) check and answer through the same code.
 
-use std::{net::SocketAddr, time::Duration};
-
-use bytes::Bytes;
+use std::time::Duration;
 
 use axum::{
+    Json,
     body::Body,
-    extract::{ConnectInfo, Path, Request, State},
-    http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header},
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use tokio::time::Instant;
+use bytes::Bytes;
 
-use super::{
-    access_log::CallLogged,
+use super::handler::{self, Decision, RpcProtocol};
+use crate::rpc::{
     codec::BodyFormat,
     error::{ApiError, ErrorKind},
     state::AppState,
@@ -30,9 +31,13 @@ use super::{
 use crate::{
     grammar,
     pb::{Encoding, Method, SCHEDULER_SERVICE},
-    protocol::Protocol,
-    rpc,
+    protocol::CallProtocol,
 };
+
+/// Header carrying the numeric error code on the `http+pb` wire.
+pub const RPC_ERROR_CODE: HeaderName = HeaderName::from_static("rpc-error-code");
+/// Header carrying a one-line human reason on the `http+pb` wire.
+pub const RPC_ERROR_REASON: HeaderName = HeaderName::from_static("rpc-error-reason");
 
 /// Sequence number header of `http+pb`; echoed so pipelined answers can be matched.
 pub const RPC_SEQ_NO: HeaderName = HeaderName::from_static("rpc-seqno");
@@ -69,44 +74,24 @@ impl Dialect {
     }
 }
 
-/// `POST /rpc/<full service name>.<Method>`.
-pub async fn http_pb(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(full_name): Path<String>,
-    request: Request,
-) -> Response {
-    let seq_no = echoed_seq_no(request.headers());
-    let method = resolve_full_name(&full_name);
-    let mut response = serve(&state, Dialect::HttpPb, method, peer, request).await;
-    if let Some(seq_no) = seq_no {
-        response.headers_mut().insert(RPC_SEQ_NO, seq_no);
-    }
-    response
-}
-
-/// `POST /yadcc.scheduler.SchedulerService/<Method>` (Connect unary).
-pub async fn connect(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(method): Path<String>,
-    request: Request,
-) -> Response {
-    let method = resolve(SCHEDULER_SERVICE, &method);
-    serve(&state, Dialect::Connect, method, peer, request).await
-}
-
 /// `yadcc.scheduler.SchedulerService.Heartbeat` (the `http+pb` path's last
-/// segment) to its method.
+/// segment) to its method. The daemons' framework looks the whole name up,
+/// so any name it does not know, another service's too, is an unknown
+/// method (10), as there.
 pub fn resolve_full_name(full_name: &str) -> Result<Method, ApiError> {
-    full_name
-        .rsplit_once('.')
-        .ok_or_else(|| not_found(ErrorKind::ServiceNotFound, full_name))
-        .and_then(|(service, method)| resolve(service, method))
+    match full_name.rsplit_once('.') {
+        Some((SCHEDULER_SERVICE, method)) => resolve(SCHEDULER_SERVICE, method),
+        _ => Err(ApiError::new(
+            ErrorKind::MethodNotFound,
+            format!(
+                "Method [{full_name}] is not recognized; this server implements {SCHEDULER_SERVICE}"
+            ),
+        )),
+    }
 }
 
 /// The `Rpc-SeqNo` to echo: the request's, when it is a sequence number
-/// (an invalid one fails the call in [`check_head`] and is not echoed).
+/// (an invalid one fails the call and is not echoed).
 pub fn echoed_seq_no(headers: &HeaderMap) -> Option<HeaderValue> {
     headers
         .get(RPC_SEQ_NO)
@@ -160,73 +145,95 @@ impl Dialect {
     }
 
     /// The protocol label this dialect's calls are recorded under.
-    pub fn protocol(self) -> Protocol {
+    pub fn protocol(self) -> CallProtocol {
         match self {
-            Dialect::HttpPb => Protocol::Http,
-            Dialect::Connect => Protocol::Connect,
+            Dialect::HttpPb => CallProtocol::Http,
+            Dialect::Connect => CallProtocol::Connect,
         }
     }
 }
 
-/// A request's head, checked: the call as [`rpc::call`] takes it, and the
-/// media type its answer will carry. Shared by hyper's routes and the daemons'
-/// out-of-order `http+pb` server, so both check the same things in the same
-/// order and answer the same way.
-#[derive(Debug)]
-pub struct CheckedHead {
-    pub call: rpc::Call,
-    pub method: Result<Method, ApiError>,
-    pub media_type: &'static str,
+impl Dialect {
+    /// This dialect as the general HTTP server serves it, its calls recorded
+    /// under [`Dialect::protocol`].
+    pub fn served(self) -> Served {
+        Served {
+            dialect: self,
+            protocol: self.protocol(),
+        }
+    }
 }
 
-/// Checks a request's head: verb, method, `Rpc-SeqNo`, `Content-Type`,
-/// `Content-Encoding`, deadline header. The first failure is the call's error.
-pub fn check_head(
-    state: &AppState,
-    dialect: Dialect,
-    protocol: Protocol,
-    http_method: &HttpMethod,
-    method: Result<Method, ApiError>,
-    headers: &HeaderMap,
-    peer: SocketAddr,
-) -> CheckedHead {
-    let started = Instant::now();
-    let format = BodyFormat::from_headers(headers, dialect.default_format());
-    let deadline = deadline(headers, dialect.timeout_header(), started);
-    let call = rpc::Call {
-        protocol,
-        encoding: format
-            .as_ref()
-            .map_or(Encoding::Binary, |format| format.encoding),
-        peer: state.settings.client_ip(peer, headers),
-        deadline: deadline.as_ref().ok().copied().flatten(),
-        started,
-    };
-    let media_type = format
-        .as_ref()
-        .map_or("application/octet-stream", |format| format.media_type);
-    let method = (|| {
-        if http_method != HttpMethod::POST {
-            return Err(ApiError::new(
-                ErrorKind::MethodNotAllowed,
-                format!("{http_method} is not allowed; RPCs are called with POST"),
-            ));
+/// A dialect as one server serves it: the daemons' own `http+pb`
+/// connections record their calls as [`CallProtocol::HttpPb`], the general HTTP
+/// server's as [`Dialect::protocol`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    pub dialect: Dialect,
+    pub protocol: CallProtocol,
+}
+
+/// How a dialect's answer is written: the request's media type, and for
+/// `http+pb` the `Rpc-SeqNo` it echoes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DialectAnswer {
+    pub media_type: &'static str,
+    pub seq_no: Option<HeaderValue>,
+}
+
+impl RpcProtocol for Served {
+    type Answer = DialectAnswer;
+
+    /// `Rpc-SeqNo`, `Content-Type`, `Content-Encoding`, then the deadline
+    /// header, in that order.
+    fn decide(&self, headers: &HeaderMap) -> Decision<DialectAnswer> {
+        let dialect = self.dialect;
+        let format = BodyFormat::from_headers(headers, dialect.default_format());
+        let checked = (|| {
+            if dialect == Dialect::HttpPb
+                && let Some(seq_no) = headers.get(RPC_SEQ_NO)
+            {
+                check_seq_no(seq_no)?;
+            }
+            format.as_ref().map_err(Clone::clone)?;
+            reject_content_encoding(headers)
+        })();
+        Decision {
+            protocol: self.protocol,
+            encoding: format
+                .as_ref()
+                .map_or(Encoding::Binary, |format| format.encoding),
+            answer: DialectAnswer {
+                media_type: format
+                    .as_ref()
+                    .map_or("application/octet-stream", |format| format.media_type),
+                seq_no: match dialect {
+                    Dialect::HttpPb => echoed_seq_no(headers),
+                    Dialect::Connect => None,
+                },
+            },
+            timeout: timeout(headers, dialect.timeout_header()),
+            checked,
+            post_only: "RPCs are called with POST",
         }
-        let method = method?;
-        if dialect == Dialect::HttpPb
-            && let Some(seq_no) = headers.get(RPC_SEQ_NO)
-        {
-            check_seq_no(seq_no)?;
+    }
+
+    async fn message(
+        &self,
+        _answer: &DialectAnswer,
+        state: &AppState,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<Bytes, ApiError> {
+        handler::read_body(headers, body, state, state.settings.max_body_bytes).await
+    }
+
+    fn respond(&self, answer: DialectAnswer, outcome: Result<Bytes, ApiError>) -> Response {
+        let mut response = answer_parts(outcome, answer.media_type).into_response();
+        if let Some(seq_no) = answer.seq_no {
+            response.headers_mut().insert(RPC_SEQ_NO, seq_no);
         }
-        format.as_ref().map_err(Clone::clone)?;
-        reject_content_encoding(headers)?;
-        deadline.as_ref().map_err(Clone::clone)?;
-        Ok(method)
-    })();
-    CheckedHead {
-        call,
-        method,
-        media_type,
+        response
     }
 }
 
@@ -243,7 +250,7 @@ pub fn answer_parts(
             (StatusCode::OK, headers, payload)
         }
         Err(error) => {
-            let mut headers = error.wire_headers();
+            let mut headers = error_headers(&error);
             headers.insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
@@ -257,28 +264,41 @@ pub fn answer_parts(
     }
 }
 
-async fn serve(
-    state: &AppState,
-    dialect: Dialect,
-    method: Result<Method, ApiError>,
-    peer: SocketAddr,
-    request: Request,
-) -> Response {
-    let (parts, body) = request.into_parts();
-    let head = check_head(
-        state,
-        dialect,
-        dialect.protocol(),
-        &parts.method,
-        method,
-        &parts.headers,
-        peer,
-    );
-    let body = read_body(&parts.headers, body, state);
-    let outcome = rpc::call(state, &head.call, head.method, body).await;
-    let mut response = answer_parts(outcome, head.media_type).into_response();
-    response.extensions_mut().insert(CallLogged);
-    response
+/// The headers every HTTP answer of an error carries (`Rpc-Error-Code`,
+/// `Rpc-Error-Reason`, `Allow`), on hyper's path and on the daemons'
+/// out-of-order `http+pb` alike.
+pub fn error_headers(error: &ApiError) -> HeaderMap {
+    let wire = error.kind.wire();
+    let mut headers = HeaderMap::new();
+    headers.insert(RPC_ERROR_CODE, HeaderValue::from(wire.rpc_code));
+    if let Ok(reason) = HeaderValue::from_str(&header_safe(&error.message)) {
+        headers.insert(RPC_ERROR_REASON, reason);
+    }
+    if error.kind == ErrorKind::MethodNotAllowed {
+        headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
+    }
+    headers
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.kind.wire().http_status;
+        (status, error_headers(&self), Json(self.body())).into_response()
+    }
+}
+
+/// Header values end at CR or LF, and the `http+pb` client reads them raw:
+/// keep one line of printable ASCII.
+fn header_safe(text: &str) -> String {
+    const MAX_REASON: usize = 512;
+    text.chars()
+        .map(|c| match c {
+            '\r' | '\n' | '\t' => ' ',
+            c if c.is_ascii() && !c.is_ascii_control() => c,
+            _ => '?',
+        })
+        .take(MAX_REASON)
+        .collect()
 }
 
 /// Compressed request bodies are not supported; saying so beats a decode error.
@@ -299,11 +319,8 @@ fn reject_content_encoding(headers: &HeaderMap) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn deadline(
-    headers: &HeaderMap,
-    name: HeaderName,
-    started: Instant,
-) -> Result<Option<Instant>, ApiError> {
+/// The deadline a dialect's header asks for, in milliseconds.
+fn timeout(headers: &HeaderMap, name: HeaderName) -> Result<Option<Duration>, ApiError> {
     let Some(value) = headers.get(&name) else {
         return Ok(None);
     };
@@ -319,65 +336,24 @@ fn deadline(
                 range.end()
             ))
         })?;
-    Ok(Some(
-        started + Duration::from_millis(millis).min(rpc::MAX_DEADLINE),
-    ))
+    Ok(Some(Duration::from_millis(millis)))
 }
 
-/// Reads the body within the configured size, the body-read deadline and
-/// the global budget for large bodies.
-async fn read_body(headers: &HeaderMap, body: Body, state: &AppState) -> Result<Bytes, ApiError> {
-    read_body_within(headers, body, state, state.settings.max_body_bytes).await
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// [`read_body`] with a size limit of the caller's: a framing around the
-/// message (gRPC's prefix, base64) makes the body larger than the message.
-pub(super) async fn read_body_within(
-    headers: &HeaderMap,
-    body: Body,
-    state: &AppState,
-    limit: usize,
-) -> Result<Bytes, ApiError> {
-    use http_body_util::BodyExt;
-    let too_large = || {
-        ApiError::new(
-            ErrorKind::PayloadTooLarge,
-            format!("body is larger than the {limit}-byte limit"),
-        )
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|text| text.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit as u64) {
-        return Err(too_large());
+    #[test]
+    fn reasons_lose_line_breaks_and_non_ascii() {
+        assert_eq!(header_safe("a\r\nb\tc"), "a  b c");
+        assert_eq!(header_safe("naïve"), "na?ve");
     }
-    let declared = declared.map_or(0, |length| length as usize);
-    let mut reservation = state
-        .body_budget
-        .reserve(declared)
-        .ok_or_else(rpc::budget_exhausted)?;
-    let read = async {
-        let mut body = body;
-        let mut collected = bytes::BytesMut::with_capacity(declared);
-        while let Some(frame) = body.frame().await {
-            let frame = frame
-                .map_err(|error| ApiError::malformed(format!("cannot read the body: {error}")))?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            if collected.len() + data.len() > limit {
-                return Err(too_large());
-            }
-            if !reservation.grow_to(collected.len() + data.len()) {
-                return Err(rpc::budget_exhausted());
-            }
-            collected.extend_from_slice(&data);
-        }
-        Ok(collected.freeze())
-    };
-    let timeout = state.settings.edge.body_read_timeout;
-    tokio::time::timeout(timeout, read)
-        .await
-        .map_err(|_| rpc::body_too_slow(timeout))?
+
+    #[test]
+    fn method_not_allowed_names_post() {
+        let response = ApiError::new(ErrorKind::MethodNotAllowed, "use POST").into_response();
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(response.headers()[header::ALLOW], "POST");
+        assert_eq!(response.headers()[RPC_ERROR_CODE], "5");
+    }
 }

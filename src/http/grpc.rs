@@ -17,30 +17,23 @@
 //! Every gRPC answer has HTTP status 200; the outcome is `grpc-status`, the
 //! Connect code of the error table by its gRPC number.
 
-use std::{net::SocketAddr, time::Duration};
+use std::time::Duration;
 
 use axum::{
     body::Body,
-    extract::{ConnectInfo, Path, Request, State},
-    http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header},
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
     response::Response,
 };
 use base64::Engine as _;
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
-use tokio::time::Instant;
 
-use super::{
-    access_log::CallLogged,
-    dialect,
+use super::handler::{self, Decision, RpcProtocol};
+use crate::rpc::{
     error::{ApiError, ErrorKind},
     state::AppState,
 };
-use crate::{
-    pb::{Encoding, Method, SCHEDULER_SERVICE},
-    protocol::Protocol,
-    rpc,
-};
+use crate::{pb::Encoding, protocol::CallProtocol};
 
 /// The gRPC deadline header: at most 8 digits and a unit (`200m`).
 pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
@@ -73,10 +66,10 @@ pub enum Framing {
 
 impl Framing {
     /// The protocol its calls are recorded under.
-    pub fn protocol(self) -> Protocol {
+    pub fn protocol(self) -> CallProtocol {
         match self {
-            Framing::Grpc => Protocol::Grpc,
-            Framing::Web | Framing::WebText => Protocol::GrpcWeb,
+            Framing::Grpc => CallProtocol::Grpc,
+            Framing::Web | Framing::WebText => CallProtocol::GrpcWeb,
         }
     }
 }
@@ -165,22 +158,6 @@ impl GrpcFormat {
     }
 }
 
-/// `/yadcc.scheduler.SchedulerService/<Method>`: Connect, unless the
-/// `Content-Type` says gRPC or gRPC-Web.
-pub async fn connect_or_grpc(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(method): Path<String>,
-    request: Request,
-) -> Response {
-    if is_grpc(request.headers()) {
-        let method = dialect::resolve(SCHEDULER_SERVICE, &method);
-        serve(&state, method, peer, request).await
-    } else {
-        dialect::connect(State(state), ConnectInfo(peer), Path(method), request).await
-    }
-}
-
 /// A failure before any RPC was found (an unknown service), answered in the
 /// request's gRPC framing.
 pub fn error_response(headers: &HeaderMap, error: ApiError) -> Response {
@@ -189,63 +166,56 @@ pub fn error_response(headers: &HeaderMap, error: ApiError) -> Response {
     respond(format, Err(error))
 }
 
-/// Serves one gRPC or gRPC-Web unary call.
-pub async fn serve(
-    state: &AppState,
-    method: Result<Method, ApiError>,
-    peer: SocketAddr,
-    request: Request,
-) -> Response {
-    let started = Instant::now();
-    let (parts, body) = request.into_parts();
-    let format = GrpcFormat::from_headers(&parts.headers);
-    let answer_as = format
-        .as_ref()
-        .map_or_else(|_| GrpcFormat::fallback(&parts.headers), |format| *format);
-    let deadline = parts
-        .headers
-        .get(GRPC_TIMEOUT)
-        .map(|value| parse_timeout(value.as_bytes()))
-        .transpose();
-    let call = rpc::Call {
-        protocol: answer_as.framing.protocol(),
-        encoding: answer_as.encoding,
-        peer: state.settings.client_ip(peer, &parts.headers),
-        deadline: deadline
+/// gRPC and gRPC-Web as a protocol of the seam; the `Content-Type` tells
+/// which.
+#[derive(Debug, Clone, Copy)]
+pub struct Grpc;
+
+impl RpcProtocol for Grpc {
+    /// The framing and encoding of the answer: the request's, or the
+    /// fallback for a type this server does not serve.
+    type Answer = GrpcFormat;
+
+    fn decide(&self, headers: &HeaderMap) -> Decision<GrpcFormat> {
+        let format = GrpcFormat::from_headers(headers);
+        let answer = format
             .as_ref()
-            .ok()
-            .copied()
-            .flatten()
-            .map(|timeout| started + timeout.min(rpc::MAX_DEADLINE)),
-        started,
-    };
-    let method = (|| {
-        if parts.method != HttpMethod::POST {
-            return Err(ApiError::new(
-                ErrorKind::MethodNotAllowed,
-                format!("{} is not allowed; gRPC calls are POSTs", parts.method),
-            ));
+            .map_or_else(|_| GrpcFormat::fallback(headers), |format| *format);
+        Decision {
+            protocol: answer.framing.protocol(),
+            encoding: answer.encoding,
+            answer,
+            timeout: headers
+                .get(GRPC_TIMEOUT)
+                .map(|value| parse_timeout(value.as_bytes()))
+                .transpose(),
+            checked: format.map(drop),
+            post_only: "gRPC calls are POSTs",
         }
-        let method = method?;
-        format.as_ref().map_err(Clone::clone)?;
-        deadline.as_ref().map_err(Clone::clone)?;
-        Ok(method)
-    })();
-    let max_message = state.settings.max_body_bytes;
-    let message = async {
-        let raw_limit = raw_body_limit(answer_as.framing, max_message);
-        let body = dialect::read_body_within(&parts.headers, body, state, raw_limit).await?;
-        let body = match answer_as.framing {
+    }
+
+    /// The one message of the body, within the body limit.
+    async fn message(
+        &self,
+        answer: &GrpcFormat,
+        state: &AppState,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<Bytes, ApiError> {
+        let max_message = state.settings.max_body_bytes;
+        let raw_limit = raw_body_limit(answer.framing, max_message);
+        let body = handler::read_body(headers, body, state, raw_limit).await?;
+        let body = match answer.framing {
             Framing::WebText => decode_text(&body)?,
             Framing::Grpc | Framing::Web => body,
         };
-        let range = unary_message(&body, max_message, &parts.headers)?;
+        let range = unary_message(&body, max_message, headers)?;
         Ok(body.slice(range))
-    };
-    let outcome = rpc::call(state, &call, method, message).await;
-    let mut response = respond(answer_as, outcome);
-    response.extensions_mut().insert(CallLogged);
-    response
+    }
+
+    fn respond(&self, answer: GrpcFormat, outcome: Result<Bytes, ApiError>) -> Response {
+        respond(answer, outcome)
+    }
 }
 
 /// The largest body that can hold one message of `max_message` bytes.
@@ -384,28 +354,43 @@ pub fn encode_frame(flags: u8, payload: &[u8], into: &mut BytesMut) {
     into.put_slice(payload);
 }
 
+/// The Connect codes and their gRPC numbers (the two protocols name the
+/// same codes).
+pub const CODES: [(&str, u32); 16] = [
+    ("canceled", 1),
+    ("unknown", 2),
+    ("invalid_argument", 3),
+    ("deadline_exceeded", 4),
+    ("not_found", 5),
+    ("already_exists", 6),
+    ("permission_denied", 7),
+    ("resource_exhausted", 8),
+    ("failed_precondition", 9),
+    ("aborted", 10),
+    ("out_of_range", 11),
+    ("unimplemented", 12),
+    ("internal", 13),
+    ("unavailable", 14),
+    ("data_loss", 15),
+    ("unauthenticated", 16),
+];
+
 /// The gRPC number of a Connect code of the error table.
 pub fn grpc_code(connect_code: &str) -> u32 {
-    match connect_code {
-        "canceled" => 1,
-        "unknown" => 2,
-        "invalid_argument" => 3,
-        "deadline_exceeded" => 4,
-        "not_found" => 5,
-        "already_exists" => 6,
-        "permission_denied" => 7,
-        "resource_exhausted" => 8,
-        "failed_precondition" => 9,
-        "aborted" => 10,
-        "out_of_range" => 11,
-        "unimplemented" => 12,
-        "internal" => 13,
-        "unavailable" => 14,
-        "data_loss" => 15,
-        "unauthenticated" => 16,
+    CODES
+        .iter()
+        .find(|(name, _)| *name == connect_code)
         // A code the table does not use yet: say so rather than guess.
-        _ => 2,
-    }
+        .map_or(2, |&(_, number)| number)
+}
+
+/// The Connect code of a gRPC status number; `unknown` for one gRPC does not
+/// define.
+pub fn connect_code(grpc_code: u32) -> &'static str {
+    CODES
+        .iter()
+        .find(|(_, number)| *number == grpc_code)
+        .map_or("unknown", |&(name, _)| name)
 }
 
 /// `grpc-message` is percent-encoded: everything outside printable ASCII,

@@ -1,13 +1,14 @@
-//! The HTTP side: routes, wire dialects (http+pb, Connect, gRPC, gRPC-Web),
-//! reflection, codecs and the one error table.
+//! The HTTP side: the routes, the seam every RPC protocol over HTTP plugs
+//! into (`handler`), the protocols (`dialect`: http+pb and Connect; `grpc`:
+//! gRPC and gRPC-Web), reflection and health (with Connect in front of
+//! them: `connect_bridge`), metrics, the access log.
 
 pub mod access_log;
-pub mod codec;
+pub mod connect_bridge;
 pub mod dialect;
-pub mod error;
 pub mod grpc;
-pub mod json;
+pub mod handler;
+pub mod health;
 pub mod operations;
 pub mod reflection;
 pub mod routes;
-pub mod state;

@@ -4,39 +4,61 @@
 
 use axum::{
     extract::State,
-    http::StatusCode,
+    http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
 };
 
-use super::state::AppState;
+use crate::{readiness::NotReady, rpc::state::AppState};
 
 /// The process is up.
+///
+/// Liveness: `200` as long as the process answers HTTP, also while it drains.
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses((status = 200, description = "Up", content_type = "text/plain", body = String, example = "ok\n")))]
 pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready to take calls: not shutting down.
+/// Ready to take calls: not shutting down, and not a hot standby.
+///
+/// Readiness, for load balancers: `503` once a shutdown began, and on a hot
+/// standby (`standby, leader is NAME`). The gRPC health service
+/// (`grpc.health.v1.Health`) reports the same readiness.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready", content_type = "text/plain", body = String, example = "ready\n"),
-        (status = 503, description = "Shutting down", content_type = "text/plain", body = String, example = "shutting down\n"),
+        (status = 503, description = "Shutting down, or a standby", content_type = "text/plain", body = String, example = "shutting down\n"),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    if state.service.engine().is_shutting_down() {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
-    } else {
-        "ready\n".into_response()
+    match state.readiness.current() {
+        Ok(()) => "ready\n".into_response(),
+        // Which instance leads is the election's to say.
+        Err(NotReady::Standby) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", state.leadership.current().describe()),
+        )
+            .into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", reason.describe()),
+        )
+            .into_response(),
     }
 }
 
-/// Prometheus metrics (OpenMetrics text format).
+/// Prometheus metrics: the classic text format (0.0.4) by default, OpenMetrics
+/// 1.0 when `Accept` prefers `application/openmetrics-text`.
+///
+/// Calls by protocol, method, encoding and outcome, latencies, connections,
+/// the process, and the cluster as the engine sees it.
 #[utoipa::path(get, path = "/metrics", tag = "operations",
-    responses((status = 200, description = "Metrics of the gateway and the engine",
-        content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8", body = String)))]
-pub async fn metrics(State(state): State<AppState>) -> Response {
-    state.metrics.render()
+    responses((status = 200, description = "Metrics of the process, the gateway and the engine",
+        content(
+            (String = "text/plain; version=0.0.4; charset=utf-8"),
+            (String = "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        ))))]
+pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    state.metrics.render(headers.get(header::ACCEPT))
 }
 
 /// The operations endpoints' part of the OpenAPI document.

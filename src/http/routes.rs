@@ -1,15 +1,16 @@
 //! The router: which path goes where, and the layers around it. Wiring
-//! only: the handlers live with their protocol ([`super::dialect`],
-//! [`super::grpc`], [`super::reflection`], [`super::operations`],
-//! [`crate::dashboard`], [`crate::openapi`]).
+//! only: an RPC path picks its protocol (as connect-go picks a protocol
+//! handler) and hands it to the one seam ([`super::handler`]); the other
+//! handlers live with their part ([`super::reflection`],
+//! [`super::health`], [`super::operations`], [`crate::dashboard`], [`crate::openapi`]).
 
-use std::sync::Arc;
+use std::{net::SocketAddr, sync::Arc};
 
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use axum::{
     Router,
-    extract::{DefaultBodyLimit, Request},
+    extract::{ConnectInfo, DefaultBodyLimit, Path, Request, State},
     http::{HeaderName, HeaderValue},
     response::{IntoResponse, Response},
     routing::{any, get},
@@ -17,9 +18,12 @@ use axum::{
 
 use super::{
     access_log::AccessLogLayer,
-    dialect,
+    dialect::{self, Dialect},
+    grpc::{self, Grpc},
+    handler, health, operations, reflection,
+};
+use crate::rpc::{
     error::{ApiError, ErrorKind},
-    grpc, operations, reflection,
     state::AppState,
 };
 use crate::{dashboard, pb};
@@ -31,16 +35,17 @@ pub fn app(state: AppState) -> Router {
     let rpc = Router::new()
         .route(
             &format!("{}{{full_name}}", pb::RPC_PATH_PREFIX),
-            any(dialect::http_pb),
+            any(rpc_path),
         )
         .route(
             &format!("/{}/{{method}}", pb::SCHEDULER_SERVICE),
-            any(grpc::connect_or_grpc),
+            any(service_path),
         )
         // The dialect reads the body itself, with the configured limit and a
         // clear error; no compression layer, so answers keep Content-Length.
         .layer(DefaultBodyLimit::disable())
-        .merge(reflection::router());
+        .merge(reflection::router())
+        .merge(health::router(state.readiness.clone()));
     // Browsers calling Connect or gRPC-Web from another origin.
     let rpc = match cors_layer(&state.settings.cors_allowed_origins) {
         Some(cors) => rpc.layer(cors),
@@ -64,6 +69,33 @@ pub fn app(state: AppState) -> Router {
         .fallback(fallback)
         .layer(AccessLogLayer)
         .with_state(state)
+}
+
+/// `POST /rpc/<full service name>.<Method>`: `http+pb`.
+async fn rpc_path(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(full_name): Path<String>,
+    request: Request,
+) -> Response {
+    let method = dialect::resolve_full_name(&full_name);
+    handler::serve(&state, &Dialect::HttpPb.served(), method, peer, request).await
+}
+
+/// `POST /yadcc.scheduler.SchedulerService/<Method>`: Connect, unless the
+/// `Content-Type` says gRPC or gRPC-Web.
+async fn service_path(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(method): Path<String>,
+    request: Request,
+) -> Response {
+    let method = dialect::resolve(pb::SCHEDULER_SERVICE, &method);
+    if grpc::is_grpc(request.headers()) {
+        handler::serve(&state, &Grpc, method, peer, request).await
+    } else {
+        handler::serve(&state, &Dialect::Connect.served(), method, peer, request).await
+    }
 }
 
 async fn fallback(request: Request) -> Response {

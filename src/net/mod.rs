@@ -1,17 +1,21 @@
 //! The listener: accepts connections under the caps, reads each connection's
 //! first bytes to decide its protocol, and serves it; stops gracefully.
 //!
-//! - `CPRF`: the daemons' binary protocol ([`crate::flare`]).
+//! - `CPRF`: the daemons' binary protocol ([`crate::daemon::flare`]).
 //! - An HTTP/1 request under `/rpc/` carrying `Rpc-SeqNo`: the daemons'
-//!   `http+pb`, answered out of order ([`crate::flare::http`]).
+//!   `http+pb`, answered out of order ([`crate::daemon::http_pb`]).
 //! - Anything else (curl, browsers, Connect, h2c `PRI `): hyper, HTTP/1.1 and
 //!   HTTP/2, serving the axum router, the sniffed bytes replayed first.
+//!
+//! From a `--trusted_proxies` address, a PROXY protocol header (v1 or v2,
+//! [`proxy`]) may come first: the connection is then the named client's.
 //!
 //! Over the global cap (derived from the file-descriptor limit) or the
 //! per-address cap, a connection is accepted and closed at once, so it never
 //! waits in the backlog and never costs anyone else a descriptor.
 
 pub mod io;
+pub mod proxy;
 
 use std::{
     collections::HashMap,
@@ -40,14 +44,15 @@ use tower::ServiceExt;
 
 use self::io::{Activity, Rewind};
 use crate::{
-    flare::{
+    daemon::{
         self,
-        frame::MAGIC,
-        http::{HeadScan, MAX_HEAD_BYTES},
+        flare::{Flare, frame::MAGIC},
+        http_pb::{self, HeadScan, HttpPb, MAX_HEAD_BYTES},
     },
-    http::state::AppState,
-    limits::{self, EdgeSettings},
-    protocol::Protocol,
+    edge::{self, EdgeSettings},
+    protocol::CallProtocol,
+    readiness::NotReady,
+    rpc::state::AppState,
 };
 
 const LOG: &str = "yadcc_scheduler::net";
@@ -86,7 +91,7 @@ pub async fn serve(
         "connection caps: {cap} in all, {} per address",
         edge.max_connections_per_ip
     );
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Listener {
         hyper: hyper_builder(&edge),
         router,
         state,
@@ -122,6 +127,9 @@ pub async fn serve(
         }
     }
     drop(listener);
+    // Before the drain: probes (`/readyz`, gRPC health) on connections still
+    // open say so while they finish.
+    shared.state.readiness.set_not_ready(NotReady::ShuttingDown);
     let _ = stop.send(true);
     let grace = shared.edge.shutdown_grace;
     let drained = tokio::time::timeout(grace, async {
@@ -140,7 +148,8 @@ pub async fn serve(
     Ok(())
 }
 
-struct Shared {
+/// What every connection of the listener shares.
+struct Listener {
     state: AppState,
     router: Router,
     edge: EdgeSettings,
@@ -162,7 +171,7 @@ fn hyper_builder(edge: &EdgeSettings) -> auto::Builder<TokioExecutor> {
 /// A connection's place under the caps, given back when it closes.
 struct Admitted {
     _slot: OwnedSemaphorePermit,
-    shared: Arc<Shared>,
+    shared: Arc<Listener>,
     /// The address block counted under the per-address cap; None for a
     /// trusted proxy.
     counted_ip: Option<IpAddr>,
@@ -186,7 +195,7 @@ impl Drop for Admitted {
 /// A place under both caps, or None (the stream is then dropped: closed).
 /// A trusted reverse proxy carries everyone behind it, so the per-address
 /// cap does not apply to it (the global cap still does).
-fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Option<Admitted> {
+fn admit(shared: &Arc<Listener>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Option<Admitted> {
     let metrics = &shared.state.metrics;
     let Ok(slot) = Arc::clone(slots).try_acquire_owned() else {
         metrics.connection_refused("max_connections");
@@ -196,7 +205,7 @@ fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Opti
     let counted_ip = if shared.state.settings.is_trusted(ip) {
         None
     } else {
-        let block = limits::address_block(ip);
+        let block = edge::address_block(ip);
         let mut per_ip = shared.per_ip.lock().unwrap_or_else(|p| p.into_inner());
         let count = per_ip.entry(block).or_insert(0);
         if *count >= shared.edge.max_connections_per_ip {
@@ -215,17 +224,22 @@ fn admit(shared: &Arc<Shared>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Opti
 }
 
 async fn serve_connection(
-    shared: Arc<Shared>,
+    shared: Arc<Listener>,
     mut stream: TcpStream,
-    peer: SocketAddr,
+    mut peer: SocketAddr,
     stopping: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let mut first = BytesMut::with_capacity(1024);
-    let sniffed = tokio::time::timeout(
-        shared.edge.header_read_timeout,
-        sniff(&mut stream, &mut first),
-    )
+    let from_proxy = shared.state.settings.is_trusted(peer.ip().to_canonical());
+    let sniffed = tokio::time::timeout(shared.edge.header_read_timeout, async {
+        if from_proxy {
+            peer = read_proxy_header(&mut stream, &mut first)
+                .await?
+                .unwrap_or(peer);
+        }
+        sniff(&mut stream, &mut first).await
+    })
     .await;
     let protocol = match sniffed {
         Ok(Some(protocol)) => protocol,
@@ -233,26 +247,55 @@ async fn serve_connection(
         Ok(None) | Err(_) => return,
     };
     let state = shared.state.clone();
+    // A hot standby closes daemon connections at once, and those it held
+    // when it stopped leading: daemons reconnect through the load balancer.
+    let leadership = &state.leadership;
+    if protocol != Sniffed::Hyper && !leadership.is_serving() {
+        return;
+    }
     match protocol {
         Sniffed::Flare => {
-            let _open = state.metrics.connection_opened(Protocol::Flare);
-            flare::serve_binary(state.clone(), stream, peer, first, stopping).await;
+            let _open = state.metrics.connection_opened(CallProtocol::Flare);
+            let serve = daemon::serve(Flare, state.clone(), stream, peer, first, stopping);
+            leadership.while_leading(serve).await;
         }
         Sniffed::DaemonHttp => {
-            let _open = state.metrics.connection_opened(Protocol::HttpPb);
-            flare::http::serve_http(
-                state.clone(),
-                shared.router.clone(),
-                stream,
-                peer,
-                first,
-                stopping,
-            )
-            .await;
+            let _open = state.metrics.connection_opened(CallProtocol::HttpPb);
+            let framing = HttpPb::new(shared.router.clone());
+            let serve = daemon::serve(framing, state.clone(), stream, peer, first, stopping);
+            leadership.while_leading(serve).await;
         }
         Sniffed::Hyper => {
-            let _open = state.metrics.connection_opened(Protocol::Http);
+            let _open = state.metrics.connection_opened(CallProtocol::Http);
             serve_hyper(&shared, stream, peer, first, stopping).await;
+        }
+    }
+}
+
+/// Reads a trusted proxy's PROXY header, if one comes, and takes it out of
+/// `buf`: Some(the client it names), Some(None) without one, None if the
+/// peer closed first or sent a header that does not parse.
+async fn read_proxy_header(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> Option<Option<SocketAddr>> {
+    loop {
+        match proxy::parse(buf) {
+            proxy::Header::Absent => return Some(None),
+            proxy::Header::Present { len, client } => {
+                let _ = buf.split_to(len);
+                return Some(client);
+            }
+            proxy::Header::Invalid => {
+                tracing::debug!(target: LOG, "closed: a PROXY header that does not parse");
+                return None;
+            }
+            proxy::Header::Incomplete => {}
+        }
+        buf.reserve(proxy::MAX_HEADER_BYTES);
+        match stream.read_buf(buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
         }
     }
 }
@@ -265,10 +308,8 @@ async fn sniff(stream: &mut TcpStream, buf: &mut BytesMut) -> Option<Sniffed> {
         // a head worth parsing again can change the answer.
         let worth_classifying =
             buf.len() <= 4 || buf.len() > MAX_HEAD_BYTES || scan.worth_parsing(buf);
-        if worth_classifying {
-            if let Some(sniffed) = classify(buf) {
-                return Some(sniffed);
-            }
+        if worth_classifying && let Some(sniffed) = classify(buf) {
+            return Some(sniffed);
         }
         if buf.len() > MAX_HEAD_BYTES {
             // Let hyper answer an oversized head.
@@ -294,7 +335,7 @@ fn classify(buf: &[u8]) -> Option<Sniffed> {
     if prefix == H2_PREFACE_START {
         return Some(Sniffed::Hyper);
     }
-    match flare::http::is_daemon_request(buf) {
+    match http_pb::is_daemon_request(buf) {
         None => None,
         Some(true) => Some(Sniffed::DaemonHttp),
         Some(false) => Some(Sniffed::Hyper),
@@ -302,7 +343,7 @@ fn classify(buf: &[u8]) -> Option<Sniffed> {
 }
 
 async fn serve_hyper(
-    shared: &Shared,
+    shared: &Listener,
     stream: TcpStream,
     peer: SocketAddr,
     first: BytesMut,
@@ -351,10 +392,10 @@ async fn serve_hyper(
 mod tests {
     use super::*;
 
-    fn shared_for(settings: crate::http::state::HttpSettings) -> Arc<Shared> {
+    fn shared_for(settings: crate::rpc::state::HttpSettings) -> Arc<Listener> {
         let engine = crate::engine::Scheduler::new(crate::engine::Config::default());
         let state = AppState::new(engine, settings);
-        Arc::new(Shared {
+        Arc::new(Listener {
             hyper: hyper_builder(&state.settings.edge),
             router: Router::new(),
             edge: state.settings.edge.clone(),
@@ -365,7 +406,7 @@ mod tests {
 
     #[tokio::test]
     async fn trusted_proxies_are_exempt_from_the_per_address_cap() {
-        let settings = crate::http::state::HttpSettings {
+        let settings = crate::rpc::state::HttpSettings {
             trusted_proxies: vec!["10.0.0.1".parse().unwrap()],
             edge: EdgeSettings {
                 max_connections_per_ip: 2,
@@ -402,7 +443,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_per_address_cap_counts_an_ipv6_slash_64_as_one_address() {
-        let settings = crate::http::state::HttpSettings {
+        let settings = crate::rpc::state::HttpSettings {
             edge: EdgeSettings {
                 max_connections_per_ip: 2,
                 ..EdgeSettings::default()

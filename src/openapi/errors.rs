@@ -2,13 +2,16 @@
 //! ([`ErrorKind::wire`]) each operation can meet, and those rows as the
 //! Markdown tables of the descriptions.
 
+use serde_json::{Map, Value, json};
+
 use super::{
     CONNECT_TIMEOUT_MS, RPC_ERROR_CODE, RPC_TIMEOUT,
     comments::{member_comment, table_cell},
+    schemas::schema_ref,
 };
 use crate::{
-    http::error::ErrorKind,
     pb::{self, Method},
+    rpc::error::ErrorKind,
     service,
 };
 
@@ -34,10 +37,25 @@ pub fn operation_errors(method: Method) -> Vec<ErrorKind> {
         .collect()
 }
 
+/// The scheduler's status enum, whose names `ErrorBody.status` carries.
+const STATUS_ENUM: &str = "yadcc.scheduler.Status";
+
+/// `ErrorBody.status` holds a name of [`STATUS_ENUM`]: a reference to the
+/// enum's schema says which names, and documents the enum, which no message
+/// field uses.
+pub(super) fn refer_to_status_enum(schemas: &mut Map<String, Value>) {
+    let status = &mut schemas["ErrorBody"]["properties"]["status"];
+    let description = status["description"].take();
+    *status = json!({
+        "$ref": schema_ref(STATUS_ENUM),
+        "description": description,
+    });
+}
+
 /// Markdown table of error-table rows. With `with_status`, the HTTP status is a column.
 pub(super) fn error_table(kinds: &[ErrorKind], with_status: bool) -> String {
     let pool = &*pb::DESCRIPTOR_POOL;
-    let status_enum = pool.get_enum_by_name("yadcc.scheduler.Status");
+    let status_enum = pool.get_enum_by_name(STATUS_ENUM);
     let mut table = String::new();
     if with_status {
         table.push_str("| HTTP status | ");
@@ -100,8 +118,13 @@ fn transport_meaning(kind: ErrorKind) -> String {
         }
         ErrorKind::PayloadTooLarge => "The body is larger than the configured limit.".to_owned(),
         ErrorKind::MethodNotAllowed => "Not a POST (the answer has `Allow: POST`).".to_owned(),
-        ErrorKind::ServiceNotFound => "No such service, or no such path.".to_owned(),
-        ErrorKind::MethodNotFound => "The service has no such method.".to_owned(),
+        ErrorKind::ServiceNotFound => {
+            "No such path: another service on the Connect or gRPC path, or no RPC path at all."
+                .to_owned()
+        }
+        ErrorKind::MethodNotFound => "No such method; under `/rpc/` any name this server does \
+            not know, another service's too, as the daemons' framework answers."
+            .to_owned(),
         ErrorKind::Overloaded => {
             "Too many calls in flight on one daemon connection; retry.".to_owned()
         }

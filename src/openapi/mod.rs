@@ -12,7 +12,7 @@
 //!   server reads and writes (pbjson: lowerCamelCase names, 64-bit integers
 //!   as decimal strings, enums by name), with the constraints of [`contract`];
 //! - [`errors`]: the error responses, from the one error table
-//!   ([`crate::http::error::ErrorKind::ALL`]) and each RPC's
+//!   ([`crate::rpc::error::ErrorKind::ALL`]) and each RPC's
 //!   [`crate::service::failure_statuses`];
 //! - [`security`]: the inspection API's basic auth;
 //! - [`examples`]: values that work against `--demo`;
@@ -34,7 +34,7 @@ use std::sync::LazyLock;
 use axum::{
     Router,
     extract::State,
-    http::header,
+    http::{StatusCode, header},
     response::{IntoResponse, Response},
     routing::get,
 };
@@ -42,8 +42,8 @@ use serde_json::Value;
 use utoipa::{
     OpenApi as _,
     openapi::{
-        ComponentsBuilder, ContentBuilder, HttpMethod, InfoBuilder, LicenseBuilder, ObjectBuilder,
-        OpenApi, OpenApiBuilder, PathItem, ResponseBuilder, ServerBuilder, Type,
+        ComponentsBuilder, ContactBuilder, HeaderBuilder, HttpMethod, InfoBuilder, LicenseBuilder,
+        ObjectBuilder, OpenApi, OpenApiBuilder, PathItem, ResponseBuilder, ServerBuilder, Type,
         path::OperationBuilder, tag::TagBuilder,
     },
 };
@@ -53,8 +53,9 @@ use crate::{
     contract,
     dashboard::{DashboardApi, InspectAccess},
     engine::Limits,
-    http::{dialect::Dialect, error::ErrorBody, operations::OperationsApi, state::AppState},
+    http::{dialect::Dialect, operations::OperationsApi},
     pb,
+    rpc::{error::ErrorBody, state::AppState},
 };
 
 pub mod comments;
@@ -77,7 +78,7 @@ pub const DOCS_PATH: &str = "/docs";
 pub const COMMITTED_SPEC: &str = "openapi/scheduler.openapi.json";
 
 /// The media type under which binary protobuf is documented. The other
-/// binary media types of [`crate::http::codec::MEDIA_TYPES`] are named in its description.
+/// binary media types of [`crate::rpc::codec::MEDIA_TYPES`] are named in its description.
 pub const PROTOBUF_MEDIA_TYPE: &str = "application/x-protobuf";
 
 /// The media type under which proto3 JSON is documented.
@@ -137,6 +138,11 @@ pub fn document_for(inspect_auth: bool) -> Value {
                         .identifier(Some("BSD-3-Clause"))
                         .build(),
                 ))
+                .contact(Some(
+                    ContactBuilder::new()
+                        .name(Some("The operators of this scheduler"))
+                        .build(),
+                ))
                 .build(),
         )
         .servers(Some([ServerBuilder::new()
@@ -161,16 +167,13 @@ pub fn document_for(inspect_auth: bool) -> Value {
     }
 
     let mut json = serde_json::to_value(&document).expect("the document serializes to JSON");
-    schemas::add_all(
-        json["components"]["schemas"]
-            .as_object_mut()
-            .expect("components has schemas"),
-        pool,
-        &rules,
-    );
-    if inspect_auth {
-        security::require_inspect_credential(&mut json);
-    }
+    let component_schemas = json["components"]["schemas"]
+        .as_object_mut()
+        .expect("components has schemas");
+    schemas::add_all(component_schemas, pool, &rules);
+    errors::refer_to_status_enum(component_schemas);
+    schemas::drop_unreachable(&mut json);
+    security::declare_security(&mut json, inspect_auth);
     json
 }
 
@@ -214,6 +217,8 @@ pub fn router() -> Router<AppState> {
 }
 
 /// This document.
+///
+/// OpenAPI 3.1, generated from the proto files the server decodes with.
 #[utoipa::path(get, path = "/openapi.json", tag = "documentation",
     responses((status = 200, description = "This OpenAPI document", content_type = "application/json", body = Object)))]
 pub async fn openapi_json(State(state): State<AppState>) -> Response {
@@ -241,27 +246,39 @@ fn documentation_api() -> OpenApi {
     api
 }
 
-/// `GET /docs/`: Swagger UI, served by `utoipa_swagger_ui` from the bundle
-/// built into the binary, so there is no handler of ours to annotate.
+/// `GET /docs`: a redirect to Swagger UI at `/docs/`, served by
+/// `utoipa_swagger_ui` from the bundle built into the binary, so there is no
+/// handler of ours to annotate. The redirect is what is documented: a path
+/// ending in `/` is not a resource name linters accept, and clients that
+/// follow redirects get the page.
 fn docs_path() -> (String, PathItem) {
     let operation = OperationBuilder::new()
         .tag("documentation")
-        .summary(Some(
-            "Swagger UI for this document, from the bundle built into the binary.",
-        ))
+        .summary(Some("Swagger UI for this document."))
+        .description(Some(format!(
+            "Redirects to `{DOCS_PATH}/`, Swagger UI for this document, served from the \
+             bundle built into the binary (it works without internet access)."
+        )))
         .operation_id(Some("docs"))
         .response(
-            "200",
-            ResponseBuilder::new().description("Swagger UI").content(
-                "text/html",
-                ContentBuilder::new()
-                    .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
-                    .build(),
-            ),
+            StatusCode::SEE_OTHER.as_str(),
+            ResponseBuilder::new()
+                .description(format!("Swagger UI is at `{DOCS_PATH}/`"))
+                .header(
+                    header::LOCATION.as_str(),
+                    HeaderBuilder::new()
+                        .schema(Some(
+                            ObjectBuilder::new()
+                                .schema_type(Type::String)
+                                .enum_values(Some([format!("{DOCS_PATH}/")])),
+                        ))
+                        .description(Some("Where Swagger UI is."))
+                        .build(),
+                ),
         )
         .build();
     (
-        format!("{DOCS_PATH}/"),
+        DOCS_PATH.to_owned(),
         PathItem::new(HttpMethod::Get, operation),
     )
 }
@@ -269,17 +286,17 @@ fn docs_path() -> (String, PathItem) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::codec::MEDIA_TYPES;
+    use crate::rpc::codec::MEDIA_TYPES;
 
     #[test]
     fn header_names_are_the_dialects_headers() {
-        use crate::http::{dialect, error};
+        use crate::http::dialect;
         for (ours, theirs) in [
             (RPC_SEQ_NO, dialect::RPC_SEQ_NO),
             (RPC_TIMEOUT, dialect::RPC_TIMEOUT),
             (CONNECT_TIMEOUT_MS, dialect::CONNECT_TIMEOUT_MS),
-            (RPC_ERROR_CODE, error::RPC_ERROR_CODE),
-            (RPC_ERROR_REASON, error::RPC_ERROR_REASON),
+            (RPC_ERROR_CODE, dialect::RPC_ERROR_CODE),
+            (RPC_ERROR_REASON, dialect::RPC_ERROR_REASON),
         ] {
             assert!(
                 ours.eq_ignore_ascii_case(theirs.as_str()),

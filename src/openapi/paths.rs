@@ -24,8 +24,9 @@ use super::{
 use crate::{
     contract::{FieldRule, Rule},
     grammar,
-    http::{codec::MEDIA_TYPES, dialect::Dialect, error::ErrorKind},
+    http::dialect::Dialect,
     pb::{Encoding, Method},
+    rpc::{codec::MEDIA_TYPES, error::ErrorKind},
 };
 
 /// Every RPC in both route styles, `http+pb` first.
@@ -101,7 +102,8 @@ fn rpc_operation(
     operation = operation.request_body(Some(
         RequestBodyBuilder::new()
             .description(Some(format!(
-                "`{}`. An empty body is the message with every field at its default{}.",
+                "`{}`. An empty binary body is the message with every field at its \
+                 default{}; in JSON that message is `{{}}`, and an empty JSON body is refused.",
                 input.full_name(),
                 if required {
                     ", which this call refuses"
@@ -127,8 +129,9 @@ fn rpc_operation(
         output.full_name()
     ));
     // The answer has the request's media type (or, without one, the route
-    // style's default binary type): every one of them is documented.
-    for (media_type, encoding) in MEDIA_TYPES {
+    // style's default binary type): every one of them is documented, JSON
+    // first, since client generators read the first as the answer's type.
+    for (media_type, encoding) in json_first(MEDIA_TYPES) {
         ok = ok.content(
             *media_type,
             match encoding {
@@ -170,6 +173,19 @@ fn rpc_operation(
         operation = operation.response(status.as_str(), response.build());
     }
     operation.build()
+}
+
+/// `media_types` with the JSON ones first, each group in its own order.
+fn json_first(
+    media_types: &'static [(&'static str, Encoding)],
+) -> impl Iterator<Item = &'static (&'static str, Encoding)> {
+    let json = media_types
+        .iter()
+        .filter(|(_, encoding)| *encoding == Encoding::Json);
+    let binary = media_types
+        .iter()
+        .filter(|(_, encoding)| *encoding == Encoding::Binary);
+    json.chain(binary)
 }
 
 fn json_content(message: &MessageDescriptor) -> utoipa::openapi::Content {

@@ -9,8 +9,9 @@ use super::{
     errors::error_table,
 };
 use crate::{
-    http::{codec::MEDIA_TYPES, dialect::Dialect, error::ErrorKind, state::DEFAULT_MAX_BODY_BYTES},
+    http::dialect::Dialect,
     pb::{self, Encoding},
+    rpc::{codec::MEDIA_TYPES, error::ErrorKind, state::DEFAULT_MAX_BODY_BYTES},
 };
 
 pub(super) fn overview(service: &ServiceDescriptor) -> String {
@@ -54,8 +55,9 @@ pub(super) fn overview(service: &ServiceDescriptor) -> String {
          - Enums are written by value name; numbers are accepted on input too.\n\
          - A field at its default value (0, `\"\"`, `false`, empty list, the zero enum value) \
          is left out of responses, unless it is declared `optional`.\n\
-         - Unknown fields in a request are ignored. An empty body is the message with every \
-         field at its default.",
+         - Unknown fields in a request are ignored. An empty binary body is the message with \
+         every field at its default; in JSON that message is `{}`, and a JSON body that is \
+         empty or only whitespace is refused (400).",
     );
     push_paragraph(
         &mut text,
@@ -91,8 +93,10 @@ pub(super) fn dialect_description(dialect: Dialect) -> String {
              outcome as `grpc-status` and percent-encoded `grpc-message` (HTTP/2 trailers, or \
              a gRPC-Web trailer frame) carrying the Connect code of the error table by its \
              gRPC number, always with HTTP status 200. Server reflection \
-             (`grpc.reflection.v1`, `v1alpha`) describes the API to gRPC tools without a \
-             schema file; those routes are gRPC streams and not listed here."
+             (`grpc.reflection.v1`, `v1alpha`) describes the API to gRPC and Connect tools \
+             without a schema file, and the gRPC health service (`grpc.health.v1.Health`) \
+             reports the readiness of `/readyz`; both answer gRPC, gRPC-Web and Connect \
+             in binary protobuf, and are not listed here."
         ),
     }
 }

@@ -17,7 +17,7 @@ use super::{
 use crate::{
     contract::{self, FieldRule, Rule},
     grammar,
-    http::json::IntegerKind,
+    rpc::json::IntegerKind,
 };
 
 /// `pattern` of an unsigned 64-bit integer written as a JSON string.
@@ -53,6 +53,59 @@ pub(super) fn add_all(
     }
 }
 
+/// Removes the schemas no operation reaches, directly or through other
+/// schemas: messages and enums of the proto that no RPC carries (such as
+/// `StartingTaskApplication`) document nothing a client sends or receives,
+/// and linters flag them as unused.
+pub(super) fn drop_unreachable(document: &mut Value) {
+    let mut pending = Vec::new();
+    for (key, value) in document.as_object().expect("the document is an object") {
+        if key != "components" {
+            collect_schema_refs(value, &mut pending);
+            continue;
+        }
+        for (section, entries) in value.as_object().expect("components is an object") {
+            if section != "schemas" {
+                collect_schema_refs(entries, &mut pending);
+            }
+        }
+    }
+    let schemas = document["components"]["schemas"]
+        .as_object_mut()
+        .expect("components has schemas");
+    let mut reached = std::collections::BTreeSet::new();
+    while let Some(name) = pending.pop() {
+        if let Some(schema) = schemas.get(&name)
+            && reached.insert(name)
+        {
+            collect_schema_refs(schema, &mut pending);
+        }
+    }
+    schemas.retain(|name, _| reached.contains(name));
+}
+
+/// The names of the component schemas `node` refers to, anywhere inside it.
+fn collect_schema_refs(node: &Value, into: &mut Vec<String>) {
+    match node {
+        Value::Object(map) => {
+            if let Some(name) = map
+                .get("$ref")
+                .and_then(Value::as_str)
+                .and_then(|reference| reference.strip_prefix(SCHEMA_REF_PREFIX))
+            {
+                into.push(name.to_owned());
+            }
+            for child in map.values() {
+                collect_schema_refs(child, into);
+            }
+        }
+        Value::Array(items) => items
+            .iter()
+            .for_each(|item| collect_schema_refs(item, into)),
+        _ => {}
+    }
+}
+
 fn message_schema(message: &MessageDescriptor, rules: &[FieldRule]) -> Value {
     let mut description =
         comment(message.parent_file_descriptor_proto(), message.path()).unwrap_or_default();
@@ -74,23 +127,6 @@ fn message_schema(message: &MessageDescriptor, rules: &[FieldRule]) -> Value {
     let mut schema = message_constraints(message, message.full_name(), rules, &[]);
     let object = schema.as_object_mut().expect("an object schema");
     object.insert("description".into(), json!(description));
-    let positive: Vec<Value> = contract::any_positive()
-        .into_iter()
-        .filter(|rule| rule.message == message.full_name())
-        .flat_map(|rule| rule.fields.to_vec())
-        .filter_map(|name| message.get_field_by_name(name))
-        .map(|field| {
-            let own = own_rules(rules, message.full_name(), &[], field.name());
-            let (_, high) = integer_bounds(&field.kind(), &own).expect("an integer field");
-            json!({
-                "required": [field.json_name()],
-                "properties": { field.json_name(): integer_schema(1, high) },
-            })
-        })
-        .collect();
-    if !positive.is_empty() {
-        object.insert("anyOf".into(), Value::Array(positive));
-    }
     schema
 }
 
@@ -164,16 +200,53 @@ fn own_rules(rules: &[FieldRule], message: &str, prefix: &[&str], name: &str) ->
         .collect()
 }
 
+/// An enum by its value names only: `{"type": "string", "enum": [NAMES]}`.
+/// The server also reads a value's number, but a schema mixing names and
+/// numbers makes client generators drop the enum and every message using
+/// it; the numbers are in the description's table instead.
 fn enum_schema(enumeration: &EnumDescriptor) -> Value {
     let file = enumeration.parent_file_descriptor_proto();
     let mut description = comment(file, enumeration.path()).unwrap_or_default();
     push_paragraph(
         &mut description,
         format!(
-            "Proto enum `{}`, written by value name; the number is accepted on input too.",
+            "Proto enum `{}`, written by value name. On input the value's number (in the \
+             table) is accepted too.",
             enumeration.full_name()
         ),
     );
+    push_paragraph(&mut description, enum_table(enumeration));
+    let names: Vec<Value> = enumeration
+        .values()
+        .map(|value| json!(value.name()))
+        .collect();
+    json!({
+        "type": "string",
+        "enum": names,
+        "description": description,
+    })
+}
+
+/// A field of an enum type: the enum by name (its schema), or by number,
+/// which the server reads too. Two alternatives, each of one type, rather
+/// than one enum of mixed names and numbers, which client generators
+/// refuse.
+fn enum_field_schema(enumeration: &EnumDescriptor) -> Value {
+    let numbers: Vec<Value> = enumeration
+        .values()
+        .map(|value| json!(value.number()))
+        .collect();
+    json!({
+        "anyOf": [
+            {"$ref": schema_ref(enumeration.full_name())},
+            {"type": "integer", "enum": numbers},
+        ]
+    })
+}
+
+/// Markdown table of an enum's values: name, number and the proto comment.
+fn enum_table(enumeration: &EnumDescriptor) -> String {
+    let file = enumeration.parent_file_descriptor_proto();
     let mut table = String::from("| Name | Number | Meaning |\n| --- | --- | --- |");
     for value in enumeration.values() {
         let meaning = member_comment(file, value.path()).unwrap_or_default();
@@ -184,14 +257,7 @@ fn enum_schema(enumeration: &EnumDescriptor) -> Value {
             table_cell(&meaning)
         ));
     }
-    push_paragraph(&mut description, table);
-    let names = enumeration.values().map(|value| json!(value.name()));
-    let numbers = enumeration.values().map(|value| json!(value.number()));
-    json!({
-        "type": ["string", "integer"],
-        "enum": names.chain(numbers).collect::<Vec<_>>(),
-        "description": description,
-    })
+    table
 }
 
 /// A field's schema: its value's, in a list or map when it is one, and
@@ -239,6 +305,12 @@ fn field_schema(field: &FieldDescriptor, own: &[Rule]) -> Value {
             object.insert("type".into(), Value::Array(types));
             Value::Object(object)
         }
+        Value::Object(mut object) if object.len() == 1 && object.contains_key("anyOf") => {
+            if let Some(Value::Array(alternatives)) = object.get_mut("anyOf") {
+                alternatives.push(json!({"type": "null"}));
+            }
+            Value::Object(object)
+        }
         other => json!({"anyOf": [other, {"type": "null"}]}),
     }
 }
@@ -255,7 +327,6 @@ fn value_schema(kind: &Kind, own: &[Rule]) -> Value {
             let mut schema = json!({"type": "string"});
             for rule in own {
                 match rule {
-                    Rule::NonEmpty => schema["minLength"] = json!(1),
                     Rule::MaxLength(most) => schema["maxLength"] = json!(most),
                     Rule::Location => schema["pattern"] = json!(grammar::location_pattern()),
                     _ => {}
@@ -275,7 +346,7 @@ fn value_schema(kind: &Kind, own: &[Rule]) -> Value {
             }
             name => json!({"$ref": schema_ref(name)}),
         },
-        Kind::Enum(enumeration) => json!({"$ref": schema_ref(enumeration.full_name())}),
+        Kind::Enum(enumeration) => enum_field_schema(enumeration),
         _ => unreachable!("integers are handled above"),
     }
 }
@@ -306,8 +377,11 @@ fn integer_schema(low: i128, high: i128) -> Value {
     })
 }
 
-fn schema_ref(name: &str) -> String {
-    format!("#/components/schemas/{name}")
+/// How a `$ref` to a component schema starts.
+const SCHEMA_REF_PREFIX: &str = "#/components/schemas/";
+
+pub(super) fn schema_ref(name: &str) -> String {
+    format!("{SCHEMA_REF_PREFIX}{name}")
 }
 
 fn map_key_pattern(kind: &Kind) -> Option<&'static str> {
@@ -409,9 +483,10 @@ fn field_description(field: &FieldDescriptor, own: &[Rule]) -> String {
             Rule::Required => {
                 " Required: a request without it is refused (`STATUS_INVALID_ARGUMENT`).".to_owned()
             }
-            Rule::NonEmpty => " Must not be empty.".to_owned(),
             Rule::Location => {
-                " `a.b.c.d:port` (IPv4) or `[v6]:port` (IPv6), no zone id.".to_owned()
+                " `a.b.c.d:port` (IPv4) or `[v6]:port` (IPv6), no zone id; the port may have \
+                 leading zeros (`:080` is 80), as the original reads it."
+                    .to_owned()
             }
             Rule::AtMost(most) => {
                 format!(" At most {most}: larger values are refused (`STATUS_INVALID_ARGUMENT`).")
@@ -426,7 +501,37 @@ fn field_description(field: &FieldDescriptor, own: &[Rule]) -> String {
         });
     }
     push_paragraph(&mut description, notes);
+    if let Some(enumeration) = integer_of_enum(field) {
+        push_paragraph(
+            &mut description,
+            format!(
+                "The values of proto enum `{}`:\n\n{}",
+                enumeration.full_name(),
+                enum_table(&enumeration)
+            ),
+        );
+    }
     description
+}
+
+/// The enum an integer field holds the numbers of, when its comment says so
+/// (`@sa: NotAcceptingTaskReason`): the daemons' protocol keeps such fields
+/// integers, so no schema refers to the enum and its table goes here.
+fn integer_of_enum(field: &FieldDescriptor) -> Option<EnumDescriptor> {
+    IntegerKind::of(&field.kind())?;
+    let message = field.parent_message();
+    let comment = member_comment(message.parent_file_descriptor_proto(), field.path())?;
+    let (_, named) = comment.split_once("@sa")?;
+    let name = named
+        .trim_start_matches([':', ' '])
+        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+        .next()?
+        .trim_end_matches('.');
+    let package = message.package_name();
+    message
+        .parent_pool()
+        .get_enum_by_name(&format!("{package}.{name}"))
+        .or_else(|| message.parent_pool().get_enum_by_name(name))
 }
 
 fn type_name(kind: &Kind) -> Cow<'static, str> {
@@ -472,9 +577,14 @@ mod tests {
             grammar::integer_pattern(0, u64::MAX.into())
         );
         assert_eq!(heartbeat["numProcessors"]["maximum"], json!(u32::MAX));
+        // By name or by number, then null: three alternatives of one type each.
         assert_eq!(
-            heartbeat["servantPriority"]["anyOf"][0]["$ref"],
-            "#/components/schemas/yadcc.scheduler.ServantPriority"
+            heartbeat["servantPriority"]["anyOf"],
+            json!([
+                {"$ref": "#/components/schemas/yadcc.scheduler.ServantPriority"},
+                {"type": "integer", "enum": [0, 1, 2]},
+                {"type": "null"},
+            ])
         );
         assert_eq!(heartbeat["envDescs"]["type"], json!(["array", "null"]));
         assert_eq!(
@@ -492,9 +602,34 @@ mod tests {
                 .unwrap()
                 .contains("`optional`")
         );
-        let status = &schemas["yadcc.scheduler.Status"]["enum"];
-        assert_eq!(status[0], "STATUS_UNKNOWN");
-        assert!(status.as_array().unwrap().contains(&json!(1004)));
+        // Enums by name only: generators refuse a mix of names and numbers.
+        let status = &schemas["yadcc.scheduler.Status"];
+        assert_eq!(status["type"], "string");
+        assert_eq!(status["enum"][0], "STATUS_UNKNOWN");
+        assert!(
+            status["enum"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(Value::is_string)
+        );
+        assert!(
+            status["description"]
+                .as_str()
+                .unwrap()
+                .contains("| `STATUS_INVALID_ARGUMENT` | 1004 |")
+        );
+        assert_eq!(
+            schemas["ErrorBody"]["properties"]["status"]["$ref"],
+            "#/components/schemas/yadcc.scheduler.Status"
+        );
+        // An integer field holding an enum's numbers shows that enum's table.
+        assert!(
+            heartbeat["notAcceptingTaskReason"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("| `NOT_ACCEPTING_TASK_REASON_BEHIND_NAT` | 4 |")
+        );
     }
 
     #[test]
@@ -517,10 +652,13 @@ mod tests {
             json!(limits.max_environments_per_servant)
         );
         let wait = &schemas["yadcc.scheduler.WaitForStartingTaskRequest"];
-        assert_eq!(wait["required"], json!(["envDesc"]));
+        assert!(wait.get("required").is_none(), "{wait}");
         let env = &wait["properties"]["envDesc"];
-        assert_eq!(env["required"], json!(["compilerDigest"]));
-        assert_eq!(env["properties"]["compilerDigest"]["minLength"], 1);
+        assert!(env.get("required").is_none(), "{env}");
+        assert_eq!(
+            env["properties"]["compilerDigest"]["maxLength"],
+            json!(limits.max_digest_chars)
+        );
         assert_eq!(
             env["allOf"][0]["$ref"],
             "#/components/schemas/yadcc.EnvironmentDesc"
@@ -529,11 +667,6 @@ mod tests {
             wait["properties"]["millisecondsToWait"]["maximum"],
             json!(limits.max_wait.as_millis())
         );
-        assert_eq!(
-            wait["anyOf"][0]["properties"]["immediateReqs"]["minimum"],
-            1
-        );
-        assert_eq!(wait["anyOf"][1]["required"], json!(["prefetchReqs"]));
         let keep = &schemas["yadcc.scheduler.KeepTaskAliveRequest"]["properties"];
         assert_eq!(
             keep["taskGrantIds"]["maxItems"],

@@ -1,5 +1,7 @@
-//! The inspection API's basic-auth scheme: declared, and required by every
-//! operation under the inspection prefixes, when the server asks for it.
+//! Who may call each operation: every operation declares its `security`,
+//! the inspection API's basic-auth scheme when the server asks for it, an
+//! empty list (open) everywhere else, so that linters and client generators
+//! need not guess.
 
 use serde_json::{Value, json};
 
@@ -17,31 +19,37 @@ pub fn is_inspection_path(path: &str) -> bool {
         .any(|prefix| path.starts_with(prefix))
 }
 
-/// Declares the basic-auth scheme in `document` and requires it on every
-/// operation of the inspection API.
-pub(super) fn require_inspect_credential(document: &mut Value) {
-    document["components"]["securitySchemes"] = json!({
-        INSPECT_SECURITY: {
-            "type": "http",
-            "scheme": "basic",
-            "description": "The `user:password` of `--inspect_credential`, \
-                guarding the dashboard and its API.",
-        }
-    });
+/// Declares `security` on every operation of `document`. With
+/// `inspect_auth`, the basic-auth scheme is declared too and required by
+/// every operation of the inspection API; every other operation is open (the
+/// RPCs check their tokens themselves, in the body).
+pub(super) fn declare_security(document: &mut Value, inspect_auth: bool) {
+    if inspect_auth {
+        document["components"]["securitySchemes"] = json!({
+            INSPECT_SECURITY: {
+                "type": "http",
+                "scheme": "basic",
+                "description": "The `user:password` of `--inspect_credential`, \
+                    guarding the dashboard and its API.",
+            }
+        });
+    }
     for (path, item) in document["paths"]
         .as_object_mut()
         .expect("paths is an object")
         .iter_mut()
     {
-        if !is_inspection_path(path) {
-            continue;
-        }
+        let guarded = inspect_auth && is_inspection_path(path);
         for operation in item
             .as_object_mut()
             .into_iter()
             .flat_map(|ops| ops.values_mut())
         {
-            operation["security"] = json!([{ INSPECT_SECURITY: [] }]);
+            operation["security"] = if guarded {
+                json!([{ INSPECT_SECURITY: [] }])
+            } else {
+                json!([])
+            };
         }
     }
 }
@@ -63,7 +71,7 @@ mod tests {
                         assert_eq!(security, &json!([{ INSPECT_SECURITY: [] }]), "{path}");
                         guarded += 1;
                     } else {
-                        assert!(security.is_null(), "{path}");
+                        assert_eq!(security, &json!([]), "{path}: open, and saying so");
                     }
                 }
             }

@@ -50,13 +50,18 @@ pub enum Target {
     HeartbeatHttpPb,
     /// `Heartbeat` in JSON over plain HTTP.
     HeartbeatJson,
+    /// `Heartbeat` in binary protobuf over plain HTTP, as the JSON target
+    /// sends it but for the body: the same route and server path (hyper), so
+    /// the two differ only by the codec.
+    HeartbeatProtobuf,
 }
 
 impl Target {
-    pub const ALL: [Target; 4] = [
+    pub const ALL: [Target; 5] = [
         Target::HeartbeatFlare,
         Target::HeartbeatHttpPb,
         Target::HeartbeatJson,
+        Target::HeartbeatProtobuf,
         Target::Bare,
     ];
 
@@ -66,6 +71,7 @@ impl Target {
             Target::HeartbeatFlare => "heartbeat-flare",
             Target::HeartbeatHttpPb => "heartbeat-http+pb",
             Target::HeartbeatJson => "heartbeat-json",
+            Target::HeartbeatProtobuf => "heartbeat-protobuf",
         }
     }
 
@@ -75,6 +81,7 @@ impl Target {
             "flare" | "heartbeat-flare" => Some(Target::HeartbeatFlare),
             "http+pb" | "binary" | "heartbeat-http+pb" => Some(Target::HeartbeatHttpPb),
             "json" | "heartbeat-json" => Some(Target::HeartbeatJson),
+            "protobuf" | "heartbeat-protobuf" => Some(Target::HeartbeatProtobuf),
             _ => None,
         }
     }
@@ -83,7 +90,7 @@ impl Target {
     fn protocol(self) -> Protocol {
         match self {
             Target::HeartbeatFlare => Protocol::Flare,
-            Target::HeartbeatHttpPb | Target::Bare => Protocol::HttpPb,
+            Target::HeartbeatHttpPb | Target::HeartbeatProtobuf | Target::Bare => Protocol::HttpPb,
             Target::HeartbeatJson => Protocol::Json,
         }
     }
@@ -153,6 +160,8 @@ pub struct TargetResult {
     pub scheduler_cpu: Option<Duration>,
     /// This process's CPU time over the measured windows.
     pub client_cpu: Option<Duration>,
+    /// Successful requests per second in each round, in order.
+    pub round_rates: Vec<f64>,
 }
 
 impl TargetResult {
@@ -170,6 +179,27 @@ impl TargetResult {
     pub fn client_cpu_per_request(&self) -> Option<Duration> {
         let cpu = self.client_cpu?;
         (self.ok > 0).then(|| cpu.div_f64(self.ok as f64))
+    }
+
+    /// The median over rounds of this target's rate against `other`'s in
+    /// the same round: targets run in turn, so each round compares phases
+    /// seconds apart, and a noisy moment on a shared machine moves one
+    /// round's ratio rather than the figure.
+    pub fn median_round_ratio(&self, other: &TargetResult) -> Option<f64> {
+        let mut ratios: Vec<f64> = self
+            .round_rates
+            .iter()
+            .zip(&other.round_rates)
+            .filter(|&(_, theirs)| *theirs > 0.0)
+            .map(|(mine, theirs)| mine / theirs)
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let middle = ratios.len() / 2;
+        match ratios.len() {
+            0 => None,
+            n if n % 2 == 1 => Some(ratios[middle]),
+            _ => Some((ratios[middle - 1] + ratios[middle]) / 2.0),
+        }
     }
 
     pub fn row(&self) -> Row {
@@ -219,6 +249,15 @@ fn encode_target(
                 let json = json.as_deref().unwrap_or_default();
                 wire::encode_json_request(&mut out, host, Method::Heartbeat, json);
             }
+            Target::HeartbeatProtobuf => wire::encode_http_request(
+                &mut out,
+                Method::Heartbeat.rpc_path(),
+                &[
+                    ("Host", host.to_owned()),
+                    ("Content-Type", "application/x-protobuf".to_owned()),
+                ],
+                &binary,
+            ),
             Target::Bare => wire::encode_http_request(
                 &mut out,
                 BARE_PATH,
@@ -412,6 +451,7 @@ pub async fn run(
             latency: Histogram::default(),
             scheduler_cpu: config.scheduler_pid.map(|_| Duration::ZERO),
             client_cpu: Some(Duration::ZERO),
+            round_rates: Vec::new(),
         })
         .collect();
     for round in 0..config.rounds.max(1) {
@@ -426,6 +466,9 @@ pub async fn run(
                 super::stats::millis(phase.latency.quantile(0.99).unwrap_or_default()),
                 phase.errors.values().sum::<u64>()
             ));
+            result
+                .round_rates
+                .push(phase.ok as f64 / phase.elapsed.as_secs_f64().max(1e-9));
             result.ok += phase.ok;
             result.elapsed += phase.elapsed;
             result.scheduler_cpu = add_cpu(result.scheduler_cpu, phase.scheduler_cpu);
@@ -636,5 +679,32 @@ mod tests {
         let printed = format!("{config:?}");
         assert!(!printed.contains("-secret"), "{printed}");
         assert!(printed.contains("user_token: <redacted>"), "{printed}");
+    }
+
+    fn result_with_rates(target: Target, round_rates: Vec<f64>) -> TargetResult {
+        TargetResult {
+            target,
+            request_bytes: 0,
+            ok: 0,
+            errors: BTreeMap::new(),
+            elapsed: Duration::ZERO,
+            latency: Histogram::default(),
+            scheduler_cpu: None,
+            client_cpu: None,
+            round_rates,
+        }
+    }
+
+    #[test]
+    fn the_round_ratio_is_the_median_of_same_round_ratios() {
+        let binary = result_with_rates(Target::HeartbeatProtobuf, vec![100.0, 200.0, 100.0]);
+        // Ratios 0.5, 0.9 (an outlier round) and 0.6: the median is 0.6,
+        // whatever the totals say.
+        let json = result_with_rates(Target::HeartbeatJson, vec![50.0, 180.0, 60.0]);
+        assert_eq!(json.median_round_ratio(&binary), Some(0.6));
+        let two_rounds = result_with_rates(Target::HeartbeatJson, vec![50.0, 160.0]);
+        assert_eq!(two_rounds.median_round_ratio(&binary), Some(0.65));
+        let none = result_with_rates(Target::HeartbeatJson, Vec::new());
+        assert_eq!(none.median_round_ratio(&binary), None);
     }
 }

@@ -1,6 +1,8 @@
 //! The dashboard in real headless Chromium: the DOM after its scripts ran
 //! shows the servants, grants, requesters and totals of a populated
-//! scheduler, and the history chart's range choices. The page is served with
+//! scheduler (each tab drawn when shown: `#tab=name` opens one), the history
+//! chart's range choices, cards and legend that agree, and the per-machine
+//! grant rate on the first load; with 1,000 servants the page stays paged. The page is served with
 //! its `Content-Security-Policy`, so this also proves the page works under it.
 //!
 //! The script is ES modules (`app.js` imports the rest): a module that 404s,
@@ -11,10 +13,17 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
+    time::Duration,
 };
 
+use prost::Message;
+use yadcc_scheduler::pb;
+
 use crate::support::*;
+
+/// Longest one headless Chromium run may take: its virtual time budget is
+/// 8 s, the rest is start-up on a loaded machine.
+const CHROMIUM_LIMIT: Duration = Duration::from_secs(120);
 
 fn chromium() -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
@@ -23,6 +32,19 @@ fn chromium() -> Option<PathBuf> {
         .iter()
         .flat_map(|name| dirs.iter().map(move |dir| dir.join(name)))
         .find(|candidate| candidate.is_file())
+}
+
+/// Chromium, or None (the test skips) outside CI when it is not installed.
+fn chromium_or_skip() -> Option<PathBuf> {
+    let found = chromium();
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install chromium (scripts/test.sh does)"
+        );
+        eprintln!("SKIPPED: no chromium on PATH; scripts/test.sh installs it");
+    }
+    found
 }
 
 /// What Chromium printed: stdout, and the page's console messages (uncaught
@@ -34,12 +56,11 @@ struct ChromiumRun {
 
 /// Runs Chromium headless against `url` with the extra flags.
 fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> ChromiumRun {
-    let profile = std::env::temp_dir().join(format!(
-        "yadcc-chromium-{}-{}",
-        std::process::id(),
-        extra.len()
-    ));
-    let output = Command::new(binary)
+    // One profile per run: tests may run Chromium concurrently.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let profile = std::env::temp_dir().join(format!("yadcc-chromium-{}-{run}", std::process::id()));
+    let output = bounded(CHROMIUM_LIMIT, binary)
         .args([
             "--headless",
             "--no-sandbox",
@@ -61,6 +82,12 @@ fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> ChromiumRun {
         .output()
         .expect("chromium starts");
     let _ = std::fs::remove_dir_all(&profile);
+    assert_ne!(
+        output.status.code(),
+        Some(124),
+        "chromium ran for over {CHROMIUM_LIMIT:?} and was stopped: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(
         output.status.success(),
         "chromium failed: {}",
@@ -118,31 +145,81 @@ fn cell_text(dom: &str, row_marker: &str, column: &str) -> Option<String> {
     Some(text)
 }
 
+/// The servants of the main test: address, reported location (the last one
+/// behind NAT), capacity.
+const SERVANTS: [(&str, &str, u32); 3] = [
+    ("127.0.0.2", "127.0.0.2:8335", 8),
+    ("127.0.0.3", "127.0.0.3:8335", 4),
+    ("127.0.0.4", "192.168.77.5:8335", 4),
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
-    let Some(binary) = chromium() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must install chromium (scripts/test.sh does)"
-        );
-        eprintln!("SKIPPED: no chromium on PATH; scripts/test.sh installs it");
+    let _heavy = heavy().await;
+    let Some(binary) = chromium_or_skip() else {
         return;
     };
     let server = Server::start_inspectable().await;
-    heartbeat_from(&server, "127.0.0.2", "127.0.0.2:8335", 8).await;
-    heartbeat_from(&server, "127.0.0.3", "127.0.0.3:8335", 4).await;
-    heartbeat_from(&server, "127.0.0.4", "192.168.77.5:8335", 4).await;
+    for (ip, location, capacity) in SERVANTS {
+        heartbeat_from(&server, ip, location, capacity).await;
+    }
     let granted = acquire(&server, 2, 1).await;
     assert_eq!(granted.grants.len(), 3);
+    // The server measures each machine's grant rate once a second: wait for
+    // the sample that saw these grants, so the first load must show it.
+    let deadline = std::time::Instant::now() + STEP;
+    loop {
+        let overview = crate::protocols::overview(&server).await;
+        if overview["requesters"][0]["grantsPerSecond"].as_f64() > Some(0.0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sampler measured the rate: {overview}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    // Four Chromium runs can outlast a heartbeat's period or a lease on a
+    // loaded machine: keep the servants and grants alive as daemons would.
+    let ids: Vec<u64> = granted.grants.iter().map(|g| g.task_grant_id).collect();
+    let keeper = tokio::spawn({
+        let addr = server.addr;
+        async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                for (ip, location, capacity) in SERVANTS {
+                    let mut connection =
+                        Connection::open_from(addr, Some(ip.parse().unwrap())).await;
+                    let body = heartbeat(location, capacity).encode_to_vec();
+                    connection
+                        .send(&daemon_request(Method::Heartbeat, 1, &body, None))
+                        .await;
+                    connection.read_response().await;
+                }
+                let renewal = pb::KeepTaskAliveRequest {
+                    token: USER_TOKEN.into(),
+                    task_grant_ids: ids.clone(),
+                    next_keep_alive_in_ms: 15_000,
+                };
+                call_http_pb(addr, Method::KeepTaskAlive, &renewal).await;
+            }
+        }
+    });
 
     let url = server.url("/");
-    let run = tokio::task::spawn_blocking({
+    let dump = |tab: &str| {
         let binary = binary.clone();
-        let url = url.clone();
-        move || run_chromium(&binary, &url, &["--dump-dom".to_owned()])
-    })
-    .await
-    .expect("chromium task");
+        let url = format!("{url}#tab={tab}");
+        tokio::task::spawn_blocking(move || run_chromium(&binary, &url, &["--dump-dom".to_owned()]))
+    };
+    let mut tabs = std::collections::HashMap::new();
+    for tab in ["requesters", "grants", "environments"] {
+        let run = dump(tab).await.expect("chromium task");
+        assert!(run.console.is_empty(), "{tab}: {:#?}", run.console);
+        tabs.insert(tab, run.stdout);
+    }
+    let run = dump("servants").await.expect("chromium task");
     let dom = run.stdout;
 
     assert!(
@@ -203,16 +280,41 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
         dom.contains("differs from the observed"),
         "NAT reason shown in words"
     );
+    // A hidden tab's table is not drawn until it is shown.
+    assert!(
+        !dom.contains("data-grant-id="),
+        "the grants table waits for its tab"
+    );
+    assert!(
+        !dom.contains(r#"data-requester="127.0.0.1""#),
+        "the requesters table waits for its tab"
+    );
+    // Cards and legend come from the same overview: they agree.
+    for metric in ["capacity", "running", "waiters", "grantsPerSecond"] {
+        let card = text_after_tag(&dom, &format!(r#"data-metric="{metric}""#));
+        let legend = text_after_tag(&dom, &format!(r#"data-legend="{metric}""#));
+        assert!(
+            card.is_some() && card.as_deref() != Some("—"),
+            "{metric}: {card:?}"
+        );
+        assert_eq!(card, legend, "card and legend of {metric}");
+    }
+    assert_eq!(
+        text_after_tag(&dom, r#"data-metric="capacity""#).as_deref(),
+        Some("12"),
+        "8 + 4 slots (the servant behind NAT offers none)"
+    );
+    let grants_dom = &tabs["grants"];
     for grant in &granted.grants {
         // Ids are random 64-bit values: the page must keep every digit.
         assert!(
-            dom.contains(&format!(r#"data-grant-id="{}""#, grant.task_grant_id)),
+            grants_dom.contains(&format!(r#"data-grant-id="{}""#, grant.task_grant_id)),
             "grant row {}",
             grant.task_grant_id
         );
     }
     assert!(
-        dom.contains(&format!(r#"data-digest="{DIGEST}""#)),
+        tabs["environments"].contains(&format!(r#"data-digest="{DIGEST}""#)),
         "environment row"
     );
     assert!(
@@ -264,27 +366,35 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
     );
 
     // Requesters, as icemon lists its clients: the machine that took the
-    // three grants, with the engine's counters.
+    // three grants, with the engine's counters, and its grant rate as the
+    // server measured it (over its last 10 s, which may have slid past the
+    // grants by now), on the page's first load: a figure, not a dash.
+    let dom = &tabs["requesters"];
     let requester = r#"data-requester="127.0.0.1""#;
+    let rate = cell_text(dom, requester, "rate").unwrap_or_default();
+    assert!(
+        rate.parse::<f64>().is_ok_and(|rate| rate >= 0.0),
+        "a grant rate on the first load: {rate:?}"
+    );
     assert!(dom.contains(requester), "requester row");
     assert_eq!(
-        cell_text(&dom, requester, "grantsHeld").as_deref(),
+        cell_text(dom, requester, "grantsHeld").as_deref(),
         Some("3"),
         "grants held"
     );
     assert_eq!(
-        cell_text(&dom, requester, "waiting").as_deref(),
+        cell_text(dom, requester, "waiting").as_deref(),
         Some("0"),
         "waiting, from the overview's requesters"
     );
     assert_eq!(
-        cell_text(&dom, requester, "grantsTotal").as_deref(),
+        cell_text(dom, requester, "grantsTotal").as_deref(),
         Some("3"),
         "grants total, from the overview's requesters"
     );
-    assert_eq!(cell_text(&dom, requester, "refused").as_deref(), Some("0"));
+    assert_eq!(cell_text(dom, requester, "refused").as_deref(), Some("0"));
 
-    let status = attribute_of(&dom, r#"id="status""#, "class").unwrap_or_default();
+    let status = attribute_of(dom, r#"id="status""#, "class").unwrap_or_default();
     assert!(
         status.contains("live") || dom.contains(">live<"),
         "connection state is live: {status}"
@@ -323,6 +433,69 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
         size > 10_000,
         "screenshot kept at {} ({size} bytes)",
         screenshot.display()
+    );
+    keeper.abort();
+    server.stop().await;
+}
+
+/// Servants in the large-cluster test.
+const MANY_SERVANTS: u16 = 1000;
+/// Rows a table shows per page (`PAGE_ROWS` in `web/table.js`).
+const PAGE_ROWS: usize = 50;
+/// The whole page's elements with a full page of servants: 50 rows of about
+/// 35 elements (cells, meters, badges) and some 250 around them; a table of
+/// every servant would hold 35,000.
+const MAX_ELEMENTS: usize = 2200;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_stays_light_with_a_thousand_servants() {
+    let _heavy = heavy().await;
+    let Some(binary) = chromium_or_skip() else {
+        return;
+    };
+    let server = Server::start_inspectable().await;
+    // On one connection, as one daemon's pipeline would, with the longest
+    // heartbeat period: registering them all must not outlast the first.
+    let mut connection = Connection::open(server.addr).await;
+    for port in 0..MANY_SERVANTS {
+        let mut request = heartbeat(&servant_location("127.0.0.1", 10_000 + port), 8);
+        request.next_heartbeat_in_ms = 30_000;
+        connection
+            .send(&daemon_request(
+                Method::Heartbeat,
+                u64::from(port),
+                &request.encode_to_vec(),
+                None,
+            ))
+            .await;
+        assert_eq!(connection.read_response().await.status, 200);
+    }
+    let url = server.url("/");
+    let run = tokio::task::spawn_blocking(move || {
+        run_chromium(&binary, &url, &["--dump-dom".to_owned()])
+    })
+    .await
+    .expect("chromium task");
+    assert!(run.console.is_empty(), "{:#?}", run.console);
+    let dom = run.stdout;
+    assert_eq!(
+        text_after_tag(&dom, r#"id="servants-info""#).as_deref(),
+        Some("1,000 servants")
+    );
+    assert_eq!(
+        attribute_of(&dom, r#"data-metric="servantsUp""#, "data-value").as_deref(),
+        Some("1000")
+    );
+    let rows = dom.matches("data-location=").count();
+    assert_eq!(rows, PAGE_ROWS, "one page of servant rows");
+    assert!(
+        dom.contains("page 1 of 20"),
+        "the pager says where the rest are"
+    );
+    let elements = dom.matches('<').count() - dom.matches("</").count();
+    assert!(
+        elements < MAX_ELEMENTS,
+        "{elements} elements with {MANY_SERVANTS} servants"
     );
     server.stop().await;
 }

@@ -6,20 +6,28 @@
 //! that answers a connection's calls in order makes a Heartbeat wait behind a
 //! long poll, and it times out.
 
-use std::time::Duration;
+use std::{
+    sync::atomic::Ordering::Relaxed,
+    time::{Duration, Instant},
+};
 
 use yadcc_scheduler::{
     pb::Method,
     sim::{Cluster, ClusterConfig, Protocol, Workload, stats::Call},
 };
 
-use crate::support::{SERVANT_TOKEN, Server, USER_TOKEN};
+use crate::support::{SERVANT_TOKEN, STEP, Server, USER_TOKEN, heavy};
 
-/// Seconds of emulation measured (the issue asks for at least 10).
-const EMULATED: u64 = 11;
+/// Heartbeats (and running-task polls) each machine makes, one a second:
+/// at least 10 s of emulation.
+const ROUNDS: u64 = 10;
 const MACHINES: usize = 4;
+/// Bound on the emulation: far longer than the rounds take, so only a
+/// stuck cluster reaches it.
+const PATIENCE: Duration = Duration::from_secs(90);
 
 async fn stock_daemons_run_cleanly_over(protocol: Protocol) {
+    let _heavy = heavy().await;
     let server = Server::start().await;
     let mut config = ClusterConfig::new(
         server.addr,
@@ -39,60 +47,56 @@ async fn stock_daemons_run_cleanly_over(protocol: Protocol) {
     config.seed = Some(9);
     let cluster = Cluster::start(config);
     assert!(
-        cluster.wait_ready(Duration::from_secs(5)).await,
+        cluster.wait_ready(STEP).await,
         "servants register over {protocol}"
     );
+    let stats = cluster.stats().clone();
+    let ok = |rpc| stats.call(Call::Rpc(rpc)).ok.load(Relaxed);
+    let floor = MACHINES as u64 * ROUNDS;
+    let long_poll_waited = || {
+        let waits = stats.call(Call::Rpc(Method::WaitForStartingTask));
+        waits.latency.max() >= Duration::from_millis(500) || waits.no_quota.load(Relaxed) > 0
+    };
+    let enough = || {
+        ok(Method::Heartbeat) >= floor
+            && ok(Method::GetRunningTasks) >= floor
+            && ok(Method::GetConfig) >= MACHINES as u64
+            && ok(Method::KeepTaskAlive) > 0
+            && ok(Method::FreeTask) > 0
+            && long_poll_waited()
+    };
+    let give_up_at = Instant::now() + PATIENCE;
     let mut most_connections = 0;
-    for _ in 0..EMULATED * 10 {
+    while !enough() && Instant::now() < give_up_at {
         tokio::time::sleep(Duration::from_millis(100)).await;
         most_connections = most_connections.max(cluster.connections());
     }
-    let stats = cluster.stats().clone();
     cluster.stop().await;
     server.stop().await;
     let report = stats.report();
 
     assert_eq!(stats.total_errors(), 0, "over {protocol}:\n{report}");
     assert_eq!(stats.events.anomalies(), 0, "over {protocol}:\n{report}");
-    let ok = |rpc| {
-        stats
-            .call(Call::Rpc(rpc))
-            .ok
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
     // Every machine heartbeats and asks for running tasks every second.
-    let floor = MACHINES as u64 * (EMULATED - 2);
     assert!(ok(Method::Heartbeat) >= floor, "{report}");
     assert!(ok(Method::GetRunningTasks) >= floor, "{report}");
     assert!(ok(Method::GetConfig) >= MACHINES as u64, "{report}");
     assert!(ok(Method::KeepTaskAlive) > 0, "{report}");
     assert!(ok(Method::FreeTask) > 0, "{report}");
     // The long polls did wait, so other calls shared connections with them.
-    let waits = stats.call(Call::Rpc(Method::WaitForStartingTask));
     assert!(
-        waits.latency.max() >= Duration::from_millis(500)
-            || waits.no_quota.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        long_poll_waited(),
         "no long poll waited over {protocol}:\n{report}"
     );
     // At most two connections per daemon, none lost and replaced.
-    let opened = stats
-        .events
-        .connections_opened
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let opened = stats.events.connections_opened.load(Relaxed);
     assert!(opened <= 2 * MACHINES as u64, "{opened} opened:\n{report}");
     assert!(most_connections <= 2 * MACHINES, "{most_connections}");
     assert!(
         most_connections > MACHINES,
         "calls in flight together open a second connection: {most_connections}"
     );
-    assert_eq!(
-        stats
-            .events
-            .connections_lost
-            .load(std::sync::atomic::Ordering::Relaxed),
-        0,
-        "{report}"
-    );
+    assert_eq!(stats.events.connections_lost.load(Relaxed), 0, "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,8 @@ use base64::Engine as _;
 use serde_json::Value;
 use yadcc_scheduler::{
     dashboard::{ASSETS, InspectAccess, SECURITY_HEADERS},
-    http::state::HttpSettings,
     pb,
+    rpc::state::HttpSettings,
 };
 
 use crate::support::*;
@@ -214,7 +214,15 @@ async fn inspection_is_closed_by_default_and_says_which_flag_opens_it() {
         .chain(["/inspect/vars", "/inspect/anything"])
     {
         let response = get(&server, path).await;
-        assert_eq!(response.status().as_u16(), 403, "{path}");
+        // The original's answer: 401 and a challenge, as for a wrong credential.
+        assert_eq!(response.status().as_u16(), 401, "{path}");
+        assert!(
+            response.headers()["www-authenticate"]
+                .to_str()
+                .unwrap()
+                .starts_with("Basic "),
+            "{path}"
+        );
         let message = response.text().await.unwrap();
         assert!(
             message.contains("--inspect_credential"),
@@ -341,5 +349,112 @@ async fn the_originals_dump_has_its_shape_and_field_names() {
     let vars = get_json(&server, "/inspect/vars").await;
     assert_eq!(vars["yadcc"]["task_dispatcher"]["servants_up"], 2);
     assert!(!dump.to_string().contains(USER_TOKEN));
+    server.stop().await;
+}
+
+/// Below the dump and with a trailing slash, as the original's framework
+/// answers: a field alone (a number as text, an object as JSON), the same
+/// page, and 404 for what the dump does not hold.
+#[tokio::test]
+async fn a_path_below_the_dump_answers_that_field_and_a_trailing_slash_the_same_page() {
+    let server = Server::start_inspectable().await;
+    heartbeat_from(&server, "127.0.0.2", "127.0.0.2:8335", 4).await;
+    let granted = acquire(&server, 1, 0).await;
+    let grant = granted.grants[0].task_grant_id;
+
+    let up = get(&server, "/inspect/vars/yadcc/task_dispatcher/servants_up").await;
+    assert_eq!(up.status().as_u16(), 200);
+    assert!(
+        up.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    assert_eq!(up.text().await.unwrap(), "1");
+    let location = get(
+        &server,
+        "/inspect/vars/yadcc/task_dispatcher/servants/0/location",
+    )
+    .await;
+    assert_eq!(
+        location.text().await.unwrap(),
+        "127.0.0.2:8335",
+        "no quotes"
+    );
+
+    let task = get_json(
+        &server,
+        &format!("/inspect/vars/yadcc/task_dispatcher/tasks/{grant}/"),
+    )
+    .await;
+    assert_eq!(task["task_id"].as_u64(), Some(grant));
+    assert_eq!(task["servant_location"], "127.0.0.2:8335");
+
+    let page = get_json(&server, "/inspect/vars/yadcc/task_dispatcher").await;
+    for same in [
+        "/inspect/vars/yadcc/task_dispatcher/",
+        "/inspect/vars//yadcc/task_dispatcher",
+    ] {
+        let again = get_json(&server, same).await;
+        assert_eq!(again["servants"], page["servants"], "{same}");
+        assert_eq!(again["tasks"], page["tasks"], "{same}");
+        assert_eq!(again["servants_up"], 1, "{same}");
+    }
+    assert_eq!(
+        get_json(&server, "/inspect/vars/").await["yadcc"]["task_dispatcher"]["running_tasks"],
+        1
+    );
+    assert_eq!(
+        get_json(&server, "/inspect/vars/yadcc/").await["task_dispatcher"]["capacity"],
+        4
+    );
+    for missing in [
+        "/inspect/vars/yadcc/task_dispatcher/no_such_field",
+        "/inspect/vars/yadcc/task_dispatcher/servants_up/deeper",
+        "/inspect/vars/yadcc/task_dispatcher/servants/7",
+    ] {
+        assert_eq!(
+            get(&server, missing).await.status().as_u16(),
+            404,
+            "{missing}"
+        );
+    }
+    server.stop().await;
+}
+
+/// A servant short of memory shows its running count as `capacity_available`,
+/// as the original computes it, and the totals still add up to its capacity.
+#[tokio::test]
+async fn a_servant_short_of_memory_shows_its_running_count_as_capacity_available() {
+    let server = Server::start_inspectable().await;
+    heartbeat_from(&server, "127.0.0.2", "127.0.0.2:8335", 4).await;
+    let granted = acquire(&server, 1, 1).await;
+    assert_eq!(granted.grants.len(), 2);
+    // Now it reports 1 GiB of 64 GiB free, under the 10 GiB floor.
+    let mut connection =
+        Connection::open_from(server.addr, Some("127.0.0.2".parse().unwrap())).await;
+    let short = pb::HeartbeatRequest {
+        total_memory_in_bytes: 64 << 30,
+        memory_available_in_bytes: 1 << 30,
+        ..heartbeat("127.0.0.2:8335", 4)
+    };
+    connection
+        .send(&daemon_request(
+            Method::Heartbeat,
+            2,
+            &prost::Message::encode_to_vec(&short),
+            None,
+        ))
+        .await;
+    assert_eq!(connection.read_response().await.status, 200);
+
+    let dump = get_json(&server, "/inspect/vars/yadcc/task_dispatcher").await;
+    let servant = &dump["servants"][0];
+    assert_eq!(servant["memory_available_mb"], 1024);
+    assert_eq!(servant["running_tasks"], 2);
+    assert_eq!(servant["capacity_available"], 2, "{servant}");
+    assert_eq!(dump["capacity"], 4);
+    assert_eq!(dump["capacity_available"], 0, "no new task goes there");
+    assert_eq!(dump["capacity_unavailable"], 2);
     server.stop().await;
 }

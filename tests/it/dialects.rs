@@ -304,5 +304,44 @@ async fn unknown_json_fields_are_ignored_and_nulls_of_messages_accepted() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
+
+    // `null` for lists of messages: their default, the empty list.
+    let (status, body, _) = post_json(
+        &server,
+        Route::HttpPb,
+        "Heartbeat",
+        "application/json",
+        json!({
+            "token": SERVANT_TOKEN,
+            "location": "127.0.0.1:8335",
+            "nextHeartbeatInMs": 10000,
+            "capacity": 2,
+            "envDescs": null,
+            "runningTasks": null,
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let snapshot = server.engine.snapshot();
+    assert_eq!(snapshot.totals.servants_up, 1);
+    assert!(snapshot.servants[0].environments.is_empty());
+
+    // `null` for a message: decoded as absent, so the call gets past the
+    // decoder (which would answer code 5) to the scheduler, which answers
+    // with one of its own statuses (a missing environment).
+    let (_, body, _) = post_json(
+        &server,
+        Route::HttpPb,
+        "WaitForStartingTask",
+        "application/json",
+        json!({"token": USER_TOKEN, "envDesc": null, "immediateReqs": 1}),
+    )
+    .await;
+    assert!(
+        body["rpcErrorCode"]
+            .as_u64()
+            .is_some_and(|code| code >= 1000),
+        "{body}"
+    );
     server.stop().await;
 }

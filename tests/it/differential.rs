@@ -13,7 +13,7 @@
 //! `protobuf`, which `scripts/test.sh` installs; without them the test is
 //! skipped outside CI and fails in CI.
 
-use std::{net::SocketAddr, process::Command};
+use std::net::SocketAddr;
 
 use axum::{
     Router,
@@ -28,20 +28,27 @@ use tokio::net::TcpListener;
 use yadcc_scheduler::{
     AppState, app,
     engine::{Config, Scheduler, TokenSet},
-    http::{
+    pb::{self, Encoding},
+    rpc::{
         codec::{decode, encode},
         state::HttpSettings,
     },
-    pb::{self, Encoding},
+};
+
+use crate::{
+    support::{TOOL_LIMIT, bounded, heavy, run_bounded},
+    tools::python_program,
 };
 
 /// Generated messages per type and check: with six request and six response
 /// types, thousands in all.
 const PER_TYPE: &str = "400";
+/// The environment variable that pins the script's random seed.
+const SEED_VARIABLE: &str = "DIFFERENTIAL_SEED";
 
-fn python_with_protobuf() -> Option<String> {
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_owned());
-    let ok = Command::new(&python)
+fn python_with_protobuf() -> Option<std::ffi::OsString> {
+    let python = python_program();
+    let ok = bounded(TOOL_LIMIT, &python)
         .args(["-c", "import google.protobuf.json_format"])
         .output()
         .is_ok_and(|output| output.status.success());
@@ -107,6 +114,7 @@ async fn encode_route(Path(name): Path<String>, body: Bytes) -> Response {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_mapping_agrees_with_googles_protobuf() {
+    let _heavy = heavy().await;
     let Some(python) = python_with_protobuf() else {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -147,30 +155,31 @@ async fn json_mapping_agrees_with_googles_protobuf() {
     std::fs::write(&descriptors, pb::FILE_DESCRIPTOR_SET).expect("write descriptors");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/differential.py");
     let url = format!("http://{addr}");
-    let descriptors_arg = descriptors.to_string_lossy().into_owned();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(python)
-            .args([
-                script,
-                "--url",
-                &url,
-                "--descriptors",
-                &descriptors_arg,
-                "--count",
-                PER_TYPE,
-            ])
-            .output()
-            .expect("python3 runs")
-    })
-    .await
-    .expect("script task");
+    let mut command = bounded(TOOL_LIMIT, python);
+    command
+        .arg(script)
+        .args(["--url", &url, "--count", PER_TYPE])
+        .arg("--descriptors")
+        .arg(&descriptors)
+        .arg("--readme")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
+    // A failure names its seed; this replays it.
+    if let Some(seed) = std::env::var_os(SEED_VARIABLE) {
+        command.arg("--seed").arg(seed);
+    }
+    let output = run_bounded(command).await;
     let _ = std::fs::remove_file(&descriptors);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     eprintln!("{stdout}");
+    let seed = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("differential: seed "))
+        .unwrap_or("(not printed)");
     assert!(
         output.status.success(),
-        "differential test failed:\n{stdout}\n{stderr}"
+        "differential test failed with seed {seed}; replay it with \
+         {SEED_VARIABLE}={seed} cargo test --test it differential\n{stdout}\n{stderr}"
     );
     assert!(
         stdout.contains(" 0 failed"),

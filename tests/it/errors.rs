@@ -3,9 +3,8 @@
 
 use prost::Message;
 use yadcc_scheduler::{
-    engine,
-    http::{error::ErrorKind, state::HttpSettings},
-    pb,
+    engine, pb,
+    rpc::{error::ErrorKind, state::HttpSettings},
 };
 
 use crate::support::*;
@@ -91,9 +90,13 @@ fn trigger(kind: ErrorKind, path: &str) -> Option<Vec<u8>> {
         ),
         ErrorKind::MethodNotAllowed => format!("GET {path}GetConfig HTTP/1.1\r\n\r\n").into_bytes(),
         ErrorKind::MethodNotFound => binary("NoSuchMethod", &Vec::new),
+        // Under `/rpc/` another service is an unknown method (see
+        // `another_service_under_rpc_is_an_unknown_method`): the path of
+        // another service is Connect's, whichever style is being checked.
         ErrorKind::ServiceNotFound => {
-            let other = path.replace("SchedulerService", "OtherService");
-            format!("POST {other}GetConfig HTTP/1.1\r\nContent-Length: 0\r\n\r\n").into_bytes()
+            "POST /yadcc.scheduler.OtherService/GetConfig HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
+                .as_bytes()
+                .to_vec()
         }
         // Not reachable by a client: no RPC of this server is unimplemented,
         // and Internal/Unknown are bugs. Their rows are checked in unit tests.
@@ -160,6 +163,24 @@ async fn every_reachable_error_row_is_what_the_table_says() {
             if kind == ErrorKind::MethodNotAllowed {
                 assert_eq!(response.header("allow"), Some("POST"));
             }
+            // The original's words, which daemons print, on every protocol.
+            let original = match kind {
+                ErrorKind::Scheduler(pb::Status::NoQuotaAvailable) => {
+                    Some("The compilation cloud is busy now.")
+                }
+                ErrorKind::Scheduler(pb::Status::EnvironmentNotAvailable) => {
+                    Some("No matched servant environment.")
+                }
+                _ => None,
+            };
+            if let Some(original) = original {
+                assert_eq!(body["message"], original, "{context}");
+                assert_eq!(
+                    response.header("rpc-error-reason"),
+                    Some(original),
+                    "{context}"
+                );
+            }
             if path.starts_with("/rpc/") && request.windows(9).any(|w| w == b"Rpc-SeqNo") {
                 assert_eq!(response.header("rpc-seqno"), Some("9"), "{context}");
             }
@@ -167,6 +188,35 @@ async fn every_reachable_error_row_is_what_the_table_says() {
         }
     }
     assert_eq!(checked, 2 * 12, "every reachable row on both route styles");
+    server.stop().await;
+}
+
+/// The daemons' framework looks up the whole name under `/rpc/`: another
+/// service's method is an unknown method (10), as it answers, for daemons
+/// and scripts alike; Connect's path of another service is no route (9).
+#[tokio::test]
+async fn another_service_under_rpc_is_an_unknown_method() {
+    let server = server().await;
+    for (path, code) in [
+        ("/rpc/yadcc.scheduler.OtherService.GetConfig", "10"),
+        ("/rpc/NoServiceAtAll", "10"),
+        (&format!("/rpc/{SERVICE}.NoSuchMethod"), "10"),
+        ("/yadcc.scheduler.OtherService/GetConfig", "9"),
+    ] {
+        for seq_no in [Some("4"), None] {
+            let mut headers = vec![("Content-Type", "application/x-protobuf")];
+            headers.extend(seq_no.map(|seq_no| ("Rpc-SeqNo", seq_no)));
+            let mut connection = Connection::open(server.addr).await;
+            connection.send(&http_request(path, &headers, &[])).await;
+            let response = connection.read_response().await;
+            assert_eq!(response.status, 404, "{path} {seq_no:?}");
+            assert_eq!(
+                response.header("rpc-error-code"),
+                Some(code),
+                "{path} {seq_no:?}"
+            );
+        }
+    }
     server.stop().await;
 }
 

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use prost::Message;
-use yadcc_scheduler::{engine, http::state::HttpSettings, pb};
+use yadcc_scheduler::{engine, pb, rpc::state::HttpSettings};
 
 use crate::{fixtures::eventually, support::*};
 
@@ -62,6 +62,81 @@ async fn a_prefetch_only_call_for_an_environment_nobody_offers_gets_no_quota() {
     idle_prefetch.immediate_reqs = 1;
     let response = call_http_pb(server.addr, Method::WaitForStartingTask, &idle_prefetch).await;
     assert_eq!(error_code(&response), Some("1006"));
+    server.stop().await;
+}
+
+/// As the original answers them: an empty (or missing) compiler digest is
+/// an environment nobody offers, and a call asking for no grant gets none,
+/// never "invalid argument", on the daemons' protocols and on JSON alike.
+#[tokio::test]
+async fn an_empty_digest_and_a_call_for_no_grant_are_answered_as_the_original_does() {
+    let server = Server::start().await;
+    register_servant(&server, 8335, 4).await;
+    let without_digest = |immediate, prefetch, env_desc| pb::WaitForStartingTaskRequest {
+        env_desc,
+        ..wait_request(1000, immediate, prefetch)
+    };
+    let empty = Some(pb::EnvironmentDesc::default());
+    for (request, code) in [
+        (without_digest(1, 1, empty.clone()), 1006),
+        (without_digest(1, 0, None), 1006),
+        (without_digest(0, 1, empty), 1001),
+        (without_digest(0, 1, None), 1001),
+        (wait_request(1000, 0, 0), 1001),
+    ] {
+        let context = format!("{request:?}");
+        let response = call_http_pb(server.addr, Method::WaitForStartingTask, &request).await;
+        assert_eq!(
+            error_code(&response),
+            Some(code.to_string().as_str()),
+            "{context}"
+        );
+        let mut connection = Connection::open(server.addr).await;
+        let answer = connection
+            .flare_call(1, Method::WaitForStartingTask, &request)
+            .await;
+        assert_eq!(answer.status(), code, "{context}");
+    }
+    let json = http_client()
+        .post(server.url(&format!("/rpc/{SERVICE}.WaitForStartingTask")))
+        .header("content-type", "application/json")
+        .body(format!(
+            r#"{{"token":"{USER_TOKEN}","immediateReqs":1,"envDesc":{{"compilerDigest":""}}}}"#
+        ))
+        .send()
+        .await
+        .expect("JSON call");
+    let body: serde_json::Value = json.json().await.expect("error body");
+    assert_eq!(body["rpcErrorCode"], 1006);
+    assert_eq!(body["message"], "No matched servant environment.");
+    // Nothing was granted by any of them.
+    assert_eq!(server.engine.snapshot().grants.len(), 0);
+    server.stop().await;
+}
+
+/// The original's parser reads a port with leading zeros (`:080` is 80);
+/// the servant is listed at its normalised location and is not behind NAT.
+#[tokio::test]
+async fn a_location_with_leading_zeros_in_its_port_is_accepted() {
+    let server = Server::start().await;
+    let beat = heartbeat("127.0.0.1:008335", 4);
+    let response = call_http_pb(server.addr, Method::Heartbeat, &beat).await;
+    assert_eq!(
+        response.status,
+        200,
+        "{:?}",
+        response.header("rpc-error-reason")
+    );
+    let snapshot = server.engine.snapshot();
+    let servant = &snapshot.servants[0];
+    assert_eq!(servant.reported_location.to_string(), "127.0.0.1:8335");
+    assert_eq!(
+        servant.max_tasks, 4,
+        "observed and reported agree: not behind NAT"
+    );
+    let too_large = heartbeat("127.0.0.1:065536", 4);
+    let response = call_http_pb(server.addr, Method::Heartbeat, &too_large).await;
+    assert_eq!(error_code(&response), Some("1004"));
     server.stop().await;
 }
 
@@ -324,13 +399,19 @@ async fn the_overview_lists_requesters() {
         .json()
         .await
         .unwrap();
+    let mut requesters = overview["requesters"].clone();
+    // The rate is the sampler's (once a second): whether its latest sample
+    // saw these grants depends on when it ran.
+    let rate = requesters[0]["grantsPerSecond"].take();
+    assert!(rate.as_f64().is_some_and(|rate| rate >= 0.0), "{rate}");
     assert_eq!(
-        overview["requesters"],
+        requesters,
         serde_json::json!([{
             "ip": "127.0.0.1",
             "grantsHeld": 2,
             "waiting": 0,
             "grantsTotal": "2",
+            "grantsPerSecond": null,
             "refusedTotal": "0"
         }])
     );

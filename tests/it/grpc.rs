@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 use tokio::{net::TcpStream, time::Instant};
-use yadcc_scheduler::{engine, http::state::HttpSettings, pb};
+use yadcc_scheduler::{engine, pb, rpc::state::HttpSettings};
 
 use crate::{fixtures::take_the_only_slot, support::*};
 
@@ -290,8 +290,8 @@ async fn a_long_poll_with_a_200ms_grpc_timeout_ends_in_deadline_exceeded_near_20
     // The server's own answer, not a client-side give-up.
     assert!(answer.grpc_message().contains("deadline"));
     assert!(
-        elapsed >= Duration::from_millis(190) && elapsed < Duration::from_millis(1500),
-        "{elapsed:?}"
+        elapsed >= Duration::from_millis(190) && elapsed < Duration::from_secs(4),
+        "near 200 ms, well before the 8 s wait: {elapsed:?}"
     );
     assert_eq!(
         server.engine.snapshot().totals.waiters,

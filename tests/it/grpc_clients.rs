@@ -3,56 +3,23 @@
 //! over gRPC and gRPC-Web. Both are installed by scripts/test.sh into
 //! target/test-tools.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{path::Path, process::Command};
 
 use crate::{
     grpc::{rpc_path, server},
     support::*,
+    tools::{installed, python, run, tool},
 };
-
-/// Where scripts/test.sh installs the Python and npm test tools.
-fn test_tools() -> PathBuf {
-    std::env::var_os("YADCC_TEST_TOOLS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tools"))
-}
-
-/// The tool at `relative`, or None (and a skip) when it is not installed;
-/// in CI a missing tool is a failure.
-fn installed(relative: &str) -> Option<PathBuf> {
-    let path = test_tools().join(relative);
-    if path.exists() {
-        return Some(path);
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must install {relative} (scripts/test.sh does)"
-    );
-    eprintln!(
-        "SKIPPED: {} is missing; scripts/test.sh installs it",
-        path.display()
-    );
-    None
-}
-
-/// Runs a blocking client off the runtime, so the server keeps serving.
-async fn run(mut command: Command) -> std::process::Output {
-    tokio::task::spawn_blocking(move || command.output().expect("client starts"))
-        .await
-        .unwrap()
-}
 
 #[tokio::test]
 async fn a_python_grpcio_client_calls_every_rpc_and_gets_the_table_codes() {
     let Some(python_path) = installed("python/grpc_tools") else {
         return;
     };
+    let _heavy = heavy().await;
     let server = server().await;
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut command = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()));
+    let mut command = python();
     command
         .arg(root.join("tests/grpc/client.py"))
         .arg(server.addr.to_string())
@@ -70,7 +37,7 @@ async fn a_python_grpcio_client_calls_every_rpc_and_gets_the_table_codes() {
 }
 
 fn buf_curl(buf: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(buf);
+    let mut command = tool(buf);
     command
         .arg("curl")
         .arg("--http2-prior-knowledge")

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use axum::http::HeaderValue;
 use base64::Engine as _;
 use prost::Message;
-use yadcc_scheduler::{http::state::HttpSettings, pb};
+use yadcc_scheduler::{pb, rpc::state::HttpSettings};
 
 use crate::{
     grpc::{GRPC, frame, frames, get_config, h2_call, rpc_path, server},

@@ -44,8 +44,9 @@ async fn a_long_poll_does_not_block_other_connections() {
     .await;
     assert_eq!(config.status, 200);
     assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "served while another call waits"
+        started.elapsed() < Duration::from_secs(4),
+        "served while another call waits (8 s): {:?}",
+        started.elapsed()
     );
     server.stop().await;
 }
@@ -117,8 +118,9 @@ async fn rpc_timeout_shortens_a_long_poll_to_a_no_quota_answer_in_time() {
     assert_eq!(response.status, 429);
     assert_eq!(response.header("rpc-error-code"), Some("1001"));
     assert!(
-        started.elapsed() < Duration::from_millis(2000),
-        "answered near the caller's 300 ms deadline"
+        started.elapsed() < Duration::from_secs(4),
+        "answered near the caller's 300 ms deadline, well before the 8 s wait: {:?}",
+        started.elapsed()
     );
     server.stop().await;
 }

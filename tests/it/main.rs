@@ -1,6 +1,7 @@
 //! Integration tests: the real server on real sockets, one test binary.
 
 mod browser;
+mod connect_tools;
 mod daemons;
 mod dashboard;
 mod dialects;
@@ -10,17 +11,24 @@ mod errors;
 mod fidelity;
 mod fixtures;
 mod flare;
+mod grafana;
 mod grpc;
 mod grpc_clients;
 mod grpc_web;
+mod health;
+mod logging;
 mod long_poll;
+mod openapi_clients;
 mod openapi_contract;
 mod openapi_document;
 mod openapi_live;
 mod openapi_schema;
 mod operations;
+mod operators;
+mod peers;
 mod protocols;
 mod restart;
 mod sim;
 mod support;
+mod tools;
 mod wire;

@@ -106,12 +106,13 @@ async fn every_contract_rule_is_what_the_server_enforces() {
         let field = json_path(rule.message, rule.path);
         let cases: Vec<(Option<Value>, bool)> = match &rule.rule {
             Rule::Required => vec![(None, false)],
-            Rule::NonEmpty => vec![(Some(json!("")), false), (Some(json!("d")), true)],
             Rule::Location => vec![
                 (Some(json!("127.0.0.1:8335")), true),
                 (Some(json!("[::1]:8335")), true),
                 (Some(json!("localhost:8335")), false),
-                (Some(json!("127.0.0.1:08335")), false),
+                // Leading zeros in the port, as the original's parser reads them.
+                (Some(json!("127.0.0.1:08335")), true),
+                (Some(json!("127.0.0.1:065536")), false),
             ],
             Rule::AtMost(most) => vec![(Some(json!(most)), true), (Some(json!(most + 1)), false)],
             Rule::MaxLength(most) => vec![
@@ -151,33 +152,6 @@ async fn every_contract_rule_is_what_the_server_enforces() {
             );
             checked += 1;
         }
-    }
-    for rule in contract::any_positive() {
-        let (path, request) = base(rule.message);
-        let names: Vec<String> = rule
-            .fields
-            .iter()
-            .map(|name| json_path(rule.message, &[name]).remove(0))
-            .collect();
-        let mut none = request.clone();
-        for name in &names {
-            none[name] = json!(0);
-        }
-        assert_eq!(
-            outcome(&client, addr, &path, &none).await,
-            Some(INVALID_ARGUMENT),
-            "{rule:?}: all zero"
-        );
-        for name in &names {
-            let mut one = none.clone();
-            one[name] = json!(1);
-            assert_ne!(
-                outcome(&client, addr, &path, &one).await,
-                Some(INVALID_ARGUMENT),
-                "{rule:?}: {name} = 1"
-            );
-        }
-        checked += 1;
     }
     assert!(checked >= 20, "only {checked} cases");
 }

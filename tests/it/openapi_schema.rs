@@ -11,8 +11,9 @@ use tokio::net::TcpListener;
 use yadcc_scheduler::{
     AppState, app,
     engine::{Config, Scheduler, TokenSet},
-    http::{dialect::Dialect, state::HttpSettings},
+    http::dialect::Dialect,
     openapi, pb,
+    rpc::state::HttpSettings,
 };
 
 /// Accepted as user and as servant token, so every RPC passes the token check

@@ -7,7 +7,7 @@ use yadcc_scheduler::pb;
 
 use crate::support::*;
 
-async fn overview(server: &Server) -> Value {
+pub(crate) async fn overview(server: &Server) -> Value {
     http_client()
         .get(server.url("/api/v1/overview"))
         .send()

@@ -5,10 +5,14 @@ use std::time::Duration;
 
 use yadcc_scheduler::sim::{Cluster, ClusterConfig, Protocol, Workload};
 
-use crate::support::{SERVANT_TOKEN, Server, USER_TOKEN};
+use crate::{
+    fixtures::eventually,
+    support::{SERVANT_TOKEN, STEP, Server, USER_TOKEN, heavy},
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_simulated_cluster_runs_without_errors() {
+    let _heavy = heavy().await;
     let server = Server::start().await;
     let mut config = ClusterConfig::new(
         server.addr,
@@ -29,10 +33,19 @@ async fn a_small_simulated_cluster_runs_without_errors() {
     config.protocol = Protocol::Json;
     let cluster = Cluster::start(config);
     assert!(
-        cluster.wait_ready(Duration::from_secs(3)).await,
+        cluster.wait_ready(STEP).await,
         "servants register and delegates start"
     );
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Grants made, renewed and freed: the cluster has gone round.
+    assert!(
+        eventually(|| {
+            let counters = server.engine.snapshot().counters;
+            counters.grants_issued > 0 && counters.frees > 0 && counters.renewals > 0
+        })
+        .await,
+        "{:?}",
+        server.engine.snapshot().counters
+    );
 
     let snapshot = server.engine.snapshot();
     assert_eq!(snapshot.totals.servants_up, 5, "{:?}", snapshot.totals);

@@ -6,6 +6,7 @@ use std::{
     io::{BufRead, BufReader},
     net::{IpAddr, SocketAddr},
     process::{Child, Command, Stdio},
+    sync::{Arc, LazyLock, Mutex},
     time::Duration,
 };
 
@@ -15,9 +16,10 @@ use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use yadcc_scheduler::{
     AppState, app,
     engine::{self, Scheduler},
-    http::state::HttpSettings,
     net,
     pb::{self, flare::rpc::RpcMeta},
+    readiness::Readiness,
+    rpc::state::HttpSettings,
     sim::{
         client::{CallError, SerialConn},
         wire::{self, Protocol},
@@ -35,6 +37,47 @@ pub const SERVICE: &str = "yadcc.scheduler.SchedulerService";
 
 /// Upper bound on any single network step, so a bug shows as a failure, not a hang.
 pub const STEP: Duration = Duration::from_secs(10);
+
+/// Tests that load the machine (a connection flood, Chromium, emulated
+/// clusters, restarts under load, hundreds of MiB of bodies, the real
+/// daemons) hold this while they run: one at a time, so none starves another
+/// of the two cores its timings assume. Light tests still run beside them.
+pub async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    static HEAVY: LazyLock<tokio::sync::Mutex<()>> = LazyLock::new(Default::default);
+    HEAVY.lock().await
+}
+
+/// Longest a test waits for an external program to finish.
+pub const TOOL_LIMIT: Duration = Duration::from_secs(300);
+
+/// `program` under coreutils `timeout`: SIGTERM after `limit`, SIGKILL 5 s
+/// later, so a hung tool fails its test (exit status 124) instead of
+/// hanging the suite.
+pub fn bounded(limit: Duration, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new("timeout");
+    command
+        .arg("--kill-after=5")
+        .arg(limit.as_secs().max(1).to_string())
+        .arg(program);
+    command
+}
+
+/// Runs a [`bounded`] command to its end off the runtime (the server under
+/// test keeps serving), and says so when it was stopped for taking too long.
+pub async fn run_bounded(mut command: Command) -> std::process::Output {
+    let shown = format!("{command:?}");
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("a task that runs the command")
+        .unwrap_or_else(|error| panic!("{shown} does not start: {error}"));
+    assert_ne!(
+        output.status.code(),
+        Some(124),
+        "{shown} took too long and was stopped:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
 
 pub fn engine_config() -> engine::Config {
     engine::Config {
@@ -55,6 +98,8 @@ pub fn open_inspection() -> HttpSettings {
 pub struct Server {
     pub addr: SocketAddr,
     pub engine: Scheduler,
+    /// What `/readyz` and the gRPC health service report.
+    pub readiness: Readiness,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -76,6 +121,7 @@ impl Server {
         let addr = listener.local_addr().expect("local addr");
         let (shutdown, shutdown_rx) = oneshot::channel::<()>();
         let state = AppState::new(engine.clone(), settings);
+        let readiness = state.readiness.clone();
         let stopping = engine.clone();
         let task = tokio::spawn(async move {
             net::serve(listener, app(state.clone()), state, async move {
@@ -88,6 +134,7 @@ impl Server {
         Server {
             addr,
             engine,
+            readiness,
             shutdown: Some(shutdown),
             task,
         }
@@ -370,31 +417,85 @@ pub fn http_client() -> reqwest::Client {
         .expect("client")
 }
 
-/// The real binary, on a port of its own, with its stderr drained (so a
-/// chatty log never blocks it on a full pipe).
-pub struct Binary {
-    pub child: Child,
-    pub addr: SocketAddr,
-}
+/// What a started process wrote to stderr so far, line by line.
+#[derive(Clone, Default)]
+pub struct Log(Arc<Mutex<Vec<String>>>);
 
-impl Binary {
-    /// Starts `yadcc-scheduler` on a free loopback port with `flags`, under
-    /// `ulimit -n nofile` if given.
-    pub fn start(flags: &[&str], nofile: Option<u32>) -> Binary {
-        Binary::start_on("127.0.0.1:0".parse().expect("address"), flags, nofile)
+impl Log {
+    pub fn lines(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|error| error.into_inner())
+            .clone()
     }
 
-    /// Starts `yadcc-scheduler` listening on `listen` (e.g. the port a killed
-    /// instance held) with `flags`, under `ulimit -n nofile` if given.
-    pub fn start_on(listen: SocketAddr, flags: &[&str], nofile: Option<u32>) -> Binary {
+    pub fn contains(&self, text: &str) -> bool {
+        self.lines().iter().any(|line| line.contains(text))
+    }
+
+    fn push(&self, line: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(|error| error.into_inner())
+            .push(line);
+    }
+}
+
+/// How to start the real binary.
+pub struct Launch<'a> {
+    /// `--listen`: port 0 unless a test restarts on the port a killed
+    /// instance held.
+    pub listen: SocketAddr,
+    pub flags: &'a [&'a str],
+    /// `ulimit -n` for the process, if any.
+    pub nofile: Option<u32>,
+    pub rust_log: &'a str,
+    /// Whether to add the test tokens to the token lists (the flags may
+    /// still override them: the last one wins).
+    pub tokens: bool,
+    /// Environment variables set for the process.
+    pub env: &'a [(&'a str, &'a str)],
+}
+
+impl Default for Launch<'_> {
+    fn default() -> Self {
+        Launch {
+            listen: "127.0.0.1:0".parse().expect("address"),
+            flags: &[],
+            nofile: None,
+            rust_log: "info,yadcc_scheduler::access=warn",
+            tokens: true,
+            env: &[],
+        }
+    }
+}
+
+/// A started binary that may not listen yet.
+pub struct Starting {
+    pub child: Child,
+    pub log: Log,
+    listening: std::sync::mpsc::Receiver<SocketAddr>,
+}
+
+impl Starting {
+    /// The address it reports once bound, or None if it did not within `limit`.
+    pub fn listening_within(&self, limit: Duration) -> Option<SocketAddr> {
+        self.listening.recv_timeout(limit).ok()
+    }
+}
+
+impl Launch<'_> {
+    /// Starts `yadcc-scheduler` with stderr drained into a [`Log`] (so a
+    /// chatty log never blocks it on a full pipe).
+    pub fn spawn(&self) -> Starting {
         let program = env!("CARGO_BIN_EXE_yadcc-scheduler");
-        let mut args: Vec<String> = vec![
-            format!("--listen={listen}"),
-            format!("--acceptable_user_tokens={USER_TOKEN}"),
-            format!("--acceptable_servant_tokens={SERVANT_TOKEN}"),
-        ];
-        args.extend(flags.iter().map(|flag| (*flag).to_owned()));
-        let mut command = match nofile {
+        let mut args = vec![format!("--listen={}", self.listen)];
+        if self.tokens {
+            args.push(format!("--acceptable_user_tokens={USER_TOKEN}"));
+            args.push(format!("--acceptable_servant_tokens={SERVANT_TOKEN}"));
+        }
+        args.extend(self.flags.iter().map(|flag| (*flag).to_owned()));
+        let mut command = match self.nofile {
             Some(limit) => {
                 let mut command = Command::new("sh");
                 command
@@ -409,33 +510,104 @@ impl Binary {
         };
         let mut child = command
             .args(&args)
-            .env("RUST_LOG", "info,yadcc_scheduler::access=warn")
+            .envs(self.env.iter().copied())
+            .env("RUST_LOG", self.rust_log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start the binary");
         let stderr = child.stderr.take().expect("stderr");
-        let (found, address) = std::sync::mpsc::channel();
+        let log = Log::default();
+        let (found, listening) = std::sync::mpsc::channel();
+        let kept = log.clone();
         std::thread::spawn(move || {
-            let mut found = Some(found);
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
-                if let Some(at) = line.find("listening on http://") {
-                    let rest = &line[at + "listening on http://".len()..];
-                    let addr = rest.split_whitespace().next().unwrap_or("").to_owned();
-                    if let Some(found) = found.take() {
+                if let Some(at) = line.find(LISTENING) {
+                    let rest = &line[at + LISTENING.len()..];
+                    if let Some(addr) = rest
+                        .split_whitespace()
+                        .next()
+                        .and_then(|addr| addr.parse().ok())
+                    {
                         let _ = found.send(addr);
                     }
                 }
+                kept.push(line);
             }
         });
-        let addr = address
-            .recv_timeout(STEP)
-            .expect("the binary says where it listens")
-            .parse()
-            .expect("socket address");
-        Binary { child, addr }
+        Starting {
+            child,
+            log,
+            listening,
+        }
+    }
+
+    /// [`Launch::spawn`], then waits until it listens (a panic with its log
+    /// if it does not within [`STEP`]).
+    pub fn start(&self) -> Binary {
+        let mut starting = self.spawn();
+        let Some(addr) = starting.listening_within(STEP) else {
+            let _ = starting.child.kill();
+            let _ = starting.child.wait();
+            panic!(
+                "the binary did not say where it listens:\n{}",
+                starting.log.lines().join("\n")
+            );
+        };
+        Binary {
+            child: starting.child,
+            addr,
+            log: starting.log,
+        }
+    }
+}
+
+/// The log line that tells where the binary listens (scripts read it too).
+const LISTENING: &str = "listening on http://";
+
+/// The real binary, listening, killed when dropped.
+pub struct Binary {
+    pub child: Child,
+    pub addr: SocketAddr,
+    log: Log,
+}
+
+impl Binary {
+    /// Starts `yadcc-scheduler` on a free loopback port with `flags`, under
+    /// `ulimit -n nofile` if given.
+    pub fn start(flags: &[&str], nofile: Option<u32>) -> Binary {
+        Launch {
+            flags,
+            nofile,
+            ..Launch::default()
+        }
+        .start()
+    }
+
+    /// Starts `yadcc-scheduler` on `listen` with exactly `flags` (no token
+    /// flags added) and the variables `env` set.
+    pub fn start_exactly(
+        listen: SocketAddr,
+        flags: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u32>,
+    ) -> Binary {
+        Launch {
+            listen,
+            flags,
+            nofile,
+            tokens: false,
+            env,
+            ..Launch::default()
+        }
+        .start()
+    }
+
+    /// The lines it has logged so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lines()
     }
 
     pub fn rss_kib(&self) -> u64 {

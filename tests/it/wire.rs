@@ -3,7 +3,7 @@
 
 use bytes::BytesMut;
 use prost::Message;
-use yadcc_scheduler::{engine, http::state::HttpSettings, pb, sim::wire};
+use yadcc_scheduler::{engine, pb, rpc::state::HttpSettings, sim::wire};
 
 use crate::support::*;
 
@@ -274,5 +274,64 @@ async fn ipv6_servants_and_delegates_work() {
     .decode();
     assert_eq!(granted.grants[0].servant_location, "[::1]:8335");
     assert_eq!(server.engine.snapshot().servants[0].max_tasks, 2, "not NAT");
+    server.stop().await;
+}
+
+/// The daemon connection's rules are one loop's for both protocols: over
+/// the cap of calls in flight an `http+pb` call is answered "overloaded" as
+/// a flare call is, and its `Connection: close` is honoured (the server reads
+/// nothing after it and closes once every call is answered).
+#[tokio::test]
+async fn over_the_in_flight_cap_http_pb_is_answered_overloaded_and_connection_close_holds() {
+    use yadcc_scheduler::edge::MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
+    // Every long poll waits (none is refused for its machine's share), so
+    // the calls in flight reach the cap.
+    let mut config = engine_config();
+    config.limits.max_waiters_per_machine = 2 * MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
+    let server = Server::start_with(config, HttpSettings::default(), "127.0.0.1:0").await;
+    crate::fixtures::take_the_only_slot(&server, 1).await;
+    let mut connection = Connection::open(server.addr).await;
+    let wait = wait_request(1500, 1, 0).encode_to_vec();
+    let waits = MAX_CALLS_IN_FLIGHT_PER_CONNECTION as u64;
+    let mut burst = Vec::new();
+    for seq_no in 0..waits {
+        burst.extend(daemon_request(
+            Method::WaitForStartingTask,
+            seq_no,
+            &wait,
+            Some(5000),
+        ));
+    }
+    // One more long poll, the last request of the connection.
+    let last = daemon_request(Method::WaitForStartingTask, waits, &wait, Some(5000));
+    let line_end = last.windows(2).position(|pair| pair == b"\r\n").unwrap() + 2;
+    burst.extend(&last[..line_end]);
+    burst.extend(b"Connection: close\r\n");
+    burst.extend(&last[line_end..]);
+    // Never read: nothing follows `Connection: close`.
+    let config = pb::GetConfigRequest {
+        token: USER_TOKEN.into(),
+    };
+    burst.extend(daemon_request(
+        Method::GetConfig,
+        waits + 1,
+        &config.encode_to_vec(),
+        None,
+    ));
+    connection.send(&burst).await;
+
+    let mut overloaded = Vec::new();
+    let mut no_quota = 0;
+    for _ in 0..=waits {
+        let response = connection.read_response().await;
+        match (response.status, response.header("rpc-error-code")) {
+            (503, Some("11")) => overloaded.push(response.header("rpc-seqno").map(str::to_owned)),
+            (429, Some("1001")) => no_quota += 1,
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    assert_eq!(overloaded, vec![Some(waits.to_string())]);
+    assert_eq!(no_quota, waits);
+    connection.expect_closed().await;
     server.stop().await;
 }

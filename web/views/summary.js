@@ -1,43 +1,18 @@
-// The cards at the top, built here: cluster totals, each with a line of
-// context, and a warning colour where a figure needs attention.
+// The cards at the top: cluster totals, each with a line of context, and a
+// warning colour where a figure needs attention. The cards are in the page
+// from the start (no layout shift when figures arrive); this fills them.
 
-import { h, setText, toggleClass } from '../dom.js';
-import { NF, NF2, fmtInt, isNum, num } from '../format.js';
+import { setText, toggleClass } from '../dom.js';
+import { NF, NF2, fmtInt, fmtRateWindow, isNum, num } from '../format.js';
 
-// The cards, in page order: [metric in `totals`, title, fixed second line
-// ('' when renderSummary writes it)].
-const CARDS = [
-  ['servantsUp', 'Servants up', ''],
-  ['servantsAccepting', 'Accepting', ''],
-  ['capacity', 'Capacity', 'task slots'],
-  ['running', 'Running', ''],
-  ['capacityAvailable', 'Available', 'free slots now'],
-  ['capacityUnavailable', 'Unavailable', 'slots that take no task'],
-  ['waiters', 'Waiters', 'queued for quota'],
-  ['zombies', 'Zombies', 'lease expired, still running'],
-  ['grants', 'Grants', ''],
-  ['grantsPerSecond', 'Grants / s', 'grant rate'],
-];
-const METRICS = CARDS.map(([metric]) => metric);
 const metricEls = {};
 const subEls = {};
-const cardList = document.querySelector('#summary .cards');
-for (const [metric, title, sub] of CARDS) {
-  const card = h('div', 'card');
-  const value = h('dd', 'value', '—');
-  value.dataset.metric = metric;
-  value.dataset.value = '';
-  // A no-break space keeps an empty second line as tall as a written one.
-  const subEl = h('dd', 'sub', sub || '\u00a0');
-  subEl.dataset.sub = metric;
-  card.append(h('dt', '', title), value, subEl);
-  cardList.append(card);
-  metricEls[metric] = value;
-  subEls[metric] = subEl;
-}
+for (const e of document.querySelectorAll('#summary [data-metric]')) metricEls[e.dataset.metric] = e;
+for (const e of document.querySelectorAll('#summary [data-sub]')) subEls[e.dataset.sub] = e;
 
-export function renderSummary(totals, servants, grants) {
-  for (const m of METRICS) {
+// `totals` and `rateWindowSeconds` of one overview, with its servants and grants.
+export function renderSummary(totals, rateWindowSeconds, servants, grants) {
+  for (const m of Object.keys(metricEls)) {
     const v = totals[m];
     const e = metricEls[m];
     const text = m === 'grantsPerSecond' ? (isNum(v) ? NF2.format(v) : '—') : fmtInt(v);
@@ -60,6 +35,7 @@ export function renderSummary(totals, servants, grants) {
   const cap = num(totals.capacity);
   setText(subEls.running, cap > 0 ? Math.round((num(totals.running) / cap) * 100) + '% of capacity' : 'no capacity');
   setText(subEls.grants, NF.format(prefetch) + ' prefetch' + (adopted ? ' · ' + NF.format(adopted) + ' adopted' : ''));
+  setText(subEls.grantsPerSecond, fmtRateWindow(rateWindowSeconds));
 
   const card = (m) => metricEls[m].parentElement;
   toggleClass(card('servantsAccepting'), 'warn', up > 0 && num(totals.servantsAccepting) === 0);

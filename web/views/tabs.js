@@ -14,7 +14,7 @@ export function setUpTabs(tables) {
       document.getElementById(tab.getAttribute('aria-controls')).hidden = !on;
       if (on && focus) tab.focus();
     }
-    if (tables[name]) tables[name].fitHeader();
+    if (tables[name]) tables[name].reveal();
     ui.tab = name;
     saveUi();
     if (location.hash !== '#tab=' + name && history.replaceState) history.replaceState(null, '', '#tab=' + name);

@@ -38,9 +38,15 @@ pub(crate) struct HeartbeatRateArgs {
     #[arg(long, default_value_t = 2)]
     rounds: usize,
 
-    /// Comma-separated: flare, http+pb, json, bare (needs a scheduler built
-    /// with `--features bench-route`, run with --bench_bare_route).
-    #[arg(long, default_value = "flare,http+pb,json,bare", value_delimiter = ',')]
+    /// Comma-separated: flare, http+pb, json, protobuf (binary over plain
+    /// HTTP, the JSON target's route and server path), bare (needs a
+    /// scheduler built with `--features bench-route`, run with
+    /// --bench_bare_route).
+    #[arg(
+        long,
+        default_value = "flare,http+pb,json,protobuf,bare",
+        value_delimiter = ','
+    )]
     targets: Vec<String>,
 
     /// Environments in each heartbeat.
@@ -63,8 +69,9 @@ pub(crate) async fn run(
         .targets
         .iter()
         .map(|name| {
-            Target::parse(name)
-                .ok_or_else(|| format!("unknown target {name:?}; use flare, http+pb, json or bare"))
+            Target::parse(name).ok_or_else(|| {
+                format!("unknown target {name:?}; use flare, http+pb, json, protobuf or bare")
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let config = HeartbeatRateConfig {
@@ -105,6 +112,7 @@ pub(crate) async fn run(
     let find = |wanted: Target| results.iter().find(|result| result.target == wanted);
     let bare = find(Target::Bare);
     let http_pb = find(Target::HeartbeatHttpPb);
+    let protobuf = find(Target::HeartbeatProtobuf);
     let micros = |cpu: Option<Duration>| cpu.map(|cpu| round3(cpu.as_secs_f64() * 1e6));
     let mut failures = 0;
     for result in &results {
@@ -150,6 +158,12 @@ pub(crate) async fn run(
             fields.insert("vs_http_pb".into(), json!(versus(http_pb)));
             fields.insert("cpu_vs_bare".into(), json!(cpu_versus(bare)));
             fields.insert("cpu_vs_http_pb".into(), json!(cpu_versus(http_pb)));
+            fields.insert("cpu_vs_protobuf".into(), json!(cpu_versus(protobuf)));
+            fields.insert(
+                "vs_protobuf_median_of_rounds".into(),
+                json!(protobuf.and_then(|other| result.median_round_ratio(other).map(round3))),
+            );
+            fields.insert("round_rates".into(), json!(result.round_rates));
             fields.insert(
                 "scheduler_cpu_us_per_request".into(),
                 json!(micros(result.scheduler_cpu_per_request())),
@@ -160,6 +174,15 @@ pub(crate) async fn run(
             );
         }
         emit(cli, line);
+    }
+    if let (Some(json), Some(protobuf)) = (find(Target::HeartbeatJson), protobuf)
+        && let Some(ratio) = json.median_round_ratio(protobuf)
+    {
+        eprintln!(
+            "heartbeat-json vs heartbeat-protobuf (same route): {ratio:.2}x by rate \
+             (median of {} rounds)",
+            json.round_rates.len().min(protobuf.round_rates.len())
+        );
     }
     Ok(failures)
 }

@@ -14,8 +14,10 @@ use super::*;
 
 mod adoption;
 mod expiry;
+mod fencing;
 mod grants;
 mod placement;
+mod rules;
 mod running_tasks;
 mod servants;
 mod snapshot;

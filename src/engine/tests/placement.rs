@@ -187,7 +187,7 @@ async fn placement_skips_servants_older_than_min_version() {
 
 #[test]
 fn utilisation_key_orders_exactly_like_cross_multiplication() {
-    use crate::engine::placement::{MAX_SLOTS, PlaceKey};
+    use crate::engine::envs::{MAX_SLOTS, PlaceKey};
     let order = |g1: u32, a1: u32, g2: u32, a2: u32| {
         let k1 = PlaceKey::new(1, g1, a1, 7);
         let k2 = PlaceKey::new(1, g2, a2, 7);

@@ -1,9 +1,9 @@
-//! GetRunningTasks: what is listed, from whom, and the cache.
+//! GetRunningTasks: what is listed, from whom, and the version of the list.
 
 use super::*;
 
 #[tokio::test(start_paused = true)]
-async fn running_tasks_use_the_observed_location_and_are_cached() {
+async fn running_tasks_use_the_observed_location_and_change_version_at_most_once_per_refresh() {
     let s = Scheduler::new(config());
     s.heartbeat(hb("10.0.0.1:8335", 4)).unwrap();
     let g = grant_one(&s, req()).await;
@@ -11,21 +11,23 @@ async fn running_tasks_use_the_observed_location_and_are_cached() {
     b.running_tasks = vec![task(g.id)];
     s.heartbeat(b.clone()).unwrap();
 
-    let list = s.running_tasks();
+    let (version, list) = s.running_tasks_with_version();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].servant, addr("10.0.0.1:8335"));
     assert_eq!(list[0].grant_id, g.id);
     assert_eq!(list[0].task_digest, format!("task-{}", g.id));
+    assert_eq!(s.running_tasks_version(), version);
 
-    // Unchanged reports: the same cached list.
+    // Unchanged reports: the same version.
     s.heartbeat(b.clone()).unwrap();
-    assert!(Arc::ptr_eq(&list, &s.running_tasks()));
-    // A changed report is seen once the list is older than the refresh
-    // interval: until then every caller shares the list already built.
+    assert_eq!(s.running_tasks_version(), version);
+    // A changed report is shown once the version shown is older than the
+    // refresh interval: until then every caller keeps the answer it has.
     b.running_tasks.clear();
     s.heartbeat(b).unwrap();
-    assert!(Arc::ptr_eq(&list, &s.running_tasks()));
+    assert_eq!(s.running_tasks_version(), version);
     advance(config().running_tasks_refresh).await;
+    assert_ne!(s.running_tasks_version(), version);
     assert!(s.running_tasks().is_empty());
 }
 

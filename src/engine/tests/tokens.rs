@@ -101,8 +101,13 @@ fn token_flag_entries_are_literal_and_an_empty_entry_is_the_empty_token() {
         assert!(set.accepts_empty_token() && !set.accepts_anyone(), "{flag}");
         assert_eq!(set.len(), 2);
     }
-    // Only an explicitly empty whole flag is the open mode.
-    let open = TokenSet::from_flag("");
+    // An empty flag is never the open mode (settings refuse it before):
+    // split literally, it is the empty token alone.
+    let empty = TokenSet::from_flag("");
+    assert!(!empty.accepts_anyone() && !empty.accepts_token("whatever"));
+    assert!(empty.accepts_token(""));
+    // Only the explicit open mode accepts anyone.
+    let open = TokenSet::anyone();
     assert!(open.accepts_anyone() && open.accepts_token("whatever"));
     // An empty list accepts nobody.
     assert!(!TokenSet::new(Vec::<String>::new()).accepts_token(""));
@@ -110,7 +115,7 @@ fn token_flag_entries_are_literal_and_an_empty_entry_is_the_empty_token() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn tokens_empty_entry_is_the_empty_token_open_flag_is_anyone() {
+async fn tokens_empty_entry_is_the_empty_token_open_mode_is_anyone() {
     let listed = Scheduler::new(Config {
         user_tokens: TokenSet::from_flag(","),
         servant_tokens: TokenSet::from_flag("s,"),
@@ -130,8 +135,8 @@ async fn tokens_empty_entry_is_the_empty_token_open_flag_is_anyone() {
     assert_eq!(servant_view(&listed, "10.0.0.1:8335").max_tasks, 4);
 
     let open = Scheduler::new(Config {
-        user_tokens: TokenSet::from_flag(""),
-        servant_tokens: TokenSet::from_flag(""),
+        user_tokens: TokenSet::anyone(),
+        servant_tokens: TokenSet::anyone(),
         ..config()
     });
     assert!(open.get_config("whatever").is_ok());

@@ -347,6 +347,54 @@ async fn prefetch_only_call_for_an_unoffered_environment_gets_no_quota() {
     );
 }
 
+/// As the original answers them: an empty digest names an environment
+/// nobody offers (even when a servant lists an empty one), and a call asking
+/// for no grant gets none; both at once, counted as "no quota" when that is
+/// the answer.
+#[tokio::test(start_paused = true)]
+async fn an_empty_digest_is_unavailable_and_asking_for_nothing_gets_no_quota() {
+    let s = Scheduler::new(config());
+    let mut b = hb("10.0.0.1:8335", 4);
+    b.environments = vec![String::new(), ENV.into()];
+    s.heartbeat(b).unwrap();
+    let empty = GrantRequest {
+        environment: String::new(),
+        ..req_wait(secs(5))
+    };
+    assert!(matches!(
+        s.wait_for_starting_task(empty.clone()).await.unwrap_err(),
+        Rejection::EnvironmentNotAvailable { .. }
+    ));
+    assert_eq!(
+        s.wait_for_starting_task(GrantRequest {
+            immediate: 0,
+            prefetch: 1,
+            ..empty.clone()
+        })
+        .await
+        .unwrap_err(),
+        Rejection::NoQuotaAvailable
+    );
+    let asked = Instant::now();
+    for environment in [ENV, ""] {
+        assert_eq!(
+            s.wait_for_starting_task(GrantRequest {
+                immediate: 0,
+                prefetch: 0,
+                environment: environment.into(),
+                ..req_wait(secs(5))
+            })
+            .await
+            .unwrap_err(),
+            Rejection::NoQuotaAvailable,
+            "{environment:?}"
+        );
+    }
+    assert_eq!(Instant::now(), asked, "answered at once, never queued");
+    assert_eq!(s.totals().1.no_quota, 3);
+    assert_eq!(s.totals().0.grants, 0, "nothing was granted");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_freed_slot_goes_to_the_machine_served_least_recently() {
     let s = Scheduler::new(config());

@@ -1,0 +1,195 @@
+//! The binary protocol (`flare://`) as a daemon connection's [`Framing`]:
+//! frames starting `CPRF` with a proto2 `RpcMeta` ([`frame`]: the bytes),
+//! answers matched by correlation id.
+
+pub mod frame;
+
+use std::{net::SocketAddr, time::Duration};
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use self::frame::{FrameHeader, HEADER_LEN, RequestMeta};
+use super::{After, Framing, Incoming, Request, conn::Reader};
+use crate::{
+    pb::{Encoding, Method, SCHEDULER_SERVICE, flare::rpc::CompressionAlgorithm},
+    protocol::CallProtocol,
+    rpc::{
+        self,
+        error::{ApiError, ErrorKind},
+        state::AppState,
+    },
+    service,
+};
+
+/// The binary protocol's framing of one connection.
+#[derive(Debug, Default)]
+pub struct Flare;
+
+impl Framing for Flare {
+    /// The correlation id the answer echoes.
+    type Reply = u64;
+
+    async fn read_request(
+        &mut self,
+        reader: &mut Reader,
+        state: &AppState,
+        peer: SocketAddr,
+    ) -> Result<Incoming<u64>, String> {
+        let Frame {
+            meta,
+            payload,
+            budget,
+        } = read_frame(reader, state).await?;
+        Ok(Incoming::Call(Request {
+            call: call_of(peer, &meta),
+            method: method_of(&meta),
+            body: payload,
+            budget: Some(budget),
+            reply: meta.correlation_id,
+            then: After::ReadOn,
+        }))
+    }
+
+    fn answer(id: u64, outcome: Result<Bytes, ApiError>) -> Bytes {
+        answer(id, &outcome)
+    }
+}
+
+/// One request frame, read and checked.
+struct Frame {
+    meta: RequestMeta,
+    payload: Bytes,
+    /// The frame's share of the global budget for large bodies.
+    budget: crate::edge::Reservation,
+}
+
+/// Reads one frame: its header and meta within the header-read timeout, the
+/// rest within the body-read timeout. Any error closes the connection: after
+/// a bad header the stream cannot be resynchronised.
+async fn read_frame(reader: &mut Reader, state: &AppState) -> Result<Frame, String> {
+    let edge = &state.settings.edge;
+    // Set when the first wait starts: a heartbeat usually arrives whole with
+    // the read that woke the connection, and then no timer is armed at all.
+    let mut head_deadline = None;
+    let mut head_deadline =
+        || *head_deadline.get_or_insert_with(|| Instant::now() + edge.header_read_timeout);
+    fill_by(reader, HEADER_LEN, &mut head_deadline, "header").await?;
+    let header_bytes: [u8; HEADER_LEN] = reader.buf[..HEADER_LEN]
+        .try_into()
+        .map_err(|_| "short header".to_owned())?;
+    let header = FrameHeader::parse(&header_bytes).map_err(|error| error.to_string())?;
+    let budget = state
+        .body_budget
+        .reserve(header.body_len())
+        .ok_or_else(|| "the budget for buffered bodies is exhausted".to_owned())?;
+    let meta_end = HEADER_LEN + header.meta_size;
+    fill_by(reader, meta_end, &mut head_deadline, "meta").await?;
+    let frame_end = meta_end + header.msg_size + header.att_size;
+    fill_by(
+        reader,
+        frame_end,
+        &mut || Instant::now() + edge.body_read_timeout,
+        "payload",
+    )
+    .await?;
+    let frame = reader.buf.split_to(frame_end).freeze();
+    let meta = frame::decode_request_meta(frame.slice(HEADER_LEN..meta_end))
+        .map_err(|error| format!("unparsable meta: {error}"))?;
+    if !meta.is_request {
+        return Err("a request frame without request meta".to_owned());
+    }
+    // The attachment (after the payload) is consumed and dropped: no scheduler
+    // call carries one.
+    let payload = frame.slice(meta_end..meta_end + header.msg_size);
+    Ok(Frame {
+        meta,
+        payload,
+        budget,
+    })
+}
+
+/// Reads until `len` bytes are buffered, by the deadline `deadline` gives
+/// when a wait is needed.
+async fn fill_by(
+    reader: &mut Reader,
+    len: usize,
+    deadline: &mut impl FnMut() -> Instant,
+    what: &str,
+) -> Result<(), String> {
+    if reader.buf.len() >= len {
+        return Ok(());
+    }
+    match tokio::time::timeout_at(deadline(), reader.fill_to(len)).await {
+        Ok(Ok(true)) => Ok(()),
+        Ok(Ok(false)) => Err(format!("closed in the middle of a frame's {what}")),
+        Ok(Err(error)) => Err(format!("read failed: {error}")),
+        Err(_) => Err(format!("the frame's {what} did not arrive in time")),
+    }
+}
+
+/// What the transport knows about a call: the meta's `timeout` is its deadline.
+fn call_of(peer: SocketAddr, meta: &RequestMeta) -> rpc::Call {
+    let timeout = meta.timeout.filter(|&ms| ms > 0);
+    rpc::Call::new(
+        CallProtocol::Flare,
+        Encoding::Binary,
+        peer.ip().to_canonical(),
+        timeout.map(|ms| Duration::from_millis(u64::from(ms))),
+        Instant::now(),
+    )
+}
+
+/// The method a request names, or the framework's error for it.
+fn method_of(meta: &RequestMeta) -> Result<Method, ApiError> {
+    let compressed = meta.compression_algorithm.is_some_and(|algorithm| {
+        algorithm != CompressionAlgorithm::None as i32
+            && algorithm != CompressionAlgorithm::Unknown as i32
+    });
+    // Every daemon call names this service: match its bytes first, and spell
+    // the name out only for an error.
+    let known = meta
+        .method_name()
+        .strip_prefix(SCHEDULER_SERVICE.as_bytes())
+        .and_then(|rest| rest.strip_prefix(b"."))
+        .and_then(|method| {
+            Method::ALL
+                .into_iter()
+                .find(|known| known.name().as_bytes() == method)
+        });
+    let Some(method) = known else {
+        return Err(unknown_method(&String::from_utf8_lossy(meta.method_name())));
+    };
+    if compressed {
+        return Err(ApiError::new(
+            ErrorKind::CompressionNotSupported,
+            "compressed requests are not supported; send them uncompressed",
+        ));
+    }
+    Ok(method)
+}
+
+/// The framework's error for a method name this server does not implement:
+/// its server looks the whole name up, so another service's method is an
+/// unknown method too (10), with its words.
+fn unknown_method(name: &str) -> ApiError {
+    ApiError::new(
+        ErrorKind::MethodNotFound,
+        format!("Method [{name}] is not implemented."),
+    )
+}
+
+/// The answer frame of call `id`.
+fn answer(id: u64, outcome: &Result<Bytes, ApiError>) -> Bytes {
+    match outcome {
+        Ok(payload) => frame::response(id, Ok(payload)),
+        Err(error) => {
+            // Scheduler outcomes carry the original's description, mostly none.
+            let description = match error.kind {
+                ErrorKind::Scheduler(status) => service::original_description(status).unwrap_or(""),
+                _ => error.message.as_str(),
+            };
+            frame::response(id, Err((error.kind.wire().rpc_code as i32, description)))
+        }
+    }
+}

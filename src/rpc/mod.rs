@@ -1,0 +1,208 @@
+//! The one entry every protocol calls: the HTTP dialects (hyper), the daemons'
+//! out-of-order `http+pb` and the binary `flare` protocol all hand over a
+//! method, an encoding, the body and what they know about the caller, and get
+//! back the encoded answer or an [`ApiError`] to write in their own wire form
+//! (each form is a column of [`ErrorKind::wire`]). Metrics, the access log and
+//! the per-peer protocol record happen here, once, for every protocol.
+//!
+//! The call core below every transport: it imports none of them. Beside the
+//! entry: [`state`] (what every transport takes), [`error`] (the one error
+//! table), [`codec`] and [`json`] (bytes <-> messages), [`running_tasks`]
+//! (the one owner of the `GetRunningTasks` answer).
+
+pub mod codec;
+pub mod error;
+pub mod json;
+pub mod running_tasks;
+pub mod state;
+
+use std::{future::Future, net::IpAddr, time::Duration};
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use self::{
+    error::{ApiError, ErrorKind},
+    state::AppState,
+};
+use crate::{
+    metrics::CallEnd,
+    pb::{Encoding, Method},
+    protocol::CallProtocol,
+    service::CallContext,
+};
+
+/// Target of the access log: one line per request on every protocol.
+pub const ACCESS_LOG: &str = "yadcc_scheduler::access";
+
+/// Longest deadline a caller may ask for; longer values are clamped, since no
+/// call legitimately takes longer than the longest wait plus transfer time.
+pub const MAX_DEADLINE: Duration = Duration::from_secs(600);
+
+/// A large body that the global budget for buffered bodies cannot hold now.
+pub fn budget_exhausted() -> ApiError {
+    ApiError::new(
+        ErrorKind::Overloaded,
+        "the server is buffering too many large request bodies; retry later",
+    )
+}
+
+/// A body that did not arrive within the body-read timeout.
+pub fn body_too_slow(timeout: Duration) -> ApiError {
+    ApiError::new(
+        ErrorKind::DeadlineExceeded,
+        format!(
+            "the body did not arrive within the body-read timeout ({} ms)",
+            timeout.as_millis()
+        ),
+    )
+}
+
+/// What the transport knows about one call before running it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    pub protocol: CallProtocol,
+    pub encoding: Encoding,
+    /// The caller's address (the socket's, or a trusted proxy's client).
+    pub peer: IpAddr,
+    /// When the caller stops waiting: `timeout` of the flare meta,
+    /// `Rpc-Timeout`, `Connect-Timeout-Ms`.
+    pub deadline: Option<Instant>,
+    /// When the transport started on the call, for the latency it reports.
+    pub started: Instant,
+}
+
+impl Call {
+    /// A call the transport `started` on, whose caller asked for an answer
+    /// within `timeout`: the one place a deadline is clamped to
+    /// [`MAX_DEADLINE`].
+    pub fn new(
+        protocol: CallProtocol,
+        encoding: Encoding,
+        peer: IpAddr,
+        timeout: Option<Duration>,
+        started: Instant,
+    ) -> Self {
+        Call {
+            protocol,
+            encoding,
+            peer,
+            deadline: timeout.map(|timeout| started + timeout.min(MAX_DEADLINE)),
+            started,
+        }
+    }
+}
+
+/// Runs one call and records it. `method` carries the transport's checks
+/// (unknown method, malformed headers); `body` is awaited under the caller's
+/// deadline, so a client stalling mid-body gets its timeout answer.
+pub async fn call(
+    state: &AppState,
+    call: &Call,
+    method: Result<Method, ApiError>,
+    body: impl Future<Output = Result<Bytes, ApiError>>,
+) -> Result<Bytes, ApiError> {
+    let named = method.as_ref().ok().copied();
+    let outcome = async {
+        let method = method?;
+        // A standby takes no call (its daemons go to the leader through the
+        // load balancer); nor does a leader whose lease may have run out.
+        if let Some(standby) = state.leadership.refusal() {
+            return Err(ApiError::new(
+                ErrorKind::Overloaded,
+                format!("{method}: not served here: {standby}"),
+            ));
+        }
+        let ctx = CallContext {
+            peer: call.peer,
+            deadline: call
+                .deadline
+                .filter(|_| call.protocol.answers_no_quota_before_deadline()),
+        };
+        let run = async {
+            let body = body.await?;
+            dispatch(state, method, call.encoding, &body, &ctx).await
+        };
+        match call.deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, run).await.map_err(|_| {
+                ApiError::new(
+                    ErrorKind::DeadlineExceeded,
+                    format!("{method} did not finish before the caller's deadline"),
+                )
+            })?,
+            None => run.await,
+        }
+    }
+    .await;
+    record(state, call, named, outcome.as_ref().err());
+    outcome
+}
+
+/// Records a finished call: metrics, access log, the peer's protocol.
+/// `method` is None when the call named no method of this server.
+pub fn record(state: &AppState, call: &Call, method: Option<Method>, error: Option<&ApiError>) {
+    let elapsed = call.started.elapsed();
+    let kind = error.map(|error| error.kind);
+    let end = match kind {
+        None => CallEnd::Answered,
+        Some(kind) => CallEnd::Failed {
+            http_status: kind.wire().http_status.as_u16(),
+            status: match kind {
+                ErrorKind::Scheduler(status) => Some(status),
+                _ => None,
+            },
+        },
+    };
+    state
+        .metrics
+        .observe_rpc(call.protocol, method, call.encoding, end, elapsed);
+    state.peer_protocols.record(call.peer, call.protocol);
+    if tracing::enabled!(target: ACCESS_LOG, tracing::Level::INFO) {
+        let wire = kind.map(ErrorKind::wire);
+        tracing::info!(
+            target: ACCESS_LOG,
+            protocol = call.protocol.label(),
+            rpc = method.map_or("unknown", Method::name),
+            encoding = call.encoding.label(),
+            peer = %call.peer,
+            status = wire.map_or(200, |wire| wire.http_status.as_u16()),
+            code = wire.map_or(0, |wire| wire.rpc_code),
+            latency_us = elapsed.as_micros() as u64,
+            "call"
+        );
+    }
+}
+
+/// Decodes the request, calls the service, encodes the response.
+pub async fn dispatch(
+    state: &AppState,
+    method: Method,
+    encoding: Encoding,
+    body: &[u8],
+    ctx: &CallContext,
+) -> Result<Bytes, ApiError> {
+    use codec::{decode, encode};
+    let service = &state.service;
+    let encoded = match method {
+        Method::Heartbeat => encode(encoding, &service.heartbeat(decode(encoding, body)?, ctx)?),
+        Method::GetConfig => encode(encoding, &service.get_config(decode(encoding, body)?, ctx)?),
+        Method::WaitForStartingTask => encode(
+            encoding,
+            &service
+                .wait_for_starting_task(decode(encoding, body)?, ctx)
+                .await?,
+        ),
+        Method::KeepTaskAlive => encode(
+            encoding,
+            &service.keep_task_alive(decode(encoding, body)?, ctx)?,
+        ),
+        Method::FreeTask => encode(encoding, &service.free_task(decode(encoding, body)?, ctx)?),
+        // Every daemon asks for the same list every second: one owner
+        // builds and encodes it once per version.
+        Method::GetRunningTasks => {
+            let request = decode(encoding, body)?;
+            return state.running_tasks.encoded(service, request, ctx, encoding);
+        }
+    };
+    encoded.map(Bytes::from)
+}

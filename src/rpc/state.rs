@@ -1,0 +1,190 @@
+//! Everything a request handler may need ([`AppState`]) and the transport
+//! settings fixed at start ([`HttpSettings`]). Every transport (the daemons'
+//! connections, the HTTP protocols) and [`crate::rpc`] take it; it knows
+//! none of them.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+};
+
+use axum::http::{HeaderMap, HeaderValue};
+
+use super::running_tasks::RunningTasksAnswers;
+use crate::{
+    dashboard::{self, Dashboard},
+    edge::{BodyBudget, EdgeSettings},
+    engine::Scheduler,
+    ha::Leadership,
+    metrics::Metrics,
+    protocol::PeerProtocols,
+    readiness::Readiness,
+    service::SchedulerService,
+};
+
+/// Default body limit, the original framework's message size limit.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// Transport settings fixed at start.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// Largest accepted request body.
+    pub max_body_bytes: usize,
+    /// Peers whose `X-Forwarded-For` is believed. Empty: the socket address is the caller.
+    pub trusted_proxies: Vec<IpAddr>,
+    /// Who may read the dashboard, `/api/v1/*` and `/inspect/*` (default: nobody).
+    pub inspect: dashboard::InspectAccess,
+    /// Timeouts, connection caps and the budget for buffered bodies.
+    pub edge: EdgeSettings,
+    /// Origins whose browser pages may call the RPCs (CORS); `*` for any.
+    /// Empty: no cross-origin calls.
+    pub cors_allowed_origins: Vec<HeaderValue>,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            trusted_proxies: Vec::new(),
+            inspect: dashboard::InspectAccess::Closed,
+            edge: EdgeSettings::default(),
+            cors_allowed_origins: Vec::new(),
+        }
+    }
+}
+
+impl HttpSettings {
+    /// The caller's address. Self-avoidance and NAT detection depend on it, so a
+    /// forwarded address is believed only from a proxy the operator named: the
+    /// rightmost `X-Forwarded-For` entry that is not itself a trusted proxy.
+    pub fn client_ip(&self, peer: SocketAddr, headers: &HeaderMap) -> IpAddr {
+        let peer_ip = peer.ip().to_canonical();
+        if !self.is_trusted(peer_ip) {
+            return peer_ip;
+        }
+        let forwarded: Vec<IpAddr> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .filter_map(|hop| hop.trim().parse::<IpAddr>().ok())
+            .map(|ip| ip.to_canonical())
+            .collect();
+        forwarded
+            .into_iter()
+            .rev()
+            .find(|ip| !self.is_trusted(*ip))
+            .unwrap_or(peer_ip)
+    }
+
+    /// Whether `ip` is a reverse proxy the operator named (`--trusted_proxies`).
+    pub(crate) fn is_trusted(&self, ip: IpAddr) -> bool {
+        self.trusted_proxies
+            .iter()
+            .any(|proxy| proxy.to_canonical() == ip)
+    }
+}
+
+/// Everything a handler may need, behind one `Arc`: axum clones the state
+/// for every request, and one reference count is cheaper than six.
+#[derive(Debug, Clone)]
+pub struct AppState(Arc<AppParts>);
+
+/// What [`AppState`] holds.
+#[derive(Debug)]
+pub struct AppParts {
+    pub service: SchedulerService,
+    pub settings: HttpSettings,
+    pub metrics: Metrics,
+    pub dashboard: Arc<Dashboard>,
+    /// The protocol of each peer's latest call (shown by the dashboard).
+    pub peer_protocols: Arc<PeerProtocols>,
+    /// Bytes buffered for large request bodies, on every protocol.
+    pub body_budget: BodyBudget,
+    /// `GetRunningTasks` answers, encoded once per list and encoding.
+    pub running_tasks: RunningTasksAnswers,
+    /// Whether this instance serves (always, unless it is a hot standby).
+    pub leadership: Leadership,
+    /// Whether the scheduler takes calls (`/readyz`, gRPC health); the
+    /// election's, so that a standby is not ready.
+    pub readiness: Readiness,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppParts;
+
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
+}
+
+impl AppState {
+    /// The only scheduler. Must run inside a tokio runtime (the dashboard
+    /// starts its sampler).
+    pub fn new(engine: Scheduler, settings: HttpSettings) -> Self {
+        Self::with_leadership(engine, settings, Leadership::solo())
+    }
+
+    /// One of several elected on etcd ([`crate::ha`]), or [`Leadership::solo`].
+    pub fn with_leadership(
+        engine: Scheduler,
+        settings: HttpSettings,
+        leadership: Leadership,
+    ) -> Self {
+        let peer_protocols = Arc::new(PeerProtocols::default());
+        let mut metrics = Metrics::new(engine.clone());
+        metrics.register_leadership(&leadership);
+        Self(Arc::new(AppParts {
+            metrics,
+            dashboard: Dashboard::start(
+                engine.clone(),
+                settings.inspect.clone(),
+                Arc::clone(&peer_protocols),
+                leadership.clone(),
+            ),
+            peer_protocols,
+            body_budget: BodyBudget::new(settings.edge.max_buffered_body_bytes),
+            service: SchedulerService::new(engine),
+            settings,
+            running_tasks: RunningTasksAnswers::default(),
+            readiness: leadership.readiness().clone(),
+            leadership,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwarded_addresses_are_believed_only_from_trusted_proxies() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-forwarded-for",
+            HeaderValue::from_static("1.1.1.1, 10.0.0.7, 10.0.0.2"),
+        );
+        let peer: SocketAddr = "10.0.0.1:5000".parse().unwrap();
+
+        let untrusting = HttpSettings::default();
+        assert_eq!(untrusting.client_ip(peer, &headers), peer.ip());
+
+        let trusting = HttpSettings {
+            trusted_proxies: vec!["10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()],
+            ..HttpSettings::default()
+        };
+        assert_eq!(
+            trusting.client_ip(peer, &headers),
+            "10.0.0.7".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn ipv4_mapped_peers_are_plain_ipv4() {
+        let peer: SocketAddr = "[::ffff:10.1.2.3]:80".parse().unwrap();
+        assert_eq!(
+            HttpSettings::default().client_ip(peer, &HeaderMap::new()),
+            "10.1.2.3".parse::<IpAddr>().unwrap()
+        );
+    }
+}
