@@ -140,16 +140,22 @@
 //!   (`--flagfile`, `--fromenv`, `-name=value`, `--noflag`, glog and
 //!   `--flare_*` flags).
 //! - [`sim`]: a simulated cluster of stock daemons (each machine servant and
-//!   delegate, at most two shared connections, the daemons' timeouts) speaking
-//!   `flare://`, `http+pb` or JSON from the outside; it imports [`pb`] only,
-//!   never the server's modules. `sim::wire` (`flare.rs`, `http.rs`: encoders,
-//!   and decoders giving a daemon's answer or the whole response) and
-//!   `sim::client` (`serial.rs`, `mux.rs`, `endpoint.rs`: one exchange at a
-//!   time, many calls per connection, a machine's pool) are also the raw
-//!   client of `tests/it/`. Used by `--demo`, the load generator
-//!   (`src/bin/loadgen.rs`; its P1 baseline route is served only by a
-//!   `bench-route` build), `tests/it/daemons.rs`, `tests/it/restart.rs`
-//!   (SIGKILL and restart of the real binary under load) and `scripts/bench.sh`.
+//!   delegate, at most two shared connections, the daemons' periods and
+//!   timeouts, compressed answers accepted and inflated) speaking `flare://`,
+//!   `http+pb` or JSON from the outside; it imports [`pb`] only, never the
+//!   server's modules. No task per machine or per call: timing wheels
+//!   (`shard.rs`) fire what falls due, answers are handled on their
+//!   connection's reader (`daemons.rs`, `servant.rs`, `delegate.rs`,
+//!   `jobs.rs`, `registry.rs`). `sim::wire` (`flare.rs`, `http.rs`,
+//!   `compression.rs`: encoders, and decoders giving a daemon's answer or the
+//!   whole response) and `sim::client` (`serial.rs`, `mux.rs`,
+//!   `endpoint.rs`: one exchange at a time, many calls per connection, a
+//!   machine's pool) are also the raw client of `tests/it/`. Used by
+//!   `--demo`, the load generator (`src/bin/loadgen/`, one file per kind of
+//!   mode; `sim::heartbeat_rate` is P1, whose baseline route is served only
+//!   by a `bench-route` build), `tests/it/daemons.rs`, `tests/it/restart.rs`
+//!   (SIGKILL and restart of the real binary under load) and
+//!   `scripts/bench.sh`.
 //!
 //! Tests: unit tests beside the code (the engine's in `engine/tests/`, with
 //! paused time), issue 22's attacks on the real binary in `tests/memory/`

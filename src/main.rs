@@ -105,7 +105,10 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     let mut router = app(state.clone());
     #[cfg(feature = "bench-route")]
     if settings.bench_bare_route {
-        tracing::warn!("benchmark route POST {} is mounted", sim::hammer::BARE_PATH);
+        tracing::warn!(
+            "benchmark route POST {} is mounted",
+            sim::heartbeat_rate::BARE_PATH
+        );
         router = router.merge(bench_route::bare_router());
     }
     let demo = settings.demo.then(|| start_demo(&settings, local));
@@ -122,12 +125,12 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     .await
 }
 
-/// The baseline of benchmark P1 (`yadcc-loadgen hammer`): what the HTTP stack
+/// The baseline of benchmark P1 (`yadcc-loadgen heartbeat-rate`): what the HTTP stack
 /// alone can do. Built only with the `bench-route` feature.
 #[cfg(feature = "bench-route")]
 mod bench_route {
     use axum::{Router, body::Bytes, http::header, response::IntoResponse, routing::post};
-    use yadcc_scheduler::sim::hammer::BARE_PATH;
+    use yadcc_scheduler::sim::heartbeat_rate::BARE_PATH;
 
     /// What the bare route answers: as many bytes as a binary
     /// `HeartbeatResponse` carrying three serving-daemon tokens (3 x (2 + 32) bytes).
