@@ -1,8 +1,11 @@
 //! Compiles `proto/` without a system `protoc`: protox parses the files (keeping
 //! comments as source info), prost generates the message types, pbjson the
 //! proto3-JSON mapping, and the raw descriptor set is kept for prost-reflect
-//! (OpenAPI generation and the list of RPCs). It also embeds the commit the
-//! binary was built from (`YADCC_BUILD_COMMIT`, see [`embed_commit`]).
+//! (OpenAPI generation and the list of RPCs). etcd's election and lease
+//! services (vendored in `proto/etcd/`) become tonic client stubs the same
+//! way, from a descriptor set, for the leader election of `src/ha/`. It also
+//! embeds the commit the binary was built from (`YADCC_BUILD_COMMIT`, see
+//! [`embed_commit`]).
 
 use std::{env, fs, path::PathBuf, process::Command};
 
@@ -14,6 +17,10 @@ const PROTO_FILES: &[&str] = &["yadcc/api/env_desc.proto", "yadcc/api/scheduler.
 /// exported descriptor set: it is transport, not API, so neither the OpenAPI
 /// document nor reflection lists it, and it has no JSON mapping.
 const FRAMEWORK_PROTO_FILES: &[&str] = &["flare/rpc/rpc_meta.proto"];
+/// etcd's API as the leader election calls it (client side only). Kept out
+/// of the exported descriptor set too: it is etcd's API, not ours.
+const ETCD_PROTO_FILES: &[&str] =
+    &["etcd/server/etcdserver/api/v3election/v3electionpb/v3election.proto"];
 
 /// Messages with a token or a serving-daemon token in them.
 const SECRET_MESSAGES: [&str; 7] = [
@@ -65,6 +72,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     prost_build::Config::new()
         .out_dir(&out_dir)
         .compile_fds(framework)?;
+
+    let etcd = protox::Compiler::new([PROTO_ROOT])?
+        .include_imports(true)
+        .open_files(ETCD_PROTO_FILES)?
+        .file_descriptor_set();
+    tonic_prost_build::configure()
+        .out_dir(&out_dir)
+        .build_server(false)
+        .build_transport(false)
+        .compile_fds(etcd)?;
     Ok(())
 }
 

@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Benchmarks P1, P3 and P5 (BENCHMARKS.md): builds release, runs the scheduler
-# and yadcc-loadgen as separate processes on this machine, collects the load
-# generator's JSON lines and draws P5 (p99 and CPU against cluster size).
+# Benchmarks P1, P3, P5 and P6 (BENCHMARKS.md), and this scheduler beside the
+# original one under the same yadcc-loadgen runs (P1's Heartbeat rate and P5
+# over flare). Builds the binaries, runs each scheduler and yadcc-loadgen as
+# separate processes on this machine, a fresh scheduler per run, collects the
+# load generator's JSON lines, prints the side-by-side table and draws P5.
 #
-#   scripts/bench.sh            # full scale, as in BENCHMARKS.md (~20 min)
-#   scripts/bench.sh small      # a quick check that everything works (~2 min)
+#   scripts/bench.sh            # full scale, as in BENCHMARKS.md (~35 min; a quiet machine)
+#   scripts/bench.sh small      # the same steps at toy scale (~4 min)
+#   scripts/bench.sh smoke      # CI: debug build, tiny runs, results checked
 #
-# Output: $OUT/p1.jsonl, p1-daemon.jsonl, p3.jsonl, p5.jsonl and p5.svg; full scale writes to
-# benches/results/ and benches/p5.svg, small scale to target/bench-small/.
-# BENCH_ONLY="p1 p5" runs a subset; P1_PROTOCOL (how P1 sets up its servants),
-# P3_PROTOCOL, P5_PROTOCOLS and P5_SIZES override the defaults.
+# The original scheduler is $YADCC_ORIGINAL, else ../shared/peers/yadcc-scheduler
+# if present (it speaks only flare, listens on 0.0.0.0, takes --port=P).
+# Without it the side-by-side runs are left out; `smoke` is then skipped
+# (one line saying so), except in CI (CI=true), where that is an error.
+#
+# Output in $OUT (full: benches/results/ and benches/p5.svg; small:
+# target/bench-small/; smoke: target/bench-smoke/): p1.jsonl, p1-daemon.jsonl,
+# p3.jsonl, p5.jsonl, p6.jsonl, p1-side-by-side.jsonl, p5-side-by-side.jsonl,
+# side-by-side.md and the P5 plot. BENCH_ONLY="p1 p3 p5 p6 original" runs a
+# subset; P1_PROTOCOL (how P1 sets up its servants), P3_PROTOCOL,
+# P5_PROTOCOLS, P5_SIZES and ORIGINAL_SIZES override the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,8 +33,10 @@ case "$scale" in
     p1_daemon_args=(--connections 2 --pipeline 32 --duration 3 --warmup 1 --rounds 5)
     p3_args=(--servants 10000 --delegates 100 --cycles-per-second 2000
              --duration 60 --warmup 5 --running-tasks-interval-ms 0)
-    p5_sizes=${P5_SIZES:-"250 500 1000 2000 4000"}
+    p5_sizes=${P5_SIZES:-"250 500 1000 2000 3000 4000 5000"}
+    original_sizes=${ORIGINAL_SIZES:-"250 500 1000 2000"}
     p5_args=(--duration 30 --warmup 5)
+    p6_args=(--servants 2000 --pollers 1000 --tasks 20000 --duration 30 --warmup 5)
     ;;
   small)
     out=${OUT:-target/bench-small}
@@ -34,22 +46,63 @@ case "$scale" in
     p3_args=(--servants 200 --delegates 10 --cycles-per-second 40
              --duration 5 --warmup 1 --running-tasks-interval-ms 0)
     p5_sizes=${P5_SIZES:-"25 50 100"}
+    original_sizes=${ORIGINAL_SIZES:-"25 50"}
     p5_args=(--duration 5 --warmup 2)
+    p6_args=(--servants 100 --pollers 50 --tasks 500 --duration 5 --warmup 2)
+    ;;
+  smoke)
+    out=${OUT:-target/bench-smoke}
+    svg=${SVG:-$out/p5.svg}
+    p1_args=(--connections 4 --duration 1 --warmup 1 --rounds 1 --tasks 2)
+    p1_daemon_args=(--connections 2 --pipeline 4 --duration 1 --warmup 1 --rounds 1 --tasks 2)
+    p5_sizes=${P5_SIZES:-"10 20"}
+    original_sizes=${ORIGINAL_SIZES:-"10 20"}
+    p5_args=(--duration 3 --warmup 1)
+    p6_args=(--servants 20 --pollers 10 --tasks 100 --duration 3 --warmup 1)
     ;;
   *)
-    echo "usage: $0 [full|small]" >&2
+    echo "usage: $0 [full|small|smoke]" >&2
     exit 2
     ;;
 esac
-only=${BENCH_ONLY:-"p1 p3 p5"}
+
+original=${YADCC_ORIGINAL:-}
+if [ -z "$original" ] && [ -x ../shared/peers/yadcc-scheduler ]; then
+  original=../shared/peers/yadcc-scheduler
+fi
+if [ -n "$original" ] && [ ! -x "$original" ]; then
+  echo "YADCC_ORIGINAL=$original is not an executable" >&2
+  exit 2
+fi
+
+if [ "$scale" = smoke ]; then
+  if [ -z "$original" ]; then
+    if [ "${CI:-}" = true ]; then
+      echo "bench smoke: the original scheduler is missing (../shared/peers/yadcc-scheduler or YADCC_ORIGINAL)" >&2
+      exit 1
+    fi
+    echo "SKIPPED bench smoke (scripts/bench.sh smoke): no original scheduler at ../shared/peers/yadcc-scheduler; set YADCC_ORIGINAL=path"
+    exit 0
+  fi
+  # Every step at its smallest; P3 is left out (P5 and P6 cover its calls).
+  only=${BENCH_ONLY:-"p1 p5 p6 original"}
+  # The test profile's binaries, which `cargo test` builds anyway.
+  echo "== building debug binaries"
+  cargo build --locked --bins
+  bin=target/debug
+  p1_targets=flare,http+pb,json
+else
+  only=${BENCH_ONLY:-"p1 p3 p5 p6 original"}
+  echo "== building release binaries"
+  cargo build --release --locked --bins --features bench-route
+  bin=target/release
+  p1_targets=flare,http+pb,json,bare
+fi
 p1_protocol=${P1_PROTOCOL:-flare}
 p3_protocol=${P3_PROTOCOL:-flare}
 p5_protocols=${P5_PROTOCOLS:-"flare http+pb"}
 mkdir -p "$out"
-
-echo "== building release binaries"
-cargo build --release --locked --bins --features bench-route
-bin=target/release
+echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), load:$(uptime | sed 's/.*load average://')"
 
 # Each simulated machine holds up to two sockets: raise the soft limit.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -68,11 +121,43 @@ stop_scheduler() {
 }
 trap 'stop_scheduler; rm -f "$scheduler_log"' EXIT
 
-# A fresh scheduler per run, on a loopback port the kernel picks, so runs do
-# not share state.
-fresh_scheduler() {
-  start_scheduler "$bin/yadcc-scheduler" "$scheduler_log" \
-    --acceptable_user_tokens=u --acceptable_servant_tokens=s "$@"
+# The original takes only --port=P and binds 0.0.0.0, so its port is picked
+# here just before it starts; should another process take it first, the
+# original exits and the wait below fails loudly instead of measuring
+# something else.
+original_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("0.0.0.0", 0)); print(s.getsockname()[1])'
+}
+
+wait_original_listening() {
+  local port=$1
+  for _ in $(seq 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      return 0
+    fi
+    kill -0 "$scheduler_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "the original scheduler did not start listening on $port; its log: $out/original.log" >&2
+  exit 1
+}
+
+# A fresh scheduler per run, so runs do not share state: `this` (on a port
+# the kernel picks, read back from its log) or `original`.
+launch() {
+  local which=$1 port
+  shift
+  if [ "$which" = original ]; then
+    port=$(original_port)
+    "$original" --port="$port" --acceptable_user_tokens=u --acceptable_servant_tokens=s \
+      --logtostderr 2>>"$out/original.log" &
+    scheduler_pid=$!
+    scheduler_addr=127.0.0.1:$port
+    wait_original_listening "$port"
+  else
+    start_scheduler "$bin/yadcc-scheduler" "$scheduler_log" \
+      --acceptable_user_tokens=u --acceptable_servant_tokens=s "$@"
+  fi
 }
 
 loadgen() {
@@ -80,24 +165,28 @@ loadgen() {
     --scheduler-pid "$scheduler_pid" "$@"
 }
 
+bare_flag=()
+[[ "$p1_targets" == *bare* ]] && bare_flag=(--bench_bare_route)
+
 if [[ " $only " == *" p1 "* ]]; then
-  echo "== P1: Heartbeat over flare, http+pb and JSON against the bare route"
-  fresh_scheduler --bench_bare_route
-  loadgen --protocol "$p1_protocol" hammer "${p1_args[@]}" >"$out/p1.jsonl"
+  echo "== P1: Heartbeat over flare, http+pb and JSON${bare_flag:+ against the bare route}"
+  launch this "${bare_flag[@]}"
+  loadgen --label this --protocol "$p1_protocol" heartbeat-rate "${p1_args[@]}" \
+    --targets "$p1_targets" >"$out/p1.jsonl"
   stop_scheduler
   cat "$out/p1.jsonl"
-  echo "== P1, the daemons' habit: 2 connections, 32 calls in flight on each"
-  fresh_scheduler --bench_bare_route
-  loadgen --protocol "$p1_protocol" hammer "${p1_daemon_args[@]}" \
-    --targets flare,http+pb,bare >"$out/p1-daemon.jsonl"
+  echo "== P1, the daemons' habit: 2 connections, many calls in flight on each"
+  launch this "${bare_flag[@]}"
+  loadgen --label this --protocol "$p1_protocol" heartbeat-rate "${p1_daemon_args[@]}" \
+    --targets "${p1_targets/,json/}" >"$out/p1-daemon.jsonl"
   stop_scheduler
   cat "$out/p1-daemon.jsonl"
 fi
 
 if [[ " $only " == *" p3 "* ]]; then
   echo "== P3: servants + grant cycles over $p3_protocol"
-  fresh_scheduler
-  loadgen --protocol "$p3_protocol" cluster "${p3_args[@]}" >"$out/p3.jsonl"
+  launch this
+  loadgen --label this --protocol "$p3_protocol" grant-cycles "${p3_args[@]}" >"$out/p3.jsonl"
   stop_scheduler
   cat "$out/p3.jsonl"
 fi
@@ -107,18 +196,74 @@ if [[ " $only " == *" p5 "* ]]; then
   : >"$out/p5.jsonl"
   for protocol in $p5_protocols; do
     for machines in $p5_sizes; do
-      fresh_scheduler
-      loadgen --protocol "$protocol" mix --machines "$machines" "${p5_args[@]}" >>"$out/p5.jsonl"
+      launch this
+      loadgen --label this --protocol "$protocol" daemon-mix --machines "$machines" \
+        "${p5_args[@]}" >>"$out/p5.jsonl"
       stop_scheduler
     done
   done
   cat "$out/p5.jsonl"
+fi
 
+if [[ " $only " == *" p6 "* ]]; then
+  echo "== P6: the task list at scale, answers uncompressed, then compressed ones accepted"
+  : >"$out/p6.jsonl"
+  for accept in no yes; do
+    accepting=()
+    [ "$accept" = yes ] && accepting=(--accept-compression)
+    launch this
+    loadgen --label this --protocol flare task-list "${p6_args[@]}" "${accepting[@]}" \
+      >>"$out/p6.jsonl"
+    stop_scheduler
+  done
+  cat "$out/p6.jsonl"
+fi
+
+if [[ " $only " == *" original "* ]]; then
+  if [ -z "$original" ]; then
+    echo "== side by side: no original scheduler (YADCC_ORIGINAL or ../shared/peers): left out"
+  else
+    echo "== side by side with $original: P1's Heartbeat rate and P5 over flare, in turns"
+    : >"$out/original.log"
+    : >"$out/p1-side-by-side.jsonl"
+    for which in this original; do
+      for setup in one daemon; do
+        if [ "$setup" = one ]; then args=("${p1_args[@]}"); else args=("${p1_daemon_args[@]}"); fi
+        launch "$which"
+        loadgen --label "$which" --protocol flare heartbeat-rate "${args[@]}" \
+          --targets flare >>"$out/p1-side-by-side.jsonl"
+        stop_scheduler
+      done
+    done
+    : >"$out/p5-side-by-side.jsonl"
+    for machines in $original_sizes; do
+      for which in this original; do
+        launch "$which"
+        loadgen --label "$which" --protocol flare daemon-mix --machines "$machines" \
+          "${p5_args[@]}" >>"$out/p5-side-by-side.jsonl"
+        stop_scheduler
+      done
+    done
+    cat "$out/p1-side-by-side.jsonl" "$out/p5-side-by-side.jsonl"
+    python3 scripts/bench_table.py "$out" | tee "$out/side-by-side.md"
+  fi
+fi
+
+if [ -s "$out/p5.jsonl" ]; then
   echo "== plotting $svg"
   venv=target/bench-venv
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
+  matplotlib='matplotlib==3.10.8'
+  if [ "$(cat "$venv/.pinned" 2>/dev/null)" != "$matplotlib" ]; then
+    rm -rf "$venv"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check 'matplotlib>=3.8,<4'
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "$matplotlib"
+    echo "$matplotlib" >"$venv/.pinned"
   fi
-  "$venv/bin/python" scripts/plot_p5.py "$out/p5.jsonl" "$svg"
+  sources=("$out/p5.jsonl")
+  [ -s "$out/p5-side-by-side.jsonl" ] && sources+=("$out/p5-side-by-side.jsonl")
+  "$venv/bin/python" scripts/plot_p5.py "${sources[@]}" "$svg"
+fi
+
+if [ "$scale" = smoke ]; then
+  python3 scripts/bench_table.py --check "$out"
 fi

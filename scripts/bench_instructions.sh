@@ -14,8 +14,8 @@
 # Protocols: flare and http+pb as the daemons send them; json and protobuf,
 # the same Heartbeat as JSON and as binary protobuf over plain HTTP to
 # /rpc/... (hyper, the same route and server path: they differ only by the
-# codec). For each: a scheduler under callgrind, `yadcc-loadgen hammer`
-# against it; once the hammer's servants are set up and heartbeats flow,
+# codec). For each: a scheduler under callgrind, `yadcc-loadgen heartbeat-rate`
+# against it; once the benchmark's servants are set up and heartbeats flow,
 # callgrind's counters are zeroed, SECONDS_MEASURED later they are dumped, and
 # the Heartbeat calls in between are read from the scheduler's /metrics.
 # Prints instructions per call; the profiles stay in $OUT
@@ -28,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 protocols=${*:-"flare http+pb json protobuf"}
-measured=${SECONDS_MEASURED:-10}  # at most 15: the hammer runs 25 s after its warm-up
+measured=${SECONDS_MEASURED:-10}  # at most 15: the benchmark runs 25 s after its warm-up
 out=${OUT:-target/instructions}
 bin=${BIN:-target/release}
 mkdir -p "$out"
@@ -73,7 +73,7 @@ heartbeats() {
 }
 
 for protocol in $protocols; do
-  # How the hammer sets its servants up, which target it hammers, and the
+  # How the benchmark sets its servants up, which target it drives, and the
   # protocol label its Heartbeats carry in /metrics.
   case "$protocol" in
     flare | http+pb) setup=$protocol target=$protocol label=$protocol ;;
@@ -86,12 +86,12 @@ for protocol in $protocols; do
     start_scheduler "$bin/yadcc-scheduler" "$out/valgrind.$protocol.log" \
     --acceptable_user_tokens=u --acceptable_servant_tokens=s
   "$bin/yadcc-loadgen" --scheduler "$scheduler_addr" --user-token u --servant-token s \
-    --protocol "$setup" hammer --connections 64 --tasks 16 --rounds 1 \
+    --protocol "$setup" heartbeat-rate --connections 64 --tasks 16 --rounds 1 \
     --warmup 5 --duration 25 --targets "$target" \
     >/dev/null 2>"$out/loadgen.$protocol.log" &
   loadgen_pid=$!
   # Set-up registers 64 servants and fills them with grants (a few hundred
-  # calls; the hammer says when it is done); then the hammer's heartbeats
+  # calls; the benchmark says when it is done); then the benchmark's heartbeats
   # flow, measured once its 5 s warm-up is over. Waiting for a count of
   # heartbeats instead would wait longer for a slower protocol, past the
   # end of the phase.

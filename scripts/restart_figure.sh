@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Restart figure (issue 10): a simulated cluster of stock-daemon behaviour
-# (yadcc-loadgen `cluster`, over flare: the daemons' default protocol, named
+# (yadcc-loadgen `grant-cycles`, over flare: the daemons' default protocol, named
 # explicitly so the figure says what produced it) runs against the scheduler;
 # 25 s in, the scheduler is SIGKILLed and, once the old process is gone,
 # started again on the same port with the same serving-daemon secret. The
@@ -28,7 +28,7 @@ trap 'kill $scheduler_pid $second $loadgen 2>/dev/null || true; rm -rf "$work"' 
 start_scheduler target/release/yadcc-scheduler "$work/first.log" "${args[@]}"
 first=$scheduler_pid
 addr=$scheduler_addr
-timeout 120 target/release/yadcc-loadgen --scheduler "$addr" --protocol flare cluster \
+timeout 120 target/release/yadcc-loadgen --scheduler "$addr" --protocol flare grant-cycles \
   --servants "$servants" --delegates "$delegates" --cycles-per-second 200 \
   --duration 40 --warmup 5 --task-min-ms 1200 --task-max-ms 8000 --progress-every 5 &
 loadgen=$!

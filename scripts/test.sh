@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need on a fresh Debian machine
-# (Chromium for the dashboard browser test and Lighthouse; promtool from
+# (Chromium for the dashboard browser test and Lighthouse; etcd and HAProxy
+# for the hot standby's tests; promtool from
 # Debian's prometheus package for the /metrics test; a Python environment
 # with Google's protobuf, schemathesis, the OpenAPI validator and
 # prometheus-client, see scripts/python_deps.sh; a grpcio client,
 # grpcio-health-checking and buf for the gRPC tests; the OpenAPI linters and
 # client generators; when the original yadcc is at hand, its runtime
 # libraries, iproute2 and g++), then runs schemathesis against a live server,
-# Lighthouse against the demo's dashboard (scripts/lighthouse.sh) and every
-# test, and last the tests against the original yadcc daemons
-# (tests/it/peers/).
+# Lighthouse against the demo's dashboard (scripts/lighthouse.sh), the
+# benchmark smoke run beside the original scheduler, every test, and last the
+# tests against the original yadcc daemons (tests/it/peers/).
 # Safe to run again: installed pieces are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +43,16 @@ fi
 
 scripts/python_deps.sh
 scripts/validate_openapi.sh
+
+# The hot standby's tests (tests/ha/) start Debian's etcd and HAProxy.
+if ! command -v etcd >/dev/null 2>&1; then
+  echo "installing etcd-server (hot standby tests)..."
+  apt_install etcd-server
+fi
+if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
+  echo "installing haproxy (hot standby tests)..."
+  apt_install haproxy
+fi
 
 # Client tools of the integration tests, pinned, each set in its own
 # directory under target/test-tools (where the tests look; YADCC_TEST_TOOLS
@@ -85,21 +96,25 @@ npm_tools openapi-npm "OpenAPI lint and TypeScript client tests" \
 # machine can run it (root for network namespaces).
 peers=${YADCC_PEERS:-$PWD/../shared/peers}
 peers_missing=""
+# Its runtime libraries (peers/README.md), by Debian 12's package names,
+# which carry the library versions the binaries were built against: the
+# daemons' tests and the benchmark smoke run beside the original scheduler
+# need them.
+if [ -x "$peers/yadcc-daemon" ] || [ -x "${YADCC_ORIGINAL:-$peers/yadcc-scheduler}" ]; then
+  if ! dpkg -s libgoogle-glog0v6 libgflags2.2 libfmt9 libssl3 libcurl4 libgoogle-perftools4 \
+    libctemplate3 libopentracing1 libyaml-cpp0.7 libjsoncpp25 liblz4-1 libsnappy1v5 libzstd1 \
+    libnghttp2-14 iproute2 g++ util-linux >/dev/null 2>&1; then
+    echo "installing the original yadcc's runtime libraries, iproute2 and g++..."
+    apt_install libgoogle-glog0v6 libgflags2.2 libfmt9 libssl3 libcurl4 libgoogle-perftools4 \
+      libctemplate3 libopentracing1 libyaml-cpp0.7 libjsoncpp25 liblz4-1 libsnappy1v5 libzstd1 \
+      libnghttp2-14 iproute2 g++ util-linux
+  fi
+fi
 if [ ! -x "$peers/yadcc-daemon" ] || [ ! -x "$peers/yadcc-cxx" ]; then
   peers_missing="no original yadcc at $peers (set YADCC_PEERS)"
 elif [ "$(id -u)" -ne 0 ]; then
   peers_missing="not root: network namespaces need it"
 else
-  # Its runtime libraries (peers/README.md), by Debian 12's package names,
-  # which carry the library versions the binaries were built against.
-  if ! dpkg -s libgoogle-glog0v6 libgflags2.2 libfmt9 libssl3 libcurl4 libgoogle-perftools4 \
-    libctemplate3 libopentracing1 libyaml-cpp0.7 libjsoncpp25 liblz4-1 libsnappy1v5 libzstd1 \
-    libnghttp2-14 iproute2 g++ util-linux >/dev/null 2>&1; then
-    echo "installing the original yadcc's runtime libraries, iproute2 and g++ (tests/it/peers/)..."
-    apt_install libgoogle-glog0v6 libgflags2.2 libfmt9 libssl3 libcurl4 libgoogle-perftools4 \
-      libctemplate3 libopentracing1 libyaml-cpp0.7 libjsoncpp25 liblz4-1 libsnappy1v5 libzstd1 \
-      libnghttp2-14 iproute2 g++ util-linux
-  fi
   probe="yadcc-ci-probe-$$"
   if ! { ip netns add "$probe" && ip netns del "$probe"; } 2>/dev/null; then
     peers_missing="cannot make a network namespace here"
@@ -119,6 +134,16 @@ scripts/schemathesis.sh
 # The dashboard's Lighthouse goals (accessibility 100, performance >= 90,
 # CLS <= 0.1); the script bounds each audit, this the whole of it.
 timeout "${LIGHTHOUSE_TOTAL_TIMEOUT:-900}" scripts/lighthouse.sh
+
+# This scheduler and the original under the same tiny yadcc-loadgen runs:
+# every result well formed, 0 errors for this scheduler. Without the original
+# (../shared/peers or YADCC_ORIGINAL) it says so in one line and is skipped,
+# except in CI.
+echo "== benchmark smoke run beside the original scheduler"
+if [ -z "${YADCC_ORIGINAL:-}" ] && [ -x "$peers/yadcc-scheduler" ]; then
+  export YADCC_ORIGINAL="$peers/yadcc-scheduler"
+fi
+timeout 900 scripts/bench.sh smoke
 
 cargo test --locked "$@"
 

@@ -1,7 +1,8 @@
 //! The edge's limits, shared by every protocol: the settings (one flag each,
-//! see `config.rs`) and the global budget of bytes buffered for requests that
-//! have not finished arriving. A leaf: the listener (`net`), the daemons'
-//! protocols (`daemon`) and the HTTP protocols read it.
+//! see `config.rs`), the budget of request bytes buffered (each connection's
+//! own allowance, then the global budget) and the bound on a connection's
+//! queued answer bytes. A leaf: the listener (`net`), the daemons' protocols
+//! (`daemon`) and the HTTP protocols read it.
 
 use std::{
     sync::{
@@ -11,10 +12,29 @@ use std::{
     time::Duration,
 };
 
-/// Bodies up to this size are never counted against the budget: every call a
-/// daemon makes is far smaller, so a flood of large stalled bodies cannot
-/// starve them. Their memory is bounded by the connection caps instead.
-pub const SMALL_BODY_BYTES: usize = 64 * 1024;
+use tokio::sync::Notify;
+
+/// Request bytes each connection may buffer on its own allowance; beyond
+/// it, every byte comes from the global budget (`--max_buffered_body_bytes`).
+/// Every call a daemon makes is far smaller, so a flood of stalled bodies on
+/// other connections, which exhausts the global budget, cannot starve a
+/// daemon's connection; and buffered request bytes are at most connections x
+/// this + the global budget, however many streams a connection opens.
+pub const CONNECTION_BODY_BYTES: usize = 64 * 1024;
+
+/// Answer bytes a connection may have queued (written to nobody yet) before
+/// it stops taking calls, at least: a connection whose peer does not read
+/// stops there, and is closed once it has read nothing for the body-read
+/// timeout. See [`answer_queue_bound`].
+pub const ANSWER_QUEUE_FLOOR: usize = 8 << 20;
+
+/// The answer bytes a connection may have queued before it stops taking
+/// calls: [`ANSWER_QUEUE_FLOOR`], or two of the largest answer it has
+/// queued, whichever is larger (so a daemon asking for a list larger than
+/// the floor still gets one while the previous one is being written).
+pub fn answer_queue_bound(largest_answer: usize) -> usize {
+    ANSWER_QUEUE_FLOOR.max(largest_answer.saturating_mul(2))
+}
 
 /// Calls one daemon connection may have in flight unless
 /// `--max_calls_in_flight_per_connection` says otherwise; more are answered
@@ -52,15 +72,20 @@ pub struct EdgeSettings {
     pub max_connections_per_ip: Option<usize>,
     /// Calls one daemon connection may have in flight at most.
     pub max_calls_in_flight_per_connection: usize,
-    /// Bytes buffered at most for bodies larger than [`SMALL_BODY_BYTES`]
-    /// that are still arriving. The daemons' protocols (`flare`, `http+pb`)
-    /// keep a body's share until its call is answered; the general HTTP path
-    /// (hyper) gives it back once the body is read, so bodies being served
-    /// there are bounded by the connection caps instead.
+    /// Request bytes buffered at most over all connections beyond each
+    /// connection's own [`CONNECTION_BODY_BYTES`]. The daemons' protocols
+    /// (`flare`, `http+pb`) keep a body's share until its call is answered;
+    /// the general HTTP path (hyper) gives it back once the body is read.
     pub max_buffered_body_bytes: usize,
     /// After a shutdown signal, how long connections may drain.
     pub shutdown_grace: Duration,
+    /// HTTP/2 streams one connection may have open at once.
+    pub http2_max_concurrent_streams: u32,
 }
+
+/// HTTP/2 streams per connection by default: RFC 9113's recommended minimum,
+/// which gRPC clients expect; hyper's own default is 200.
+pub const DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS: u32 = 100;
 
 /// The shortest idle timeout allowed: stock daemons recycle idle connections
 /// after 45 s and expect the server to keep them 60 s.
@@ -77,6 +102,7 @@ impl Default for EdgeSettings {
             max_calls_in_flight_per_connection: MAX_CALLS_IN_FLIGHT_PER_CONNECTION,
             max_buffered_body_bytes: 32 << 20,
             shutdown_grace: Duration::from_secs(10),
+            http2_max_concurrent_streams: DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS,
         }
     }
 }
@@ -112,41 +138,81 @@ pub fn raise_fd_limit() -> std::io::Result<u64> {
     rlimit::increase_nofile_limit(u64::MAX)
 }
 
-/// The global budget for large bodies. Cheap to clone.
+/// The global budget of request bytes (`--max_buffered_body_bytes`). Cheap
+/// to clone.
 #[derive(Debug, Clone)]
 pub struct BodyBudget {
     inner: Arc<Budget>,
 }
 
+/// Bytes that may be taken, and how many are.
 #[derive(Debug)]
 struct Budget {
     capacity: usize,
     used: AtomicUsize,
 }
 
-/// Bytes taken from a [`BodyBudget`], given back on drop.
+impl Budget {
+    fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(Budget {
+            capacity,
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// Takes `bytes` whole, or nothing (false).
+    fn take(&self, bytes: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes)
+                    .filter(|&after| after <= self.capacity)
+            })
+            .is_ok()
+    }
+
+    /// Takes as much of `bytes` as is left; returns what it took.
+    fn take_up_to(&self, bytes: usize) -> usize {
+        let before = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used < self.capacity).then(|| used + bytes.min(self.capacity - used))
+            })
+            .unwrap_or(self.capacity);
+        bytes.min(self.capacity.saturating_sub(before))
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+}
+
+/// Request bytes taken from a connection's allowance and the global budget,
+/// given back on drop.
 #[derive(Debug)]
 pub struct Reservation {
-    budget: Arc<Budget>,
-    bytes: usize,
+    global: Arc<Budget>,
+    /// The connection's allowance; None for a request served without one.
+    own: Option<Arc<Budget>>,
+    global_bytes: usize,
+    own_bytes: usize,
 }
 
 impl BodyBudget {
     pub fn new(capacity: usize) -> Self {
         Self {
-            inner: Arc::new(Budget {
-                capacity,
-                used: AtomicUsize::new(0),
-            }),
+            inner: Budget::new(capacity),
         }
     }
 
-    /// Reserves room for a body of `bytes`, or None when the budget cannot
-    /// hold it. Small bodies are free.
+    /// Reserves room for `bytes` of a request that came with no connection
+    /// of its own (every byte from the global budget), or None when the
+    /// budget cannot hold it.
     pub fn reserve(&self, bytes: usize) -> Option<Reservation> {
         let mut reservation = Reservation {
-            budget: Arc::clone(&self.inner),
-            bytes: 0,
+            global: Arc::clone(&self.inner),
+            own: None,
+            global_bytes: 0,
+            own_bytes: 0,
         };
         reservation.grow_to(bytes).then_some(reservation)
     }
@@ -157,33 +223,124 @@ impl BodyBudget {
     }
 }
 
+/// One connection's share of request bytes: its own
+/// [`CONNECTION_BODY_BYTES`] first, then the global budget. Cheap to clone;
+/// every request on the connection (every HTTP/2 stream) draws from it.
+#[derive(Debug, Clone)]
+pub struct ConnectionBudget {
+    global: Arc<Budget>,
+    own: Arc<Budget>,
+}
+
+impl ConnectionBudget {
+    pub fn new(global: &BodyBudget) -> Self {
+        Self {
+            global: Arc::clone(&global.inner),
+            own: Budget::new(CONNECTION_BODY_BYTES),
+        }
+    }
+
+    /// Reserves room for `bytes` of a request, or None when the
+    /// connection's allowance and the global budget together cannot hold it.
+    pub fn reserve(&self, bytes: usize) -> Option<Reservation> {
+        let mut reservation = Reservation {
+            global: Arc::clone(&self.global),
+            own: Some(Arc::clone(&self.own)),
+            global_bytes: 0,
+            own_bytes: 0,
+        };
+        reservation.grow_to(bytes).then_some(reservation)
+    }
+}
+
 impl Reservation {
-    /// Grows the reservation to cover a body of `total` bytes so far;
-    /// false (and unchanged) when the budget cannot hold it.
+    /// Grows the reservation to cover `total` bytes so far; false (and
+    /// unchanged) when the budgets cannot hold it.
     pub fn grow_to(&mut self, total: usize) -> bool {
-        let wanted = total.saturating_sub(SMALL_BODY_BYTES);
-        if wanted <= self.bytes {
+        let held = self.own_bytes + self.global_bytes;
+        if total <= held {
             return true;
         }
-        let extra = wanted - self.bytes;
-        let budget = &self.budget;
-        let taken = budget
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(extra)
-                    .filter(|&after| after <= budget.capacity)
-            })
-            .is_ok();
-        if taken {
-            self.bytes = wanted;
+        let extra = total - held;
+        let from_own = self.own.as_ref().map_or(0, |own| own.take_up_to(extra));
+        let from_global = extra - from_own;
+        if from_global > 0 && !self.global.take(from_global) {
+            if let Some(own) = &self.own {
+                own.give_back(from_own);
+            }
+            return false;
         }
-        taken
+        self.own_bytes += from_own;
+        self.global_bytes += from_global;
+        true
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+        self.global.give_back(self.global_bytes);
+        if let Some(own) = &self.own {
+            own.give_back(self.own_bytes);
+        }
+    }
+}
+
+/// The answer bytes one connection of the general HTTP path (hyper) has
+/// queued: counted from when a response leaves its handler until hyper has
+/// taken its bytes. The listener counts them ([`crate::net`]); the RPC seam
+/// waits for [`QueuedAnswers::room`] before it runs a call, so a connection
+/// whose answers are not read (HTTP/2 streams whose window stays shut) stops
+/// taking calls at [`answer_queue_bound`]. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct QueuedAnswers {
+    inner: Arc<Queued>,
+}
+
+#[derive(Debug, Default)]
+struct Queued {
+    bytes: AtomicUsize,
+    largest: AtomicUsize,
+    room: Notify,
+}
+
+impl QueuedAnswers {
+    /// An answer of `bytes` is queued.
+    pub fn add(&self, bytes: usize) {
+        self.inner.largest.fetch_max(bytes, Ordering::Relaxed);
+        self.inner.bytes.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    /// `bytes` of queued answers were taken (or dropped).
+    pub fn remove(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        self.inner.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        if !self.over_bound() {
+            self.inner.room.notify_waiters();
+        }
+    }
+
+    /// Bytes queued now.
+    pub fn bytes(&self) -> usize {
+        self.inner.bytes.load(Ordering::Acquire)
+    }
+
+    fn over_bound(&self) -> bool {
+        self.bytes() > answer_queue_bound(self.inner.largest.load(Ordering::Relaxed))
+    }
+
+    /// Waits until the answers queued are within the bound.
+    pub async fn room(&self) {
+        loop {
+            let room = self.inner.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if !self.over_bound() {
+                return;
+            }
+            room.await;
+        }
     }
 }
 
@@ -205,22 +362,89 @@ mod tests {
     use super::*;
 
     #[test]
-    fn small_bodies_are_free_and_large_ones_share_the_budget() {
-        let budget = BodyBudget::new(10 * SMALL_BODY_BYTES);
-        let small: Vec<_> = (0..100)
-            .map(|_| budget.reserve(SMALL_BODY_BYTES).expect("small"))
+    fn a_connection_buffers_its_allowance_then_draws_on_the_global_budget() {
+        let global = BodyBudget::new(4 * CONNECTION_BODY_BYTES);
+        let first = ConnectionBudget::new(&global);
+        // Many small requests on one connection (HTTP/2 streams) share its
+        // allowance: it is per connection, not per request.
+        let small: Vec<_> = (0..64)
+            .map(|_| first.reserve(1024).expect("within the allowance"))
             .collect();
-        assert_eq!(budget.used(), 0);
-        let big = budget.reserve(9 * SMALL_BODY_BYTES).expect("fits");
-        assert_eq!(budget.used(), 8 * SMALL_BODY_BYTES);
-        assert!(budget.reserve(4 * SMALL_BODY_BYTES).is_none());
-        let mut growing = budget.reserve(2 * SMALL_BODY_BYTES).expect("fits");
-        assert!(!growing.grow_to(4 * SMALL_BODY_BYTES), "over the budget");
-        assert_eq!(budget.used(), 9 * SMALL_BODY_BYTES);
-        drop(big);
-        assert!(growing.grow_to(4 * SMALL_BODY_BYTES));
-        drop(growing);
+        assert_eq!(global.used(), 0);
+        let over = first.reserve(1000).expect("from the global budget");
+        assert_eq!(global.used(), 1000, "every byte past the allowance counts");
         drop(small);
-        assert_eq!(budget.used(), 0);
+        let mut growing = first.reserve(0).expect("nothing yet");
+        assert!(
+            growing.grow_to(CONNECTION_BODY_BYTES),
+            "the allowance is back"
+        );
+        assert_eq!(global.used(), 1000);
+        assert!(growing.grow_to(3 * CONNECTION_BODY_BYTES));
+        assert_eq!(global.used(), 1000 + 2 * CONNECTION_BODY_BYTES);
+        assert!(
+            !growing.grow_to(5 * CONNECTION_BODY_BYTES),
+            "over the global budget"
+        );
+        assert_eq!(global.used(), 1000 + 2 * CONNECTION_BODY_BYTES, "unchanged");
+        // The global budget is exhausted for everyone, but another
+        // connection's small requests still fit in its own allowance.
+        let second = ConnectionBudget::new(&global);
+        assert!(second.reserve(3 * CONNECTION_BODY_BYTES).is_none());
+        let heartbeat = second
+            .reserve(1300)
+            .expect("a daemon's call fits its connection");
+        drop((over, growing, heartbeat));
+        assert_eq!(global.used(), 0);
+        assert_eq!(first.own.used.load(Ordering::Relaxed), 0);
+        assert_eq!(second.own.used.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_request_without_a_connection_counts_every_byte() {
+        let global = BodyBudget::new(1000);
+        let reservation = global.reserve(10).expect("fits");
+        assert_eq!(global.used(), 10);
+        assert!(global.reserve(991).is_none());
+        drop(reservation);
+        assert_eq!(global.used(), 0);
+    }
+
+    #[tokio::test]
+    async fn calls_wait_for_room_while_queued_answers_exceed_the_bound() {
+        let queued = QueuedAnswers::default();
+        let answer = ANSWER_QUEUE_FLOOR / 8;
+        for _ in 0..8 {
+            queued.add(answer);
+        }
+        queued.room().await;
+        queued.add(1);
+        let waiting = tokio::spawn({
+            let queued = queued.clone();
+            async move { queued.room().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "over the bound: no room");
+        queued.remove(1);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("room once an answer is taken")
+            .unwrap();
+        queued.remove(ANSWER_QUEUE_FLOOR);
+        assert_eq!(queued.bytes(), 0);
+        // One answer larger than the floor is let through, and so is a
+        // second while it is being written.
+        queued.add(ANSWER_QUEUE_FLOOR * 3);
+        queued.room().await;
+        queued.add(ANSWER_QUEUE_FLOOR * 3);
+        queued.room().await;
+    }
+
+    #[test]
+    fn the_answer_queue_holds_two_of_the_largest_answer_or_the_floor() {
+        assert_eq!(answer_queue_bound(0), ANSWER_QUEUE_FLOOR);
+        assert_eq!(answer_queue_bound(3_600_000), ANSWER_QUEUE_FLOOR);
+        assert_eq!(answer_queue_bound(80 << 20), 160 << 20);
+        assert_eq!(answer_queue_bound(usize::MAX), usize::MAX);
     }
 }

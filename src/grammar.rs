@@ -1,8 +1,9 @@
 //! The text forms a request's values must take, each as a parser and as the
 //! regular expression the OpenAPI document states: a servant's location, and
 //! a header's decimal integer (with the ranges of the timeout and
-//! sequence-number headers). A leaf: the engine checks a location with it,
-//! the transports read headers with it, the OpenAPI builder states it.
+//! sequence-number headers); and `Content-Length` as RFC 9112 and hyper
+//! read it. A leaf: the engine checks a location with it, the transports
+//! read headers with it, the OpenAPI builder states it.
 
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
@@ -26,6 +27,41 @@ pub fn header_integer(text: &str, range: &RangeInclusive<u64>) -> Option<u64> {
     text.parse::<u64>()
         .ok()
         .filter(|value| range.contains(value))
+}
+
+/// A `Content-Length` that is not one decimal number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("Content-Length must be one decimal number: digits only, every value the same")]
+pub struct BadContentLength;
+
+/// A request's `Content-Length` from all its values, as RFC 9112 (section
+/// 6.3) and hyper read it: each value a comma-separated list of decimal
+/// numbers, digits only (no sign, no space inside, not empty, within 64
+/// bits), all of them the same number. Ok(None) without the header; Err for
+/// anything else, which a server must answer 400 and close: a proxy that
+/// read another value would frame the next request differently (request
+/// smuggling).
+pub fn content_length<'a>(
+    values: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<Option<u64>, BadContentLength> {
+    let mut length = None;
+    for value in values {
+        for element in value.split(|&byte| byte == b',') {
+            let digits = element.trim_ascii();
+            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+                return Err(BadContentLength);
+            }
+            let number = digits.iter().try_fold(0u64, |number, digit| {
+                number.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
+            });
+            match (number, length) {
+                (None, _) => return Err(BadContentLength),
+                (Some(number), Some(seen)) if number != seen => return Err(BadContentLength),
+                (Some(number), _) => length = Some(number),
+            }
+        }
+    }
+    Ok(length)
 }
 
 /// A servant's reported location: an IPv4 address and port (`10.0.0.1:8335`)
@@ -191,6 +227,34 @@ fn same_length(low: &[u8], high: &[u8], prefix: String, out: &mut Vec<String>) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn content_length_is_one_decimal_number_as_hyper_reads_it() {
+        let parse = |values: &[&str]| content_length(values.iter().map(|value| value.as_bytes()));
+        assert_eq!(parse(&[]), Ok(None));
+        assert_eq!(parse(&["0"]), Ok(Some(0)));
+        assert_eq!(parse(&["1300"]), Ok(Some(1300)));
+        assert_eq!(parse(&["007"]), Ok(Some(7)));
+        assert_eq!(parse(&["18446744073709551615"]), Ok(Some(u64::MAX)));
+        // The same number more than once is one length, as hyper accepts.
+        assert_eq!(parse(&["3", "3"]), Ok(Some(3)));
+        assert_eq!(parse(&["3, 3"]), Ok(Some(3)));
+        for bad in [
+            &["3", "4"][..],
+            &["3, 4"],
+            &["+3"],
+            &["-3"],
+            &["3a"],
+            &["3 4"],
+            &["0x3"],
+            &[""],
+            &["3,"],
+            &["18446744073709551616"],
+            &["３"],
+        ] {
+            assert_eq!(parse(bad), Err(BadContentLength), "{bad:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

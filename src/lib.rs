@@ -54,9 +54,10 @@
 //! http                            HTTP protocols: seam, dialects, gRPC, reflection, health
 //! rpc                             the call core: dispatch, state, errors, codecs
 //! service dashboard metrics       the six RPCs; beside the path: people, Prometheus
+//! ha                              hot standby: leadership elected on etcd, fencing
 //! contract                        what requests must satisfy, as data
 //! engine                          the scheduling rules
-//! edge protocol grammar readiness build_info  leaves: limits, labels, grammars, readiness, the build
+//! edge protocol grammar readiness build_info logging  leaves: limits, labels, grammars, readiness, the build, log limits
 //! sim                             the simulated daemons: generated types only
 //! pb                              generated types, Method, Encoding
 //! ```
@@ -83,8 +84,16 @@
 //! the comments cite by name are listed in `RULES.md`, each with the
 //! function that holds it. Tests by topic in `tests/`.
 //!
-//! The edge's limits (timeouts, caps, the budget for buffered bodies) are
-//! [`edge`], one flag each; every protocol obeys them.
+//! The edge's limits (timeouts, caps, the budget for buffered request
+//! bytes: each connection's own 64 KiB, then the global budget; the bound on
+//! a connection's queued answers) are [`edge`], one flag or named constant
+//! each; every protocol obeys them. A daemon connection counts its queued
+//! answers in `daemon::conn` (an answer is a head and a payload shared by
+//! every caller, written with one vectored write); a hyper connection's
+//! answers are counted until hyper takes them in `net::answers`, which also
+//! closes a connection whose answers make no progress. [`logging`]: which
+//! calls the access log writes (`--access_log`) and the limit of one line a
+//! second per kind on what clients can make the server write.
 //!
 //! Beside the request path, never in it:
 //! - [`contract`]: what a request's fields must satisfy (engine limits,
@@ -98,7 +107,7 @@
 //! - [`http::reflection`]: gRPC server reflection from that descriptor set;
 //!   [`http::health`]: the gRPC health service, reporting [`readiness`] (the
 //!   one readiness `/readyz` reports, flipped by [`net`] when a shutdown
-//!   begins); both served over gRPC, gRPC-Web and Connect by
+//!   begins and by [`ha`] while standing by); both served over gRPC, gRPC-Web and Connect by
 //!   [`http::connect_bridge`] (Connect in front of tonic's services).
 //! - [`openapi`]: the OpenAPI document built from the descriptor pool (one
 //!   file per part: paths, schemas, errors, security, examples, prose and
@@ -119,6 +128,14 @@
 //!   scraper asks (`exposition.rs`), the `process_*` series (`process.rs`)
 //!   and the build's version and commit ([`build_info`], embedded by
 //!   `build.rs`; `--version` prints them too).
+//! - [`ha`] (`src/ha/`): the hot standby. `election.rs` campaigns on etcd
+//!   (etcd's own election and lease services, stubs from `proto/etcd/` in
+//!   `etcd.rs`) and, on winning, restarts the engine and opens its
+//!   [`engine::GrantFence`] until the lease could expire; `mod.rs` is the
+//!   narrow side the rest sees, [`ha::Leadership`]: whether this instance
+//!   serves (the call core refuses RPCs otherwise, [`net`] closes daemon
+//!   connections), the role for `/readyz`, the dashboard and the metrics.
+//!   [`net::proxy`] reads the PROXY header a balancer in front of it sends.
 //! - [`config`]: the command line (`src/main.rs` starts and stops the server):
 //!   `server.rs` (the scheduler's flags), `demo.rs` (`--demo`, and with the
 //!   `bench-route` cargo feature the hidden `--bench_bare_route`),
@@ -128,21 +145,29 @@
 //!   (`--flagfile`, `--fromenv`, `-name=value`, `--noflag`, glog and
 //!   `--flare_*` flags).
 //! - [`sim`]: a simulated cluster of stock daemons (each machine servant and
-//!   delegate, at most two shared connections, the daemons' timeouts) speaking
-//!   `flare://`, `http+pb` or JSON from the outside; it imports [`pb`] only,
-//!   never the server's modules. `sim::wire` (`flare.rs`, `http.rs`: encoders,
-//!   and decoders giving a daemon's answer or the whole response) and
-//!   `sim::client` (`serial.rs`, `mux.rs`, `endpoint.rs`: one exchange at a
-//!   time, many calls per connection, a machine's pool) are also the raw
-//!   client of `tests/it/`. Used by `--demo`, the load generator
-//!   (`src/bin/loadgen.rs`; its P1 baseline route is served only by a
-//!   `bench-route` build), `tests/it/daemons.rs`, `tests/it/restart.rs`
-//!   (SIGKILL and restart of the real binary under load) and `scripts/bench.sh`.
+//!   delegate, at most two shared connections, the daemons' periods and
+//!   timeouts, compressed answers accepted and inflated) speaking `flare://`,
+//!   `http+pb` or JSON from the outside; it imports [`pb`] only, never the
+//!   server's modules. No task per machine or per call: timing wheels
+//!   (`shard.rs`) fire what falls due, answers are handled on their
+//!   connection's reader (`daemons.rs`, `servant.rs`, `delegate.rs`,
+//!   `jobs.rs`, `registry.rs`). `sim::wire` (`flare.rs`, `http.rs`,
+//!   `compression.rs`: encoders, and decoders giving a daemon's answer or the
+//!   whole response) and `sim::client` (`serial.rs`, `mux.rs`,
+//!   `endpoint.rs`: one exchange at a time, many calls per connection, a
+//!   machine's pool) are also the raw client of `tests/it/`. Used by
+//!   `--demo`, the load generator (`src/bin/loadgen/`, one file per kind of
+//!   mode; `sim::heartbeat_rate` is P1, whose baseline route is served only
+//!   by a `bench-route` build), `tests/it/daemons.rs`, `tests/it/restart.rs`
+//!   (SIGKILL and restart of the real binary under load) and
+//!   `scripts/bench.sh`.
 //!
 //! Tests: unit tests beside the code (the engine's in `engine/tests/`, with
-//! paused time), integration tests over real sockets and real Chromium in
-//! `tests/it/` (with `differential.rs`, the JSON mapping against Google's
-//! protobuf through `scripts/differential.py`, and `openapi_*.rs`, the
+//! paused time), issue 22's attacks on the real binary in `tests/memory/`
+//! (a test binary of its own, one attack at a time: peak RSS and a
+//! legitimate daemon's latency), integration tests over real sockets and
+//! real Chromium in `tests/it/` (with `differential.rs`, the JSON mapping
+//! against Google's protobuf through `scripts/differential.py`, and `openapi_*.rs`, the
 //! document against the code and a live server's answers against the
 //! document's schemas with `jsonschema`, and `peers/`, the original yadcc's
 //! daemons and compiler wrapper in network namespaces against the real
@@ -158,7 +183,9 @@ pub mod dashboard;
 pub mod edge;
 pub mod engine;
 pub mod grammar;
+pub mod ha;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 pub mod net;
 pub mod openapi;

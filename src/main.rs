@@ -10,7 +10,9 @@ use yadcc_scheduler::{
     config::{Cli, Settings, server::LogFormat},
     dashboard::InspectAccess,
     edge,
-    engine::{self, Scheduler},
+    engine::{self, GrantFence, Scheduler},
+    ha::{self, Leadership, election::Election},
+    logging::LimitedWarnings,
     net, sim,
 };
 
@@ -37,9 +39,12 @@ async fn main() -> ExitCode {
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
+    // A client can make warnings happen (an HTTP/2 connection reset, accept
+    // failures): at most one line a second from each place, in either format.
     match cli.server.log_format {
         LogFormat::Text => logs
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .map_event_format(LimitedWarnings::new)
             .init(),
         // One object per line: `timestamp`, `level`, `target` and the event's
         // `fields` (its message among them); spans carry nothing worth a key.
@@ -47,6 +52,7 @@ async fn main() -> ExitCode {
             .json()
             .with_current_span(false)
             .with_span_list(false)
+            .map_event_format(LimitedWarnings::new)
             .init(),
     }
     for warning in flag_warnings {
@@ -70,13 +76,23 @@ async fn main() -> ExitCode {
 
 async fn run(settings: Settings) -> std::io::Result<()> {
     warn_about_open_doors(&settings);
-    let engine = Scheduler::new(settings.engine.clone());
+    let mut engine_config = settings.engine.clone();
+    // With a hot standby, the engine grants only while elected.
+    let leadership = if settings.ha.is_some() {
+        let fence = GrantFence::closed();
+        engine_config.grant_fence = fence.clone();
+        Leadership::elected(fence)
+    } else {
+        Leadership::solo()
+    };
+    let engine = Scheduler::new(engine_config);
     // Connections cost descriptors; the connection cap is derived from this.
     match edge::raise_fd_limit() {
         Ok(limit) => tracing::info!("file-descriptor limit: {limit}"),
         Err(error) => tracing::warn!("cannot raise the file-descriptor limit: {error}"),
     }
-    let state = AppState::new(engine.clone(), settings.http.clone());
+    let state =
+        AppState::with_leadership(engine.clone(), settings.http.clone(), leadership.clone());
     let listener = bind_when_free(settings.listen).await.map_err(|error| {
         std::io::Error::new(
             error.kind(),
@@ -89,19 +105,32 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     let mut router = app(state.clone());
     #[cfg(feature = "bench-route")]
     if settings.bench_bare_route {
-        tracing::warn!("benchmark route POST {} is mounted", sim::hammer::BARE_PATH);
+        tracing::warn!(
+            "benchmark route POST {} is mounted",
+            sim::heartbeat_rate::BARE_PATH
+        );
         router = router.merge(bench_route::bare_router());
     }
     let demo = settings.demo.then(|| start_demo(&settings, local));
-    net::serve(listener, router, state, shutdown_signal(engine, demo)).await
+    let election = settings.ha.clone().map(|mut ha| {
+        ha.instance = ha::instance_name(local);
+        Election::start(ha, leadership, engine.clone())
+    });
+    net::serve(
+        listener,
+        router,
+        state,
+        shutdown_signal(engine, demo, election),
+    )
+    .await
 }
 
-/// The baseline of benchmark P1 (`yadcc-loadgen hammer`): what the HTTP stack
+/// The baseline of benchmark P1 (`yadcc-loadgen heartbeat-rate`): what the HTTP stack
 /// alone can do. Built only with the `bench-route` feature.
 #[cfg(feature = "bench-route")]
 mod bench_route {
     use axum::{Router, body::Bytes, http::header, response::IntoResponse, routing::post};
-    use yadcc_scheduler::sim::hammer::BARE_PATH;
+    use yadcc_scheduler::sim::heartbeat_rate::BARE_PATH;
 
     /// What the bare route answers: as many bytes as a binary
     /// `HeartbeatResponse` carrying three serving-daemon tokens (3 x (2 + 32) bytes).
@@ -196,9 +225,14 @@ fn warn_about_open_doors(settings: &Settings) {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM, after telling the engine to answer every
+/// Resolves on SIGINT or SIGTERM, after resigning from the election (so a
+/// standby takes over at once) and telling the engine to answer every
 /// queued wait, so in-flight long polls finish and the server can drain.
-async fn shutdown_signal(engine: Scheduler, demo: Option<sim::Cluster>) {
+async fn shutdown_signal(
+    engine: Scheduler,
+    demo: Option<sim::Cluster>,
+    election: Option<Election>,
+) {
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -220,6 +254,9 @@ async fn shutdown_signal(engine: Scheduler, demo: Option<sim::Cluster>) {
     if let Some(demo) = demo {
         tracing::info!("demo: stopping the simulated cluster");
         demo.stop().await;
+    }
+    if let Some(election) = election {
+        election.resign().await;
     }
     tracing::info!("shutting down: answering waiting calls, draining connections");
     engine.shutdown();

@@ -40,6 +40,7 @@ pub use exposition::{
 use crate::{
     build_info,
     engine::Scheduler,
+    ha::Leadership,
     pb::{self, Encoding, Method},
     protocol::CallProtocol,
 };
@@ -311,6 +312,22 @@ impl Metrics {
             .inc();
     }
 
+    /// With a hot standby: whether this instance leads, elections won,
+    /// lease renewal latency, time since the last change of role. Nothing
+    /// for the only scheduler.
+    pub fn register_leadership(&mut self, leadership: &Leadership) {
+        let Some(stats) = leadership.stats() else {
+            return;
+        };
+        let ours = self.registry.sub_registry_with_prefix(PREFIX);
+        ours.register(
+            "lease_renew_duration_seconds",
+            "From sending an etcd lease renewal to its answer",
+            stats.renew_latency.clone(),
+        );
+        ours.register_collector(Box::new(LeadershipCollector(leadership.clone())));
+    }
+
     /// The exposition in `format`.
     pub fn encode(&self, format: Format) -> String {
         let mut text = String::new();
@@ -335,6 +352,36 @@ impl Metrics {
             self.encode(format),
         )
             .into_response()
+    }
+}
+
+/// Reads the election's state at scrape time.
+#[derive(Debug)]
+struct LeadershipCollector(Leadership);
+
+impl Collector for LeadershipCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        let Some(stats) = self.0.stats() else {
+            return Ok(());
+        };
+        write_gauge(
+            &mut encoder,
+            "leader",
+            "1 while this instance is the elected leader and its lease certainly runs, else 0",
+            i64::from(self.0.is_serving()),
+        )?;
+        write_counter(
+            &mut encoder,
+            "elections_won",
+            "Times this instance won the election",
+            stats.elections_won.get(),
+        )?;
+        ConstGauge::new(stats.since_change().as_secs_f64()).encode(encoder.encode_descriptor(
+            "seconds_since_leadership_change",
+            "Seconds since this instance last became leader or stopped being one (or started)",
+            None,
+            MetricType::Gauge,
+        )?)
     }
 }
 

@@ -13,6 +13,8 @@ use tokio::sync::watch;
 pub enum NotReady {
     /// A shutdown began: connections drain, nothing new should come. Final.
     ShuttingDown,
+    /// A hot standby: another instance is the elected leader (`crate::ha`).
+    Standby,
 }
 
 impl NotReady {
@@ -21,6 +23,7 @@ impl NotReady {
     pub fn is_final(self) -> bool {
         match self {
             NotReady::ShuttingDown => true,
+            NotReady::Standby => false,
         }
     }
 
@@ -28,6 +31,7 @@ impl NotReady {
     pub fn describe(self) -> &'static str {
         match self {
             NotReady::ShuttingDown => "shutting down",
+            NotReady::Standby => "standby",
         }
     }
 }
@@ -70,6 +74,17 @@ impl Readiness {
             }
         });
     }
+
+    /// Ready again, if `reason` (not a final one) is what held it.
+    pub fn clear(&self, reason: NotReady) {
+        self.0.send_if_modified(|now| match *now {
+            Err(held) if held == reason && !held.is_final() => {
+                *now = Ok(());
+                true
+            }
+            _ => false,
+        });
+    }
 }
 
 #[cfg(test)]
@@ -89,5 +104,24 @@ mod tests {
         // Saying it again is no change.
         readiness.set_not_ready(NotReady::ShuttingDown);
         assert!(!watcher.has_changed().unwrap());
+    }
+
+    #[test]
+    fn a_standby_becomes_ready_on_winning_but_a_shutdown_stays() {
+        let readiness = Readiness::new();
+        readiness.set_not_ready(NotReady::Standby);
+        assert_eq!(readiness.current(), Err(NotReady::Standby));
+        readiness.clear(NotReady::ShuttingDown);
+        assert_eq!(
+            readiness.current(),
+            Err(NotReady::Standby),
+            "not what held it"
+        );
+        readiness.clear(NotReady::Standby);
+        assert_eq!(readiness.current(), Ok(()));
+        readiness.set_not_ready(NotReady::ShuttingDown);
+        readiness.set_not_ready(NotReady::Standby);
+        readiness.clear(NotReady::Standby);
+        assert_eq!(readiness.current(), Err(NotReady::ShuttingDown));
     }
 }

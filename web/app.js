@@ -40,6 +40,7 @@ jumpTo = setUpTabs(tables);
 
 const chart = createChart(document.getElementById('chart'));
 const uptimeEl = document.getElementById('uptime');
+const leadershipEl = document.getElementById('leadership');
 const mainEl = document.getElementById('dashboard');
 const countEls = {};
 for (const k of Object.keys(tables)) countEls[k] = document.querySelector('[data-count="' + k + '"]');
@@ -77,6 +78,11 @@ function renderOverview(d) {
   }
 
   setText(uptimeEl, isNum(d.uptimeSeconds) ? fmtDuration(d.uptimeSeconds * 1000) : '—');
+  // Only with a hot standby: this instance's part ("standby, leader is X").
+  const role = typeof d.leadership === 'string' ? d.leadership : '';
+  leadershipEl.hidden = role === '';
+  setText(leadershipEl, role);
+  leadershipEl.className = 'status ' + (role === 'leader' ? 'status-live' : 'status-standby');
   const ms = performance.now() - t0;
   stats.renders++;
   stats.lastMs = ms;

@@ -20,7 +20,7 @@ pub struct DemoFlags {
     pub protocol: Protocol,
 
     /// Benchmarks only: also serve `POST /bench/bare` (fixed bytes, no RPC
-    /// work) on the same server stack, as the baseline of `yadcc-loadgen hammer`.
+    /// work) on the same server stack, as the baseline of `yadcc-loadgen heartbeat-rate`.
     #[cfg(feature = "bench-route")]
     #[arg(long, hide = true)]
     pub bench_bare_route: bool,

@@ -10,7 +10,7 @@ use std::{
 use clap::{Args, ValueEnum};
 
 use super::settings::{parse_duration, parse_size};
-use crate::engine::Redacted;
+use crate::{engine::Redacted, logging::AccessLog};
 
 #[derive(Debug, Clone, Args)]
 #[command(rename_all = "snake_case")]
@@ -139,11 +139,22 @@ pub struct ServerFlags {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_waiters_per_requester: u32,
 
-    /// Bytes buffered at most, over all connections, for request bodies above
-    /// 64K that are still arriving; a request that does not fit is answered
-    /// "overloaded" (or, on the binary protocol, its connection is closed).
+    /// Request bytes buffered at most over all connections beyond each
+    /// connection's own 64K (every byte of every body counts); a request
+    /// that does not fit is answered "overloaded" (or, on the binary
+    /// protocol, its connection is closed).
     #[arg(long, default_value = "32M", value_parser = parse_size)]
     pub max_buffered_body_bytes: u64,
+
+    /// HTTP/2 streams one connection may have open at once.
+    #[arg(long, default_value_t = crate::edge::DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub http2_max_concurrent_streams: u32,
+
+    /// Which calls the access log writes: every one (`all`), failed and slow
+    /// ones at most once a second per kind (`errors`), or none (`off`).
+    #[arg(long, value_enum, default_value_t = AccessLog::Errors)]
+    pub access_log: AccessLog,
 
     /// On SIGINT/SIGTERM, how long open connections may finish their calls
     /// (waiting long polls are answered at once) before they are closed.
@@ -154,6 +165,23 @@ pub struct ServerFlags {
     /// object per line: timestamp, level, target, fields).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Comma-separated etcd client URLs (`http://etcd1:2379,...`): run as one
+    /// of several schedulers of which the one elected on etcd serves and the
+    /// others stand by, ready to take over. Needs
+    /// --serving_daemon_token_secret (the same on every instance).
+    #[arg(long, value_delimiter = ',')]
+    pub ha_etcd_endpoints: Vec<String>,
+
+    /// The etcd election the instances campaign in (a key prefix).
+    #[arg(long, default_value = crate::ha::DEFAULT_ELECTION_NAME)]
+    pub ha_election_name: String,
+
+    /// The leader's etcd lease, whole seconds: a leader that dies holds the
+    /// election this long at most, and one that cannot renew stops serving
+    /// before it runs out.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub ha_lease_ttl: Duration,
 
     /// Comma-separated origins (`https://ci.example.com`) whose pages may call
     /// the RPCs from a browser (Connect, gRPC-Web); `*` for any. Default: none.

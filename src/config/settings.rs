@@ -8,6 +8,7 @@ use crate::{
     dashboard::InspectAccess,
     edge::{self, EdgeSettings},
     engine::{self, Redacted},
+    ha::{self, HaSettings},
     rpc::state::HttpSettings,
 };
 
@@ -80,6 +81,9 @@ pub struct Settings {
     pub http: HttpSettings,
     /// Run the simulated demo cluster against this scheduler.
     pub demo: bool,
+    /// A hot standby elected on etcd (`--ha_*`); None: the only scheduler.
+    /// `instance` is left empty: `main` names the instance once it listens.
+    pub ha: Option<HaSettings>,
     /// What the demo's simulated daemons speak.
     pub demo_protocol: crate::sim::Protocol,
     /// Mount the benchmark's bare route.
@@ -145,9 +149,68 @@ impl Cli {
         })
     }
 
+    /// The `--ha_*` flags, checked; None without `--ha_etcd_endpoints`.
+    fn ha_settings(&self) -> Result<Option<HaSettings>, String> {
+        let flags = &self.server;
+        let endpoints: Vec<String> = flags
+            .ha_etcd_endpoints
+            .iter()
+            .map(|url| url.trim())
+            .filter(|url| !url.is_empty())
+            .map(|url| {
+                if url.starts_with("https://") {
+                    Err(format!(
+                        "--ha_etcd_endpoints: {url}: TLS to etcd is not supported; use http:// on a trusted network"
+                    ))
+                } else if url.starts_with("http://") {
+                    Ok(url.to_owned())
+                } else if url.contains("://") {
+                    Err(format!("--ha_etcd_endpoints: {url} is not an http:// URL"))
+                } else {
+                    Ok(format!("http://{url}"))
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        if endpoints.is_empty() {
+            return Ok(None);
+        }
+        if self.sim.demo {
+            return Err("--demo cannot run with --ha_etcd_endpoints".to_owned());
+        }
+        if flags
+            .serving_daemon_token_secret
+            .as_ref()
+            .is_none_or(|secret| secret.is_empty())
+        {
+            return Err(
+                "--ha_etcd_endpoints needs --serving_daemon_token_secret, the same on \
+                 every instance, so the tokens daemons hold stay valid when another instance \
+                 takes over (prefer YADCC_SERVING_DAEMON_TOKEN_SECRET)"
+                    .to_owned(),
+            );
+        }
+        let ttl = flags.ha_lease_ttl;
+        if ttl.subsec_nanos() != 0 || ttl < ha::MIN_LEASE_TTL {
+            return Err(format!(
+                "--ha_lease_ttl must be whole seconds, at least {}s (etcd's leases are)",
+                ha::MIN_LEASE_TTL.as_secs()
+            ));
+        }
+        if flags.ha_election_name.is_empty() {
+            return Err("--ha_election_name must not be empty".to_owned());
+        }
+        Ok(Some(HaSettings {
+            endpoints,
+            election_name: flags.ha_election_name.clone(),
+            lease_ttl: ttl,
+            instance: String::new(),
+        }))
+    }
+
     /// Checks the flags and turns them into settings. Errors say what to pass.
     pub fn settings(&self) -> Result<Settings, String> {
         let (user_tokens, servant_tokens) = self.token_sets()?;
+        let ha = self.ha_settings()?;
         if let Some(credential) = &self.server.inspect_credential
             && !credential.is_empty()
             && !credential.contains(':')
@@ -185,6 +248,7 @@ impl Cli {
             max_buffered_body_bytes: usize::try_from(self.server.max_buffered_body_bytes)
                 .map_err(|_| "--max_buffered_body_bytes is too large".to_owned())?,
             shutdown_grace: self.server.shutdown_grace,
+            http2_max_concurrent_streams: self.server.http2_max_concurrent_streams,
         };
         let cors_allowed_origins = self
             .server
@@ -240,7 +304,9 @@ impl Cli {
                 inspect: self.inspect_access(listen),
                 edge,
                 cors_allowed_origins,
+                access_log: self.server.access_log,
             },
+            ha,
             demo: self.sim.demo,
             demo_protocol: self.sim.protocol,
             #[cfg(feature = "bench-route")]

@@ -63,6 +63,7 @@ fn edge_flags_have_documented_defaults_and_bounds() {
         "--max_connections=100",
         "--max_connections_per_ip=3",
         "--max_buffered_body_bytes=8M",
+        "--http2_max_concurrent_streams=16",
     ])
     .settings()
     .unwrap()
@@ -73,6 +74,17 @@ fn edge_flags_have_documented_defaults_and_bounds() {
     assert_eq!(tuned.max_connections, Some(100));
     assert_eq!(tuned.max_connections_per_ip, Some(3));
     assert_eq!(tuned.max_buffered_body_bytes, 8 << 20);
+    assert_eq!(tuned.http2_max_concurrent_streams, 16);
+    assert!(
+        Cli::try_parse_args([
+            "yadcc-scheduler",
+            "--acceptable_user_tokens=u",
+            "--acceptable_servant_tokens=s",
+            "--http2_max_concurrent_streams=0",
+        ])
+        .is_err(),
+        "a connection needs a stream"
+    );
     let error = cli(&[
         "--acceptable_user_tokens=u",
         "--acceptable_servant_tokens=s",
@@ -149,6 +161,33 @@ fn cap_flags_default_to_the_limits_and_tune_them() {
         ]);
         assert!(refused.is_err(), "{zero}");
     }
+}
+
+#[test]
+fn the_access_log_keeps_errors_by_default_and_takes_all_or_off() {
+    use crate::logging::AccessLog;
+    let mode = |extra: &[&str]| {
+        let mut args = vec![
+            "--acceptable_user_tokens=u",
+            "--acceptable_servant_tokens=s",
+        ];
+        args.extend(extra);
+        cli(&args)
+            .settings()
+            .map(|settings| settings.http.access_log)
+    };
+    assert_eq!(mode(&[]), Ok(AccessLog::Errors));
+    assert_eq!(mode(&["--access_log=all"]), Ok(AccessLog::All));
+    assert_eq!(mode(&["--access-log=off"]), Ok(AccessLog::Off));
+    assert!(
+        Cli::try_parse_args([
+            "yadcc-scheduler",
+            "--acceptable_user_tokens=u",
+            "--acceptable_servant_tokens=s",
+            "--access_log=some",
+        ])
+        .is_err()
+    );
 }
 
 #[test]
@@ -459,5 +498,49 @@ fn the_bench_route_flag_exists_only_in_bench_builds() {
     {
         assert!(parsed.unwrap().settings().unwrap().bench_bare_route);
         assert!(!cli(&["--demo"]).settings().unwrap().bench_bare_route);
+    }
+}
+
+#[test]
+fn a_hot_standby_needs_the_shared_secret_and_whole_second_leases() {
+    let tokens = [
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+    ];
+    let with = |extra: &[&str]| {
+        let mut args = tokens.to_vec();
+        args.extend_from_slice(extra);
+        cli(&args).settings()
+    };
+    // Without the flag nothing changes.
+    assert_eq!(with(&[]).unwrap().ha, None);
+    let error = with(&["--ha_etcd_endpoints=127.0.0.1:2379"]).unwrap_err();
+    assert!(error.contains("--serving_daemon_token_secret"), "{error}");
+    let ha = with(&[
+        "--ha_etcd_endpoints=127.0.0.1:2379,http://etcd-2:2379",
+        "--serving_daemon_token_secret=x",
+    ])
+    .unwrap()
+    .ha
+    .expect("HA settings");
+    assert_eq!(
+        ha.endpoints,
+        ["http://127.0.0.1:2379", "http://etcd-2:2379"],
+        "a bare address is http"
+    );
+    assert_eq!(ha.election_name, "yadcc-scheduler");
+    assert_eq!(ha.lease_ttl, std::time::Duration::from_secs(3));
+    for (bad, says) in [
+        ("--ha_lease_ttl=2500ms", "whole seconds"),
+        ("--ha_lease_ttl=1s", "at least 2s"),
+        ("--ha_etcd_endpoints=https://etcd:2379", "TLS"),
+        ("--ha_election_name=", "must not be empty"),
+    ] {
+        let mut extra = vec!["--serving_daemon_token_secret=x", bad];
+        if !bad.starts_with("--ha_etcd_endpoints") {
+            extra.push("--ha_etcd_endpoints=etcd:2379");
+        }
+        let error = with(&extra).unwrap_err();
+        assert!(error.contains(says), "{bad}: {error}");
     }
 }

@@ -1,11 +1,14 @@
 //! What the daemons' two protocols share on one connection: a buffered
 //! reader with the edge's timeouts, answers written in the order calls finish
 //! (by the finishing task when the socket takes them at once, else by the
-//! connection's writer task), and the cap on calls in flight.
+//! connection's writer task), and the cap on calls in flight. An [`Answer`]
+//! is a head and a payload written with one vectored write: the payload may
+//! be shared by every caller (the encoded `GetRunningTasks` list) and is
+//! never copied per caller.
 
 use std::{
     collections::VecDeque,
-    io,
+    io::{self, IoSlice},
     pin::Pin,
     sync::{Arc, Mutex},
     time::Duration,
@@ -23,7 +26,9 @@ use tokio::{
     time::{Instant, Sleep},
 };
 
-use crate::edge::{EdgeSettings, MAX_CALLS_IN_FLIGHT_PER_CONNECTION};
+use crate::edge::{
+    ConnectionBudget, EdgeSettings, MAX_CALLS_IN_FLIGHT_PER_CONNECTION, answer_queue_bound,
+};
 
 /// Read granularity while waiting for a head. A daemon's heartbeat frame is
 /// about 1.3 KB, so one read takes a whole call; larger bodies are read to
@@ -31,24 +36,72 @@ use crate::edge::{EdgeSettings, MAX_CALLS_IN_FLIGHT_PER_CONNECTION};
 /// buffered, and ten thousand servants at 8 KiB each held ~60 MiB more
 /// resident memory in P3 (BENCHMARKS.md) for no speed.
 const READ_CHUNK: usize = 2 * 1024;
-/// Answers waiting for the writer; a caller that stops reading fills this,
-/// then the call tasks wait, then the reader stops taking requests.
-const ANSWER_QUEUE: usize = 256;
-/// The writer gathers queued answers into one write up to this size.
-const WRITE_BATCH: usize = 256 * 1024;
+/// The writer gathers queued answers into one vectored write of at most this
+/// many pieces (a head and a payload each).
+const WRITE_PIECES: usize = 64;
 
-/// The read side: the socket and what was read from it but not yet used.
+/// One answer as it goes to the socket: the framing's head (a frame header
+/// and meta; a status line and headers) and the payload. The payload may be
+/// shared with every other caller of the same answer (the encoded
+/// `GetRunningTasks` list): it is written from where it is, never copied into
+/// a buffer of its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answer {
+    pub head: Bytes,
+    pub payload: Bytes,
+}
+
+impl Answer {
+    pub fn new(head: Bytes, payload: Bytes) -> Self {
+        Self { head, payload }
+    }
+
+    /// Bytes on the wire.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.payload.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes on the wire, in one buffer (for tests and diagnostics).
+    pub fn to_vec(&self) -> Vec<u8> {
+        [&self.head[..], &self.payload[..]].concat()
+    }
+
+    /// Drops the first `written` bytes.
+    fn advance(&mut self, written: usize) {
+        let from_head = written.min(self.head.len());
+        self.head.advance(from_head);
+        self.payload.advance(written - from_head);
+    }
+
+    /// The pieces still to write, as slices for a vectored write.
+    fn slices(&self) -> impl Iterator<Item = IoSlice<'_>> {
+        [&self.head, &self.payload]
+            .into_iter()
+            .filter(|piece| !piece.is_empty())
+            .map(|piece| IoSlice::new(piece))
+    }
+}
+
+/// The read side: the socket, what was read from it but not yet used, and
+/// the connection's share of the budget for buffered requests.
 #[derive(Debug)]
 pub struct Reader {
     read: OwnedReadHalf,
     pub buf: BytesMut,
+    /// What a request's bytes are reserved from while they are buffered.
+    pub budget: ConnectionBudget,
 }
 
 impl Reader {
-    pub fn new(read: OwnedReadHalf, already_read: BytesMut) -> Self {
+    pub fn new(read: OwnedReadHalf, already_read: BytesMut, budget: ConnectionBudget) -> Self {
         Self {
             read,
             buf: already_read,
+            budget,
         }
     }
 
@@ -175,16 +228,19 @@ impl Connection {
     /// A daemon connection under the edge's limits: idle for
     /// `idle_timeout`; an answer that makes no progress for
     /// `body_read_timeout` (a daemon that stopped reading) is given up, the
-    /// same allowance a request's body gets.
+    /// same allowance a request's body gets; requests buffered within
+    /// `budget`.
     pub fn for_daemon(
         stream: TcpStream,
         already_read: BytesMut,
         edge: &EdgeSettings,
+        budget: ConnectionBudget,
         stop: watch::Receiver<bool>,
     ) -> Self {
         let mut connection = Self::open(
             stream,
             already_read,
+            budget,
             edge.idle_timeout,
             edge.body_read_timeout,
             stop,
@@ -198,6 +254,7 @@ impl Connection {
     pub fn open(
         stream: TcpStream,
         already_read: BytesMut,
+        budget: ConnectionBudget,
         idle_timeout: Duration,
         write_timeout: Duration,
         stop: watch::Receiver<bool>,
@@ -212,7 +269,7 @@ impl Connection {
         Self {
             stop,
             stopping,
-            reader: Reader::new(read, already_read),
+            reader: Reader::new(read, already_read, budget),
             answers,
             writer,
             in_flight: InFlight::default(),
@@ -227,12 +284,25 @@ impl Connection {
     /// only wait to expire, so its calls and the writer are stopped here.
     pub async fn next_request(&mut self) -> Next {
         while self.calls.try_join_next().is_some() {}
-        let next = self.wait_for_request().await;
+        let next = match self.wait_for_room().await {
+            Some(next) => next,
+            None => self.wait_for_request().await,
+        };
         if next == Next::Closed {
             self.calls.abort_all();
             self.writer.abort();
         }
         next
+    }
+
+    /// While the answers queued exceed their bound, no new call is read:
+    /// waits for room. Some(next) when the connection ends instead.
+    async fn wait_for_room(&mut self) -> Option<Next> {
+        tokio::select! {
+            biased;
+            room = self.answers.room() => room.err().map(|Broken| Next::Closed),
+            () = self.stopping.as_mut() => Some(Next::Stopping),
+        }
     }
 
     /// Waits for the first byte of the next request. The idle timeout only
@@ -293,9 +363,11 @@ impl Connection {
         });
     }
 
-    /// The stream cannot be trusted any more: close without answering.
+    /// The stream cannot be trusted any more, or its answers cannot be
+    /// written: close without answering, and stop the calls in flight.
     pub fn abandon(self) {
         self.writer.abort();
+        // Dropping `calls` aborts them.
     }
 
     /// Lets the calls in flight finish and their answers go out, then gives
@@ -338,13 +410,18 @@ struct Outbox {
     queue: Mutex<Queue>,
     /// Wakes the writer task when answers are queued (or the connection finishes).
     work: Notify,
-    /// Wakes senders waiting for room in a full queue.
+    /// Wakes senders (and the reader) waiting for the queue to shrink under
+    /// its bound.
     room: Notify,
 }
 
 #[derive(Debug, Default)]
 struct Queue {
-    answers: VecDeque<Bytes>,
+    answers: VecDeque<Answer>,
+    /// Bytes of the answers queued or in the writer's hands, not written yet.
+    bytes: usize,
+    /// The largest answer queued on this connection, for the bound.
+    largest: usize,
     /// The writer task owns the socket's write side: answers are queued or
     /// being written, so a new answer must queue behind them.
     writing: bool,
@@ -361,9 +438,19 @@ impl Outbox {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// `bytes` of queued answers went out: room for more, perhaps.
+    fn written(&self, bytes: usize) {
+        let mut queue = self.lock();
+        queue.bytes = queue.bytes.saturating_sub(bytes);
+        if !queue.over_bound() {
+            self.room.notify_waiters();
+        }
+    }
+
     fn break_off(&self, queue: &mut Queue) {
         queue.broken = true;
         queue.answers.clear();
+        queue.bytes = 0;
         self.room.notify_waiters();
         self.work.notify_one();
     }
@@ -374,8 +461,9 @@ impl Outbox {
 pub struct Broken;
 
 impl Answers {
-    /// Sends one answer; waits while [`ANSWER_QUEUE`] answers are queued.
-    pub async fn send(&self, mut answer: Bytes) -> Result<(), Broken> {
+    /// Sends one answer; first waits while the answers queued exceed the
+    /// connection's bound ([`answer_queue_bound`]).
+    pub async fn send(&self, mut answer: Answer) -> Result<(), Broken> {
         let outbox = &*self.outbox;
         loop {
             let room = outbox.room.notified();
@@ -385,8 +473,11 @@ impl Answers {
                 if queue.broken {
                     return Err(Broken);
                 }
+                queue.largest = queue.largest.max(answer.len());
                 if !queue.writing {
-                    match outbox.write.try_write(&answer) {
+                    let slices: [IoSlice<'_>; 2] =
+                        [IoSlice::new(&answer.head), IoSlice::new(&answer.payload)];
+                    match outbox.write.try_write_vectored(&slices) {
                         Ok(written) if written == answer.len() => return Ok(()),
                         Ok(written) => answer.advance(written),
                         Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
@@ -396,11 +487,13 @@ impl Answers {
                         }
                     }
                     queue.writing = true;
+                    queue.bytes += answer.len();
                     queue.answers.push_back(answer);
                     outbox.work.notify_one();
                     return Ok(());
                 }
-                if queue.answers.len() < ANSWER_QUEUE {
+                if !queue.over_bound() {
+                    queue.bytes += answer.len();
                     queue.answers.push_back(answer);
                     return Ok(());
                 }
@@ -410,6 +503,33 @@ impl Answers {
             }
             room.await;
         }
+    }
+
+    /// Waits until the answers queued are within the connection's bound:
+    /// the reader takes no new call before (its peer is not reading).
+    pub async fn room(&self) -> Result<(), Broken> {
+        let outbox = &*self.outbox;
+        loop {
+            let room = outbox.room.notified();
+            tokio::pin!(room);
+            {
+                let queue = outbox.lock();
+                if queue.broken {
+                    return Err(Broken);
+                }
+                if !queue.over_bound() {
+                    return Ok(());
+                }
+                room.as_mut().enable();
+            }
+            room.await;
+        }
+    }
+}
+
+impl Queue {
+    fn over_bound(&self) -> bool {
+        self.bytes > answer_queue_bound(self.largest)
     }
 }
 
@@ -429,60 +549,69 @@ fn spawn_writer(write: OwnedWriteHalf, write_timeout: Duration) -> (Answers, Joi
 }
 
 async fn write_queued(outbox: Arc<Outbox>, write_timeout: Duration) {
-    let mut batch = BytesMut::new();
+    let mut batch = VecDeque::new();
     loop {
-        let next = {
+        {
             let mut queue = outbox.lock();
             if queue.broken {
                 return;
             }
-            match queue.answers.pop_front() {
-                None => {
-                    queue.writing = false;
-                    if queue.finishing {
-                        return;
-                    }
-                    None
-                }
-                Some(first) if queue.answers.is_empty() => Some(first),
-                Some(first) => {
-                    batch.extend_from_slice(&first);
-                    while batch.len() < WRITE_BATCH {
-                        let Some(next) = queue.answers.pop_front() else {
-                            break;
-                        };
-                        batch.extend_from_slice(&next);
-                    }
-                    Some(batch.split().freeze())
+            while batch.len() < WRITE_PIECES / 2 {
+                let Some(answer) = queue.answers.pop_front() else {
+                    break;
+                };
+                batch.push_back(answer);
+            }
+            if batch.is_empty() {
+                queue.writing = false;
+                if queue.finishing {
+                    return;
                 }
             }
-        };
-        let Some(bytes) = next else {
+        }
+        if batch.is_empty() {
             outbox.work.notified().await;
             continue;
-        };
-        outbox.room.notify_waiters();
-        if write_all(&outbox.write, &bytes, write_timeout)
-            .await
-            .is_err()
-        {
+        }
+        if write_all(&outbox, &mut batch, write_timeout).await.is_err() {
             outbox.break_off(&mut outbox.lock());
             return;
         }
     }
 }
 
-/// Writes all of `bytes`; fails when the socket does, or takes nothing for
+/// Writes all of `answers` with vectored writes, counting each write off the
+/// queue's bytes; fails when the socket does, or takes nothing for
 /// `stall_timeout`.
 async fn write_all(
-    write: &OwnedWriteHalf,
-    mut bytes: &[u8],
+    outbox: &Outbox,
+    answers: &mut VecDeque<Answer>,
     stall_timeout: Duration,
 ) -> io::Result<()> {
-    while !bytes.is_empty() {
-        match write.try_write(bytes) {
+    let write = &outbox.write;
+    while !answers.is_empty() {
+        let mut slices = [IoSlice::new(&[]); WRITE_PIECES];
+        let mut count = 0;
+        for (slot, slice) in slices
+            .iter_mut()
+            .zip(answers.iter().flat_map(Answer::slices))
+        {
+            *slot = slice;
+            count += 1;
+        }
+        match write.try_write_vectored(&slices[..count]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(written) => bytes = &bytes[written..],
+            Ok(mut written) => {
+                outbox.written(written);
+                while let Some(front) = answers.front_mut() {
+                    if written < front.len() {
+                        front.advance(written);
+                        break;
+                    }
+                    written -= front.len();
+                    answers.pop_front();
+                }
+            }
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                 tokio::time::timeout(stall_timeout, write.writable())
                     .await
@@ -511,6 +640,7 @@ mod tests {
         let connection = Connection::open(
             served,
             BytesMut::new(),
+            ConnectionBudget::new(&crate::edge::BodyBudget::new(1 << 20)),
             Duration::from_secs(60),
             write_timeout,
             stop_changes,
@@ -523,17 +653,20 @@ mod tests {
         let (connection, mut caller, _stop) = pair(Duration::from_secs(10)).await;
         // Small answers the socket takes at once, and answers larger than its
         // buffer, which the writer task finishes while more queue behind them.
-        let answers: Vec<Bytes> = (0..300u32)
+        // Every fiftieth answer carries one shared 3 MiB payload.
+        let shared = Bytes::from(vec![7u8; 3 << 20]);
+        let answers: Vec<Answer> = (0..300u32)
             .map(|index| {
-                let len = if index % 50 == 7 {
-                    3 << 20
+                let head = Bytes::from(vec![(index % 251) as u8; 20 + index as usize % 40]);
+                let payload = if index % 50 == 7 {
+                    shared.clone()
                 } else {
-                    40 + index as usize
+                    Bytes::from(vec![(index % 13) as u8; index as usize])
                 };
-                Bytes::from(vec![(index % 251) as u8; len])
+                Answer::new(head, payload)
             })
             .collect();
-        let expected: Vec<u8> = answers.iter().flat_map(|answer| answer.to_vec()).collect();
+        let expected: Vec<u8> = answers.iter().flat_map(Answer::to_vec).collect();
         let reading = tokio::spawn(async move {
             let mut received = Vec::new();
             caller.read_to_end(&mut received).await.unwrap();
@@ -554,9 +687,57 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn no_call_is_read_while_the_answers_queued_exceed_the_bound() {
+        let (mut connection, mut caller, _stop) = pair(Duration::from_secs(30)).await;
+        // One shared payload: the bound counts the bytes each answer puts on
+        // the wire, shared or not.
+        let payload = Bytes::from(vec![3u8; 1 << 20]);
+        let answer = Answer::new(Bytes::from_static(b"head"), payload.clone());
+        let bound = crate::edge::answer_queue_bound(answer.len());
+        let answers = connection.answers.clone();
+        let sending = tokio::spawn(async move {
+            loop {
+                answers.send(answer.clone()).await.unwrap();
+            }
+        });
+        // The caller reads nothing: the queue fills past the bound (less
+        // what the socket buffers took), then the sender waits, and the
+        // connection takes no new call.
+        let queued = || connection.answers.outbox.lock().bytes;
+        let filled = tokio::time::timeout(Duration::from_secs(10), async {
+            while queued() <= bound {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        filled.await.expect("the queue fills past its bound");
+        let waiting =
+            tokio::time::timeout(Duration::from_millis(500), connection.wait_for_room()).await;
+        assert!(waiting.is_err(), "the reader waits for room");
+        let queued = connection.answers.outbox.lock().bytes;
+        assert!(
+            queued > bound && queued <= bound + 2 * (1 << 20),
+            "{queued} bytes queued for a bound of {bound}"
+        );
+        // Once the caller reads, there is room again.
+        sending.abort();
+        let reading = tokio::spawn(async move {
+            let mut chunk = vec![0u8; 1 << 16];
+            loop {
+                if caller.read(&mut chunk).await.unwrap_or(0) == 0 {
+                    return;
+                }
+            }
+        });
+        let resumed =
+            tokio::time::timeout(Duration::from_secs(10), connection.wait_for_room()).await;
+        assert_eq!(resumed.expect("room once the caller reads"), None);
+        reading.abort();
+    }
+
+    #[tokio::test]
     async fn a_caller_that_stops_reading_is_cut_off_after_the_write_timeout() {
         let (connection, _caller, _stop) = pair(Duration::from_millis(200)).await;
-        let answer = Bytes::from(vec![1u8; 1 << 20]);
+        let answer = Answer::new(Bytes::from_static(b"head"), Bytes::from(vec![1u8; 1 << 20]));
         let started = std::time::Instant::now();
         let mut sent = 0;
         let refused = tokio::time::timeout(Duration::from_secs(20), async {
@@ -575,7 +756,10 @@ mod tests {
         );
         // Nothing more goes out on a connection that was cut off.
         assert_eq!(
-            connection.answers.send(Bytes::from_static(b"x")).await,
+            connection
+                .answers
+                .send(Answer::new(Bytes::from_static(b"x"), Bytes::new()))
+                .await,
             Err(Broken)
         );
     }

@@ -12,13 +12,16 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use self::frame::{FrameHeader, HEADER_LEN, RequestMeta};
-use super::{After, Framing, Incoming, Request, conn::Reader};
+use super::{
+    After, Framing, Incoming, Request,
+    conn::{Answer, Reader},
+};
 use crate::{
     edge::Reservation,
     pb::{Encoding, Method, SCHEDULER_SERVICE},
     protocol::CallProtocol,
     rpc::{
-        self, Answer,
+        self,
         compression::{Accepted, Algorithm, InflateError},
         error::{ApiError, ErrorKind},
         state::AppState,
@@ -65,8 +68,8 @@ impl Framing for Flare {
         }))
     }
 
-    fn answer(id: u64, outcome: Result<Answer, ApiError>) -> Bytes {
-        answer(id, &outcome)
+    fn answer(id: u64, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer {
+        answer(id, outcome)
     }
 }
 
@@ -99,8 +102,8 @@ async fn read_frame(reader: &mut Reader, state: &AppState) -> Result<Option<Fram
         .try_into()
         .map_err(|_| "short header".to_owned())?;
     let header = FrameHeader::parse(&header_bytes).map_err(|error| error.to_string())?;
-    let budget = state
-        .body_budget
+    let budget = reader
+        .budget
         .reserve(header.body_len())
         .ok_or_else(|| "the budget for buffered bodies is exhausted".to_owned())?;
     let meta_end = HEADER_LEN + header.meta_size;
@@ -237,20 +240,23 @@ fn unknown_method(name: &str) -> ApiError {
     )
 }
 
-/// The answer frame of call `id`.
-fn answer(id: u64, outcome: &Result<Answer, ApiError>) -> Bytes {
+/// The answer frame of call `id`: its head, and the payload as it is.
+fn answer(id: u64, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer {
     match outcome {
-        Ok(answer) => frame::response(id, Ok(&answer.payload), answer.compression),
+        Ok(answer) => Answer::new(
+            frame::response_head(id, Ok(answer.payload.len()), answer.compression),
+            answer.payload,
+        ),
         Err(error) => {
             // Scheduler outcomes carry the original's description, mostly none.
             let description = match error.kind {
                 ErrorKind::Scheduler(status) => service::original_description(status).unwrap_or(""),
                 _ => error.message.as_str(),
             };
-            frame::response(
-                id,
-                Err((error.kind.wire().rpc_code as i32, description)),
-                None,
+            let status = error.kind.wire().rpc_code as i32;
+            Answer::new(
+                frame::response_head(id, Err((status, description)), None),
+                Bytes::new(),
             )
         }
     }

@@ -17,8 +17,13 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use super::{After, Framing, Incoming, Request, conn::Reader};
+use super::{
+    After, Framing, Incoming, Request,
+    conn::{Answer, Reader},
+};
 use crate::{
+    edge::ConnectionBudget,
+    grammar,
     http::{
         dialect::{self, Dialect, DialectAnswer, RPC_SEQ_NO, Served},
         handler,
@@ -70,12 +75,12 @@ impl Framing for HttpPb {
         read_request(reader, state, peer, &self.router).await
     }
 
-    fn answer(reply: DialectAnswer, outcome: Result<rpc::Answer, ApiError>) -> Bytes {
+    fn answer(reply: DialectAnswer, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer {
         // Never compressed: only the binary protocol's callers say what they
         // inflate.
         let outcome = outcome.map(|answer| answer.payload);
         let (status, headers, payload) = dialect::answer_parts(outcome, reply.media_type);
-        write_answer(status, &headers, reply.seq_no.as_ref(), &payload)
+        write_answer(status, &headers, reply.seq_no.as_ref(), payload)
     }
 }
 
@@ -88,7 +93,13 @@ struct Plain {
 
 /// Serves a request that is not a daemon call through the router and
 /// writes its answer whole, with `Content-Length`.
-async fn route_plain(router: &Router, plain: Plain, body: Bytes, peer: SocketAddr) -> Bytes {
+async fn route_plain(
+    router: &Router,
+    plain: Plain,
+    body: Bytes,
+    peer: SocketAddr,
+    budget: &ConnectionBudget,
+) -> Answer {
     let request = axum::http::Request::builder()
         .method(plain.method)
         .uri(plain.uri)
@@ -98,11 +109,12 @@ async fn route_plain(router: &Router, plain: Plain, body: Bytes, peer: SocketAdd
         Err(error) => {
             let error = ApiError::malformed(format!("unusable request line: {error}"));
             let (status, headers, payload) = dialect::answer_parts(Err(error), "application/json");
-            return write_answer(status, &headers, None, &payload);
+            return write_answer(status, &headers, None, payload);
         }
     };
     *request.headers_mut() = plain.headers;
     request.extensions_mut().insert(ConnectInfo(peer));
+    request.extensions_mut().insert(budget.clone());
     let response = match router.clone().oneshot(request).await {
         Ok(response) => response,
         Err(never) => match never {},
@@ -114,7 +126,7 @@ async fn route_plain(router: &Router, plain: Plain, body: Bytes, peer: SocketAdd
     let mut headers = parts.headers;
     headers.remove(header::CONTENT_LENGTH);
     headers.remove(header::TRANSFER_ENCODING);
-    write_answer(parts.status, &headers, None, &body)
+    write_answer(parts.status, &headers, None, body)
 }
 
 /// A parsed head, owned.
@@ -227,21 +239,10 @@ async fn read_request(
             ApiError::malformed("chunked bodies are not supported here; send Content-Length");
         return refused(error, reply);
     }
-    let length = match headers.get(header::CONTENT_LENGTH) {
-        None => 0,
-        Some(value) => match value
-            .to_str()
-            .ok()
-            .and_then(|text| text.trim().parse::<u64>().ok())
-        {
-            Some(length) => length,
-            None => {
-                return refused(
-                    ApiError::malformed("Content-Length must be a number"),
-                    reply,
-                );
-            }
-        },
+    let values = headers.get_all(header::CONTENT_LENGTH);
+    let length = match grammar::content_length(values.iter().map(HeaderValue::as_bytes)) {
+        Ok(length) => length.unwrap_or(0),
+        Err(bad) => return refused(ApiError::malformed(bad.to_string()), reply),
     };
     let limit = state.settings.max_body_bytes;
     if length > limit as u64 {
@@ -252,7 +253,7 @@ async fn read_request(
         return refused(error, reply);
     }
     let length = length as usize;
-    let Some(budget) = state.body_budget.reserve(length) else {
+    let Some(budget) = reader.budget.reserve(length) else {
         return refused(rpc::budget_exhausted(), reply);
     };
     let end = head.len + length;
@@ -265,7 +266,7 @@ async fn read_request(
     if let Some(plain) = plain {
         // Not a daemon call: a client that also uses this connection for
         // other endpoints. The router answers it, as on any connection.
-        let answer = route_plain(router, plain, body, peer).await;
+        let answer = route_plain(router, plain, body, peer, &reader.budget).await;
         drop(budget);
         return Ok(Incoming::Answered { answer, then });
     }
@@ -279,24 +280,25 @@ async fn read_request(
     }))
 }
 
-/// An HTTP/1.1 answer, with `Content-Length` and the echoed `Rpc-SeqNo`.
+/// An HTTP/1.1 answer, with `Content-Length` and the echoed `Rpc-SeqNo`:
+/// the head written here, the body as it is.
 fn write_answer(
     status: StatusCode,
     headers: &HeaderMap,
     seq_no: Option<&HeaderValue>,
-    body: &[u8],
-) -> Bytes {
-    let mut out = BytesMut::with_capacity(128 + body.len());
-    out.put_slice(b"HTTP/1.1 ");
-    out.put_slice(status.as_str().as_bytes());
-    out.put_u8(b' ');
-    out.put_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
-    out.put_slice(b"\r\n");
+    body: Bytes,
+) -> Answer {
+    let mut head = BytesMut::with_capacity(128);
+    head.put_slice(b"HTTP/1.1 ");
+    head.put_slice(status.as_str().as_bytes());
+    head.put_u8(b' ');
+    head.put_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+    head.put_slice(b"\r\n");
     let mut line = |name: &[u8], value: &[u8]| {
-        out.put_slice(name);
-        out.put_slice(b": ");
-        out.put_slice(value);
-        out.put_slice(b"\r\n");
+        head.put_slice(name);
+        head.put_slice(b": ");
+        head.put_slice(value);
+        head.put_slice(b"\r\n");
     };
     if let Some(seq_no) = seq_no {
         line(RPC_SEQ_NO.as_str().as_bytes(), seq_no.as_bytes());
@@ -305,9 +307,8 @@ fn write_answer(
         line(name.as_str().as_bytes(), value.as_bytes());
     }
     line(b"content-length", body.len().to_string().as_bytes());
-    out.put_slice(b"\r\n");
-    out.put_slice(body);
-    out.freeze()
+    head.put_slice(b"\r\n");
+    Answer::new(head.freeze(), body)
 }
 
 /// When a request head still arriving is worth parsing again. Parsing from

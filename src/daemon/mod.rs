@@ -10,12 +10,15 @@
 //!   with a proto2 `RpcMeta` ([`flare::frame`]: the bytes).
 //! - [`http_pb`]: the daemons' `http+pb` (requests carrying `Rpc-SeqNo`),
 //!   answered out of order with `Rpc-SeqNo` echoed.
-//! - [`conn`]: the reader, the answers' way to the socket, calls in flight.
+//! - [`conn`]: the reader, the answers' way to the socket ([`Answer`]: a
+//!   head and a payload shared by every caller), calls in flight.
 //!
 //! The rules are the loop's, the same for both: which calls get a task, the
-//! "overloaded" answer at the cap of calls in flight, closing after an
-//! answer, idle time, stalled writers (in `conn`) and shutdown. Every call
-//! ends in [`crate::rpc::call`] like every other protocol's.
+//! "overloaded" answer at the cap of calls in flight, no new call read while
+//! the queued answers exceed their bound ([`crate::edge::answer_queue_bound`]),
+//! closing after an answer, idle time, stalled writers (in `conn`) and
+//! shutdown. Every call ends in [`crate::rpc::call`] like every other
+//! protocol's.
 
 pub mod conn;
 pub mod flare;
@@ -30,9 +33,10 @@ use std::{
 use bytes::{Bytes, BytesMut};
 use tokio::{net::TcpStream, sync::watch};
 
+pub use self::conn::Answer;
 use self::conn::{Connection, Next, Reader};
 use crate::{
-    edge::Reservation,
+    edge::{ConnectionBudget, Reservation},
     pb::Method,
     rpc::{
         self,
@@ -62,8 +66,9 @@ pub trait Framing: Send + 'static {
         peer: SocketAddr,
     ) -> impl Future<Output = Result<Incoming<Self::Reply>, String>> + Send;
 
-    /// The bytes of the answer to a call.
-    fn answer(reply: Self::Reply, outcome: Result<rpc::Answer, ApiError>) -> Bytes;
+    /// The answer to a call: the framing's head and the payload, as it is
+    /// (never copied: it may be shared by every caller).
+    fn answer(reply: Self::Reply, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer;
 }
 
 /// What [`Framing::read_request`] read.
@@ -72,7 +77,7 @@ pub enum Incoming<R> {
     Call(Request<R>),
     /// A request the framing answered itself (`http+pb`: one for another
     /// endpoint, which the router served).
-    Answered { answer: Bytes, then: After },
+    Answered { answer: Answer, then: After },
     /// A message the framing read and dropped, unanswered, as the daemons'
     /// framework drops it (`flare`: a frame without `request_meta`).
     Dropped,
@@ -123,7 +128,8 @@ pub async fn serve<F: Framing>(
 ) {
     let edge = state.settings.edge.clone();
     let connection_id = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
-    let mut connection = Connection::for_daemon(stream, already_read, &edge, stop);
+    let budget = ConnectionBudget::new(&state.body_budget);
+    let mut connection = Connection::for_daemon(stream, already_read, &edge, budget, stop);
     let mut drain = false;
     loop {
         match connection.next_request().await {
@@ -141,7 +147,11 @@ pub async fn serve<F: Framing>(
             }
             Ok(Incoming::Dropped) => continue,
             Ok(Incoming::Answered { answer, then }) => {
-                if connection.answers.send(answer).await.is_err() || then != After::ReadOn {
+                if connection.answers.send(answer).await.is_err() {
+                    connection.abandon();
+                    return;
+                }
+                if then != After::ReadOn {
                     break;
                 }
                 continue;
@@ -178,7 +188,10 @@ pub async fn serve<F: Framing>(
         if let Some(answer) = answered_here
             && connection.answers.send(answer).await.is_err()
         {
-            break;
+            // The peer read nothing for the write timeout, or the socket
+            // failed: its calls' answers have nowhere to go.
+            connection.abandon();
+            return;
         }
         if then != After::ReadOn {
             break;
@@ -201,7 +214,7 @@ fn may_wait(method: &Result<Method, ApiError>) -> bool {
 
 /// Runs a call and writes its answer in the framing's form; the body's
 /// share of the budget is given back once the call is answered.
-async fn answer<F: Framing>(state: &AppState, request: Request<F::Reply>) -> Bytes {
+async fn answer<F: Framing>(state: &AppState, request: Request<F::Reply>) -> Answer {
     let Request {
         call,
         method,

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use axum::{Router, middleware, routing::get};
 
-use crate::{engine::Scheduler, protocol::PeerProtocols};
+use crate::{engine::Scheduler, ha::Leadership, protocol::PeerProtocols};
 
 pub use access::InspectAccess;
 pub use assets::{ASSETS, Asset, CONTENT_SECURITY_POLICY, SECURITY_HEADERS};
@@ -50,6 +50,8 @@ pub struct Dashboard {
     access: access::Access,
     /// The protocol of each peer's latest call.
     peer_protocols: Arc<PeerProtocols>,
+    /// Leader or standby, shown with a hot standby.
+    leadership: Leadership,
 }
 
 impl Dashboard {
@@ -59,6 +61,7 @@ impl Dashboard {
         engine: Scheduler,
         access: InspectAccess,
         peer_protocols: Arc<PeerProtocols>,
+        leadership: Leadership,
     ) -> Arc<Dashboard> {
         let dashboard = Arc::new(Dashboard {
             engine,
@@ -66,6 +69,7 @@ impl Dashboard {
             overview_cache: Mutex::default(),
             access: access::Access::from(access),
             peer_protocols,
+            leadership,
         });
         // The first sample now, before any call is served: grants made
         // before the first sample would never count in a rate.

@@ -62,6 +62,10 @@ impl Dashboard {
             generated_at_ms: unix_millis(now),
             uptime_seconds: snapshot.uptime.as_secs(),
             rate_window_seconds: rates.window_seconds,
+            leadership: self
+                .leadership
+                .stats()
+                .map(|_| self.leadership.current().describe()),
             totals: TotalsView {
                 servants_up: totals.servants_up as u64,
                 servants_accepting: totals.servants_accepting as u64,
@@ -142,12 +146,17 @@ fn as_string<S: Serializer>(value: &u64, serializer: S) -> Result<S::Ok, S::Erro
 pub struct Overview {
     /// Wall-clock time of this document, milliseconds since the Unix epoch.
     pub generated_at_ms: u64,
+    /// Seconds since start, or since this instance last won the election.
     pub uptime_seconds: u64,
     /// The rates (`totals.grantsPerSecond`, each requester's
     /// `grantsPerSecond`) are grants made over this many seconds, ending at
     /// the latest history sample: 10 once the scheduler has run that long,
     /// less before, 0 until its second sample.
     pub rate_window_seconds: f64,
+    /// With a hot standby (`--ha_etcd_endpoints`): `leader`, or
+    /// `standby, leader is NAME`. Absent for the only scheduler.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leadership: Option<String>,
     pub totals: TotalsView,
     /// Servants in registration order.
     pub servants: Vec<ServantRow>,

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::fence::GrantFence;
 use super::tokens::{Redacted, TokenSet};
 
 /// Engine configuration, fixed for the life of a [`Scheduler`](super::Scheduler).
@@ -41,6 +42,8 @@ pub struct Config {
     pub running_tasks_refresh: Duration,
     /// Size limits on requests.
     pub limits: Limits,
+    /// Until when this instance may grant (rule "fencing"; default: always).
+    pub grant_fence: GrantFence,
 }
 
 impl Default for Config {
@@ -56,6 +59,7 @@ impl Default for Config {
             adopted_lease: Duration::from_secs(15),
             running_tasks_refresh: Duration::from_secs(1),
             limits: Limits::default(),
+            grant_fence: GrantFence::open(),
         }
     }
 }

@@ -162,13 +162,18 @@ impl State {
     /// servant), skipping servants older than `min_version`; the requester's
     /// own machine (same IP) is used only if nothing else is free. Stale
     /// entries met on the way are moved to their true place (see
-    /// `envs`).
+    /// `envs`). Nothing is placed while the fence is closed (rule
+    /// "fencing"): an instance that may not be the leader any more.
     pub(crate) fn pick(
         &mut self,
         env: EnvId,
         requester: IpAddr,
         min_version: u32,
+        now: Instant,
     ) -> Option<ServantKey> {
+        if !self.fence.allows(now) {
+            return None;
+        }
         let requester = requester.to_canonical();
         let mut own = None;
         let mut after: Option<PlaceKey> = None;

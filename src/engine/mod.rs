@@ -30,6 +30,8 @@
 //!   reports and running-task list (owner: `Servants`); the capacity rule.
 //! - `grants`: the grant table with lease deadlines, adoption memory and
 //!   grant counters (owner: `Grants`).
+//! - `fence`: until when this instance may grant ([`GrantFence`]; always,
+//!   unless it is one of two elected on etcd).
 //! - `state`: the owners behind the lock, deadlines and the expiry sweep.
 //! - `shared`: the lock, the user-token check, the expiry task.
 //! - `lifecycle`: the placement rule, the one grant creation
@@ -49,6 +51,7 @@ use std::time::Duration;
 mod adoption;
 mod config;
 mod envs;
+mod fence;
 mod grants;
 mod heartbeat;
 mod lifecycle;
@@ -67,6 +70,7 @@ mod waiters;
 mod tests;
 
 pub use config::{Config, Limits};
+pub use fence::GrantFence;
 pub use tokens::{Redacted, TokenSet};
 pub use types::{
     Grant, GrantRequest, Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask,
@@ -344,5 +348,14 @@ impl Scheduler {
     /// later waits do not block. Idempotent.
     pub fn shutdown(&self) {
         self.shared().with_state(|st, _| st.shutdown());
+    }
+
+    /// Rule "leadership": starts over as a restarted scheduler does, for an
+    /// instance that just won the election: every record dropped (a queued
+    /// waiter is answered first), the adoption window open from now, the
+    /// serving-daemon tokens from the configured secret. What the
+    /// instance held as an earlier leader is stale: the other one granted since.
+    pub fn restart(&self) {
+        self.shared().restart();
     }
 }

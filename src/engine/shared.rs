@@ -18,6 +18,8 @@ pub(crate) struct Shared {
     pub(crate) min_daemon_version: u32,
     pub(crate) user_tokens: TokenSet,
     pub(crate) servant_tokens: TokenSet,
+    /// What a restart starts from (rule "leadership").
+    config: Config,
     state: Mutex<State>,
     wake: Notify,
 }
@@ -31,6 +33,7 @@ impl Shared {
             min_daemon_version: config.min_daemon_version,
             user_tokens: config.user_tokens.clone(),
             servant_tokens: config.servant_tokens.clone(),
+            config: config.clone(),
             state: Mutex::new(State::new(config, Instant::now())),
             wake: Notify::new(),
         });
@@ -41,6 +44,14 @@ impl Shared {
     /// Ends the expiry task (the last handle is gone).
     pub(crate) fn stop(&self) {
         self.lock().stop();
+        self.wake.notify_one();
+    }
+
+    /// Rule "leadership": a fresh state, as a restarted instance has; the
+    /// old one is dropped outside the lock.
+    pub(crate) fn restart(&self) {
+        let old = self.lock().restart(&self.config, Instant::now());
+        drop(old);
         self.wake.notify_one();
     }
 

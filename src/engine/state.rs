@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::config::Config;
 use super::envs::{Effects, Envs};
+use super::fence::GrantFence;
 use super::grants::Grants;
 use super::requesters::Requesters;
 use super::servants::Servants;
@@ -31,6 +32,8 @@ pub(crate) struct State {
     /// per requester.
     pub(super) requesters: Requesters,
     pub(super) tokens: TokenRing,
+    /// Checked by every placement (rule "fencing").
+    pub(super) fence: GrantFence,
     pub(super) shutting_down: bool,
     /// Set when the last `Scheduler` handle is dropped: the expiry task ends.
     stopped: bool,
@@ -57,10 +60,26 @@ impl State {
                 config.serving_daemon_token_rollout_interval,
                 now,
             ),
+            fence: config.grant_fence.clone(),
             shutting_down: false,
             stopped: false,
             wake_expiry: false,
         }
+    }
+
+    /// Rule "leadership": the state a restarted instance would start with,
+    /// replacing this one, which is answered and returned (drop it outside
+    /// the lock). Call numbers keep counting, so a wait guard of the old
+    /// state never matches a call of the new one.
+    pub(crate) fn restart(&mut self, config: &Config, now: Instant) -> State {
+        let mut fresh = State::new(config, now);
+        fresh.waiters.continue_after(&self.waiters);
+        fresh.shutting_down = self.shutting_down;
+        fresh.stopped = self.stopped;
+        fresh.wake_expiry = true;
+        let mut old = std::mem::replace(self, fresh);
+        old.shutdown();
+        old
     }
 
     /// The last handle is gone: the expiry task ends at its next wake-up.

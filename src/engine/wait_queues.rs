@@ -187,6 +187,12 @@ impl WaitQueues {
         }
     }
 
+    /// Numbers calls after those `earlier` numbered, so a number is never
+    /// given twice in the life of the engine (see `State::restart`).
+    pub(crate) fn continue_after(&mut self, earlier: &WaitQueues) {
+        self.next_seq = self.next_seq.max(earlier.next_seq);
+    }
+
     /// Calls queued now, over every environment.
     pub(crate) fn count(&self) -> usize {
         self.count

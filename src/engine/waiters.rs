@@ -142,7 +142,7 @@ impl State {
         now: Instant,
     ) -> Vec<Grant> {
         while grants.len() < order.total as usize {
-            let Some(servant) = self.pick(order.env, order.owner.ip, order.min_version) else {
+            let Some(servant) = self.pick(order.env, order.owner.ip, order.min_version, now) else {
                 break;
             };
             let origin = Origin::Issued {
@@ -208,7 +208,7 @@ impl State {
                         if failed_at[i].is_some_and(|v| min_version >= v) {
                             continue;
                         }
-                        let Some(servant) = self.pick(id, requester.ip, min_version) else {
+                        let Some(servant) = self.pick(id, requester.ip, min_version, now) else {
                             failed_at[i] = Some(min_version);
                             continue;
                         };

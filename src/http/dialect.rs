@@ -17,7 +17,7 @@ use std::time::Duration;
 use axum::{
     Json,
     body::Body,
-    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
 };
 use bytes::Bytes;
@@ -222,10 +222,10 @@ impl RpcProtocol for Served {
         &self,
         _answer: &DialectAnswer,
         state: &AppState,
-        headers: &HeaderMap,
+        head: &Parts,
         body: Body,
     ) -> Result<Bytes, ApiError> {
-        handler::read_body(headers, body, state, state.settings.max_body_bytes).await
+        handler::read_body(head, body, state, state.settings.max_body_bytes).await
     }
 
     fn respond(&self, answer: DialectAnswer, outcome: Result<Bytes, ApiError>) -> Response {

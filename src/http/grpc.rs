@@ -17,16 +17,22 @@
 //! Every gRPC answer has HTTP status 200; the outcome is `grpc-status`, the
 //! Connect code of the error table by its gRPC number.
 
-use std::time::Duration;
+use std::{
+    collections::VecDeque,
+    convert::Infallible,
+    pin::Pin,
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use axum::{
     body::Body,
-    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
+    http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header, request::Parts},
     response::Response,
 };
 use base64::Engine as _;
 use bytes::{BufMut, Bytes, BytesMut};
-use http_body_util::{BodyExt, Full};
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
 
 use super::handler::{self, Decision, RpcProtocol};
 use crate::rpc::{
@@ -199,17 +205,17 @@ impl RpcProtocol for Grpc {
         &self,
         answer: &GrpcFormat,
         state: &AppState,
-        headers: &HeaderMap,
+        head: &Parts,
         body: Body,
     ) -> Result<Bytes, ApiError> {
         let max_message = state.settings.max_body_bytes;
         let raw_limit = raw_body_limit(answer.framing, max_message);
-        let body = handler::read_body(headers, body, state, raw_limit).await?;
+        let body = handler::read_body(head, body, state, raw_limit).await?;
         let body = match answer.framing {
             Framing::WebText => decode_text(&body)?,
             Framing::Grpc | Framing::Web => body,
         };
-        let range = unary_message(&body, max_message, headers)?;
+        let range = unary_message(&body, max_message, &head.headers)?;
         Ok(body.slice(range))
     }
 
@@ -347,10 +353,7 @@ pub fn decode_text(body: &[u8]) -> Result<Bytes, ApiError> {
 /// One length-prefixed frame.
 pub fn encode_frame(flags: u8, payload: &[u8], into: &mut BytesMut) {
     into.reserve(PREFIX_LEN + payload.len());
-    into.put_u8(flags);
-    // Answers are bounded far below 4 GiB (limits on every list); saturate
-    // rather than wrap if that ever changed.
-    into.put_u32(u32::try_from(payload.len()).unwrap_or(u32::MAX));
+    into.put_slice(&prefix(flags, payload.len()));
     into.put_slice(payload);
 }
 
@@ -445,11 +448,10 @@ fn respond(format: GrpcFormat, outcome: Result<Bytes, ApiError>) -> Response {
     let fields = status_fields(outcome.as_ref().map(|_| ()));
     let body = match format.framing {
         Framing::Grpc => match outcome {
-            Ok(payload) => {
-                let mut frame = BytesMut::new();
-                encode_frame(0, &payload, &mut frame);
-                Body::new(Full::new(frame.freeze()).with_trailers(async move { Some(Ok(fields)) }))
-            }
+            Ok(payload) => Body::new(Chunks {
+                chunks: [prefix(0, payload.len()), payload].into(),
+                trailers: Some(fields),
+            }),
             // Trailers-only: the status in the headers of an empty answer.
             Err(_) => {
                 if let Some(headers) = builder.headers_mut() {
@@ -458,18 +460,25 @@ fn respond(format: GrpcFormat, outcome: Result<Bytes, ApiError>) -> Response {
                 Body::empty()
             }
         },
-        Framing::Web | Framing::WebText => {
+        Framing::Web => {
+            let mut trailer = BytesMut::new();
+            encode_trailer_frame(&fields, &mut trailer);
+            let chunks = match outcome {
+                Ok(payload) => [prefix(0, payload.len()), payload, trailer.freeze()].into(),
+                Err(_) => [trailer.freeze()].into(),
+            };
+            Body::new(Chunks {
+                chunks,
+                trailers: None,
+            })
+        }
+        Framing::WebText => {
             let mut frames = BytesMut::new();
             if let Ok(payload) = &outcome {
                 encode_frame(0, payload, &mut frames);
             }
             encode_trailer_frame(&fields, &mut frames);
-            if format.framing == Framing::WebText {
-                let text = base64::engine::general_purpose::STANDARD.encode(&frames);
-                Body::from(text)
-            } else {
-                Body::from(frames.freeze())
-            }
+            Body::from(base64::engine::general_purpose::STANDARD.encode(&frames))
         }
     };
     builder.body(body).unwrap_or_else(|_| {
@@ -478,6 +487,52 @@ fn respond(format: GrpcFormat, outcome: Result<Bytes, ApiError>) -> Response {
         *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
         response
     })
+}
+
+/// The prefix of a message frame of `length` bytes.
+fn prefix(flags: u8, length: usize) -> Bytes {
+    let mut prefix = BytesMut::with_capacity(PREFIX_LEN);
+    prefix.put_u8(flags);
+    // Answers are bounded far below 4 GiB (limits on every list); saturate
+    // rather than wrap if that ever changed.
+    prefix.put_u32(u32::try_from(length).unwrap_or(u32::MAX));
+    prefix.freeze()
+}
+
+/// An answer's body as the pieces it is made of (a frame's prefix, then the
+/// payload as it is, which may be shared by every caller), then trailers:
+/// nothing is copied into a body of its own.
+#[derive(Debug)]
+struct Chunks {
+    chunks: VecDeque<Bytes>,
+    trailers: Option<HeaderMap>,
+}
+
+impl HttpBody for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(chunk) = self.chunks.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        Poll::Ready(
+            self.trailers
+                .take()
+                .map(|fields| Ok(Frame::trailers(fields))),
+        )
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.is_empty() && self.trailers.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.chunks.iter().map(|chunk| chunk.len() as u64).sum())
+    }
 }
 
 #[cfg(test)]

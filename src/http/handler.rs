@@ -11,7 +11,7 @@ use std::{future::Future, net::SocketAddr, time::Duration};
 use axum::{
     body::Body,
     extract::Request,
-    http::{HeaderMap, Method as HttpMethod, header},
+    http::{HeaderMap, HeaderValue, Method as HttpMethod, header, request::Parts},
     response::Response,
 };
 use bytes::Bytes;
@@ -19,6 +19,8 @@ use tokio::time::Instant;
 
 use super::access_log::CallLogged;
 use crate::{
+    edge::{ConnectionBudget, QueuedAnswers},
+    grammar,
     pb::{Encoding, Method},
     protocol::CallProtocol,
     rpc::{
@@ -37,12 +39,13 @@ pub trait RpcProtocol: Sync {
     /// What the request's head says, before any check fails it.
     fn decide(&self, headers: &HeaderMap) -> Decision<Self::Answer>;
 
-    /// The request message, read from the body.
+    /// The request message, read from the body; `head` is the request's
+    /// (its headers, and the connection's budget among its extensions).
     fn message(
         &self,
         answer: &Self::Answer,
         state: &AppState,
-        headers: &HeaderMap,
+        head: &Parts,
         body: Body,
     ) -> impl Future<Output = Result<Bytes, ApiError>> + Send;
 
@@ -125,7 +128,16 @@ pub async fn serve<P: RpcProtocol>(
 ) -> Response {
     let (parts, body) = request.into_parts();
     let head = check_head(state, protocol, &parts.method, method, &parts.headers, peer);
-    let message = protocol.message(&head.answer, state, &parts.headers, body);
+    let queued = parts.extensions.get::<QueuedAnswers>();
+    let message = async {
+        // A connection whose answers are not being taken (HTTP/2 streams
+        // whose window stays shut) runs no new call until they are: the
+        // stream waits here, within its caller's deadline, its body unread.
+        if let Some(queued) = queued {
+            queued.room().await;
+        }
+        protocol.message(&head.answer, state, &parts, body).await
+    };
     // Never compressed: only the binary protocol's callers say what they inflate.
     let outcome = rpc::call(state, &head.call, head.method, message)
         .await
@@ -136,9 +148,10 @@ pub async fn serve<P: RpcProtocol>(
 }
 
 /// Reads a body of at most `limit` bytes within the body-read timeout and
-/// the global budget for large bodies.
+/// the budget for buffered requests: the connection's (the listener puts a
+/// [`ConnectionBudget`] in every request's extensions), else the global one.
 pub async fn read_body(
-    headers: &HeaderMap,
+    head: &Parts,
     body: Body,
     state: &AppState,
     limit: usize,
@@ -150,18 +163,20 @@ pub async fn read_body(
             format!("body is larger than the {limit}-byte limit"),
         )
     };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|text| text.parse::<u64>().ok());
+    // hyper has refused a malformed length already.
+    let values = head.headers.get_all(header::CONTENT_LENGTH);
+    let declared = grammar::content_length(values.iter().map(HeaderValue::as_bytes))
+        .ok()
+        .flatten();
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(too_large());
     }
     let declared = declared.map_or(0, |length| length as usize);
-    let mut reservation = state
-        .body_budget
-        .reserve(declared)
-        .ok_or_else(rpc::budget_exhausted)?;
+    let reservation = match head.extensions.get::<ConnectionBudget>() {
+        Some(connection) => connection.reserve(declared),
+        None => state.body_budget.reserve(declared),
+    };
+    let mut reservation = reservation.ok_or_else(rpc::budget_exhausted)?;
     let read = async {
         let mut body = body;
         let mut collected = bytes::BytesMut::with_capacity(declared);
@@ -185,4 +200,55 @@ pub async fn read_body(
     tokio::time::timeout(timeout, read)
         .await
         .map_err(|_| rpc::body_too_slow(timeout))?
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::{extract::ConnectInfo, http::StatusCode};
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::{
+        edge::ANSWER_QUEUE_FLOOR,
+        engine::{self, Scheduler},
+        rpc::state::HttpSettings,
+    };
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_waits_while_its_connections_answers_exceed_the_bound() {
+        let engine = Scheduler::new(engine::Config {
+            user_tokens: engine::TokenSet::new(["u"]),
+            ..engine::Config::default()
+        });
+        let state = AppState::new(engine, HttpSettings::default());
+        let router = crate::app(state);
+        let queued = QueuedAnswers::default();
+        for _ in 0..4 {
+            queued.add(ANSWER_QUEUE_FLOOR / 4);
+        }
+        queued.add(1);
+        let mut request = Request::post("/yadcc.scheduler.SchedulerService/GetConfig")
+            .header("content-type", "application/json")
+            .body(Body::from(r#"{"token":"u"}"#))
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert(ConnectInfo(SocketAddr::from(([10, 0, 0, 1], 5000))));
+        request.extensions_mut().insert(queued.clone());
+        let mut answer = tokio::spawn(router.oneshot(request));
+        let waited = tokio::time::timeout(Duration::from_secs(5), &mut answer).await;
+        assert!(
+            waited.is_err(),
+            "no call runs while the answers exceed the bound"
+        );
+        queued.remove(1);
+        let answer = tokio::time::timeout(Duration::from_secs(5), answer)
+            .await
+            .expect("the call runs once there is room")
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::OK);
+    }
 }

@@ -8,7 +8,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use crate::rpc::state::AppState;
+use crate::{readiness::NotReady, rpc::state::AppState};
 
 /// The process is up.
 ///
@@ -19,18 +19,25 @@ pub async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready to take calls: not shutting down.
+/// Ready to take calls: not shutting down, and not a hot standby.
 ///
-/// Readiness, for load balancers: `503` once a shutdown began. The gRPC
-/// health service (`grpc.health.v1.Health`) reports the same readiness.
+/// Readiness, for load balancers: `503` once a shutdown began, and on a hot
+/// standby (`standby, leader is NAME`). The gRPC health service
+/// (`grpc.health.v1.Health`) reports the same readiness.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready", content_type = "text/plain", body = String, example = "ready\n"),
-        (status = 503, description = "Shutting down", content_type = "text/plain", body = String, example = "shutting down\n"),
+        (status = 503, description = "Shutting down, or a standby", content_type = "text/plain", body = String, example = "shutting down\n"),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     match state.readiness.current() {
         Ok(()) => "ready\n".into_response(),
+        // Which instance leads is the election's to say.
+        Err(NotReady::Standby) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", state.leadership.current().describe()),
+        )
+            .into_response(),
         Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{}\n", reason.describe()),

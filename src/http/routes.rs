@@ -67,7 +67,7 @@ pub fn app(state: AppState) -> Router {
         .merge(people)
         .merge(crate::openapi::router())
         .fallback(fallback)
-        .layer(AccessLogLayer)
+        .layer(AccessLogLayer::new(state.settings.access_log))
         .with_state(state)
 }
 

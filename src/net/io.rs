@@ -19,24 +19,58 @@ use tokio::{
     time::Instant,
 };
 
-/// When a connection last moved a byte, as milliseconds after its start.
+/// When a connection last moved a byte, and since when its writes have been
+/// blocked (the peer reads nothing), as milliseconds after its start.
 #[derive(Debug, Clone)]
 pub struct Activity {
     started: Instant,
     last_ms: Arc<AtomicU64>,
+    /// [`NOT_BLOCKED`], or when a write first found the socket full.
+    blocked_since_ms: Arc<AtomicU64>,
 }
+
+const NOT_BLOCKED: u64 = u64::MAX;
 
 impl Activity {
     pub fn new() -> Self {
         Self {
             started: Instant::now(),
             last_ms: Arc::new(AtomicU64::new(0)),
+            blocked_since_ms: Arc::new(AtomicU64::new(NOT_BLOCKED)),
         }
     }
 
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
     fn touch(&self) {
-        let now = self.started.elapsed().as_millis() as u64;
-        self.last_ms.store(now, Ordering::Relaxed);
+        self.last_ms.store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// A write went through: the socket is not blocked (any more).
+    fn wrote(&self) {
+        self.touch();
+        if self.blocked_since_ms.load(Ordering::Relaxed) != NOT_BLOCKED {
+            self.blocked_since_ms.store(NOT_BLOCKED, Ordering::Relaxed);
+        }
+    }
+
+    /// A write found the socket full.
+    fn blocked(&self) {
+        if self.blocked_since_ms.load(Ordering::Relaxed) == NOT_BLOCKED {
+            self.blocked_since_ms
+                .store(self.now_ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// How long writes have found the socket full without a byte going
+    /// through; zero when they are not blocked.
+    pub fn write_blocked_for(&self) -> Duration {
+        match self.blocked_since_ms.load(Ordering::Relaxed) {
+            NOT_BLOCKED => Duration::ZERO,
+            since => Duration::from_millis(self.now_ms().saturating_sub(since)),
+        }
     }
 
     /// How long since the last byte moved.
@@ -91,6 +125,16 @@ impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
     }
 }
 
+impl<S> Rewind<S> {
+    fn note_write(&self, polled: &Poll<io::Result<usize>>) {
+        match polled {
+            Poll::Ready(Ok(written)) if *written > 0 => self.activity.wrote(),
+            Poll::Pending => self.activity.blocked(),
+            Poll::Ready(_) => {}
+        }
+    }
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
@@ -98,9 +142,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) {
-            self.activity.touch();
-        }
+        self.note_write(&polled);
         polled
     }
 
@@ -110,9 +152,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) {
-            self.activity.touch();
-        }
+        self.note_write(&polled);
         polled
     }
 
@@ -144,6 +184,26 @@ mod tests {
         let mut text = String::new();
         rewound.read_to_string(&mut text).await.unwrap();
         assert_eq!(text, "hello world");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_to_a_peer_that_reads_nothing_are_blocked_from_the_first_that_waits() {
+        let (mut client, server) = tokio::io::duplex(16);
+        let activity = Activity::new();
+        let mut rewound = Rewind::new(Bytes::new(), server, activity.clone());
+        rewound.write_all(&[1; 16]).await.unwrap();
+        assert_eq!(activity.write_blocked_for(), Duration::ZERO);
+        let writing = tokio::spawn(async move {
+            rewound.write_all(&[2; 16]).await.unwrap();
+            rewound
+        });
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert_eq!(activity.write_blocked_for(), Duration::from_secs(4));
+        let mut read = [0u8; 32];
+        client.read_exact(&mut read).await.unwrap();
+        let _rewound = writing.await.unwrap();
+        assert_eq!(activity.write_blocked_for(), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]

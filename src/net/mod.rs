@@ -7,11 +7,16 @@
 //! - Anything else (curl, browsers, Connect, h2c `PRI `): hyper, HTTP/1.1 and
 //!   HTTP/2, serving the axum router, the sniffed bytes replayed first.
 //!
+//! From a `--trusted_proxies` address, a PROXY protocol header (v1 or v2,
+//! [`proxy`]) may come first: the connection is then the named client's.
+//!
 //! Over the global cap (derived from the file-descriptor limit) or the
 //! per-address cap, a connection is accepted and closed at once, so it never
 //! waits in the backlog and never costs anyone else a descriptor.
 
+pub mod answers;
 pub mod io;
+pub mod proxy;
 
 use std::{
     collections::HashMap,
@@ -38,14 +43,17 @@ use tokio::{
 };
 use tower::ServiceExt;
 
-use self::io::{Activity, Rewind};
+use self::{
+    answers::Answers,
+    io::{Activity, Rewind},
+};
 use crate::{
     daemon::{
         self,
         flare::{Flare, frame::MAGIC},
         http_pb::{self, HeadScan, HttpPb, MAX_HEAD_BYTES},
     },
-    edge::{self, EdgeSettings},
+    edge::{self, ConnectionBudget, EdgeSettings, QueuedAnswers},
     protocol::CallProtocol,
     readiness::NotReady,
     rpc::state::AppState,
@@ -58,6 +66,11 @@ const H2_PREFACE_START: &[u8; 4] = b"PRI ";
 /// hyper's read buffer per HTTP/1 connection; bounds what one connection
 /// holds before its body is handed over.
 const HYPER_MAX_BUF: usize = 64 * 1024;
+/// Answer bytes hyper's HTTP/2 buffers per stream before it stops taking
+/// more from the answer (hyper's default is 400 KiB): with answers handed
+/// over in 64 KiB slices, a stream whose peer does not read holds at most
+/// about this much beyond its share of the connection's queued answers.
+const HTTP2_SEND_BUFFER: usize = 256 * 1024;
 /// Pause after an accept error (e.g. out of descriptors) before retrying.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
 
@@ -171,7 +184,11 @@ fn hyper_builder(edge: &EdgeSettings) -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .header_read_timeout(edge.header_read_timeout)
         .max_buf_size(HYPER_MAX_BUF);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(edge.http2_max_concurrent_streams)
+        .max_send_buf_size(HTTP2_SEND_BUFFER);
     builder
 }
 
@@ -233,15 +250,20 @@ fn admit(shared: &Arc<Listener>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Op
 async fn serve_connection(
     shared: Arc<Listener>,
     mut stream: TcpStream,
-    peer: SocketAddr,
+    mut peer: SocketAddr,
     stopping: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let mut first = BytesMut::with_capacity(1024);
-    let sniffed = tokio::time::timeout(
-        shared.edge.header_read_timeout,
-        sniff(&mut stream, &mut first),
-    )
+    let from_proxy = shared.state.settings.is_trusted(peer.ip().to_canonical());
+    let sniffed = tokio::time::timeout(shared.edge.header_read_timeout, async {
+        if from_proxy {
+            peer = read_proxy_header(&mut stream, &mut first)
+                .await?
+                .unwrap_or(peer);
+        }
+        sniff(&mut stream, &mut first).await
+    })
     .await;
     let protocol = match sniffed {
         Ok(Some(protocol)) => protocol,
@@ -249,19 +271,55 @@ async fn serve_connection(
         Ok(None) | Err(_) => return,
     };
     let state = shared.state.clone();
+    // A hot standby closes daemon connections at once, and those it held
+    // when it stopped leading: daemons reconnect through the load balancer.
+    let leadership = &state.leadership;
+    if protocol != Sniffed::Hyper && !leadership.is_serving() {
+        return;
+    }
     match protocol {
         Sniffed::Flare => {
             let _open = state.metrics.connection_opened(CallProtocol::Flare);
-            daemon::serve(Flare, state.clone(), stream, peer, first, stopping).await;
+            let serve = daemon::serve(Flare, state.clone(), stream, peer, first, stopping);
+            leadership.while_leading(serve).await;
         }
         Sniffed::DaemonHttp => {
             let _open = state.metrics.connection_opened(CallProtocol::HttpPb);
             let framing = HttpPb::new(shared.router.clone());
-            daemon::serve(framing, state.clone(), stream, peer, first, stopping).await;
+            let serve = daemon::serve(framing, state.clone(), stream, peer, first, stopping);
+            leadership.while_leading(serve).await;
         }
         Sniffed::Hyper => {
             let _open = state.metrics.connection_opened(CallProtocol::Http);
             serve_hyper(&shared, stream, peer, first, stopping).await;
+        }
+    }
+}
+
+/// Reads a trusted proxy's PROXY header, if one comes, and takes it out of
+/// `buf`: Some(the client it names), Some(None) without one, None if the
+/// peer closed first or sent a header that does not parse.
+async fn read_proxy_header(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+) -> Option<Option<SocketAddr>> {
+    loop {
+        match proxy::parse(buf) {
+            proxy::Header::Absent => return Some(None),
+            proxy::Header::Present { len, client } => {
+                let _ = buf.split_to(len);
+                return Some(client);
+            }
+            proxy::Header::Invalid => {
+                tracing::debug!(target: LOG, "closed: a PROXY header that does not parse");
+                return None;
+            }
+            proxy::Header::Incomplete => {}
+        }
+        buf.reserve(proxy::MAX_HEADER_BYTES);
+        match stream.read_buf(buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
         }
     }
 }
@@ -318,22 +376,35 @@ async fn serve_hyper(
     let activity = Activity::new();
     let io = TokioIo::new(Rewind::new(first.freeze(), stream, activity.clone()));
     let router = shared.router.clone();
-    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-        request.extensions_mut().insert(ConnectInfo(peer));
-        let router = router.clone();
-        async move {
-            Ok::<_, Infallible>(
-                router
+    // Every request (every HTTP/2 stream) of the connection buffers its body
+    // within the connection's one allowance, and every answer is counted
+    // until hyper has taken it.
+    let budget = ConnectionBudget::new(&shared.state.body_budget);
+    let queued = QueuedAnswers::default();
+    let answers = Answers::new(queued.clone());
+    let service = {
+        let answers = Arc::clone(&answers);
+        hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            request.extensions_mut().insert(budget.clone());
+            request.extensions_mut().insert(queued.clone());
+            let router = router.clone();
+            let answers = Arc::clone(&answers);
+            async move {
+                let response = router
                     .oneshot(request)
                     .await
-                    .unwrap_or_else(|never| match never {}),
-            )
-        }
-    });
+                    .unwrap_or_else(|never| match never {});
+                Ok::<_, Infallible>(response.map(|body| answers.track(body)))
+            }
+        })
+    };
     let connection = shared.hyper.serve_connection_with_upgrades(io, service);
     tokio::pin!(connection);
     let idle_timeout = shared.edge.idle_timeout;
-    let mut idle_check = tokio::time::interval_at(Instant::now() + idle_timeout, idle_timeout / 4);
+    let write_timeout = shared.edge.body_read_timeout;
+    let period = idle_timeout.min(write_timeout) / 4;
+    let mut check = tokio::time::interval_at(Instant::now() + period, period);
     let mut closing = false;
     loop {
         tokio::select! {
@@ -344,8 +415,21 @@ async fn serve_hyper(
                     connection.as_mut().graceful_shutdown();
                 }
             }
-            _ = idle_check.tick(), if !closing => {
-                if activity.idle_for() >= idle_timeout {
+            _ = check.tick() => {
+                // An answer nobody takes (an HTTP/2 window kept shut, a
+                // peer that stopped reading) is given up with its connection:
+                // hyper offers no way to reset a single stream from here.
+                let stalled = answers.stalled_for().max(activity.write_blocked_for());
+                if stalled >= write_timeout {
+                    tracing::debug!(
+                        target: LOG,
+                        %peer,
+                        "closing the connection: an answer made no progress for {} ms",
+                        stalled.as_millis()
+                    );
+                    return;
+                }
+                if !closing && activity.idle_for() >= idle_timeout {
                     closing = true;
                     connection.as_mut().graceful_shutdown();
                 }

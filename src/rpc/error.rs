@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::{pb, service::RpcStatus};
 
 /// What went wrong, independent of how it is written on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     /// A scheduler outcome (`Status` of the seed).
     Scheduler(pb::Status),
@@ -34,7 +34,8 @@ pub enum ErrorKind {
     /// answers.
     MethodNotFound,
     /// The server will not take the call now (a per-connection limit of
-    /// calls in flight, or the call waited past its deadline before it ran).
+    /// calls in flight, the call waited past its deadline before it ran, or
+    /// this instance is a hot standby).
     Overloaded,
     /// A compression this server cannot inflate: a flare
     /// `compression_algorithm` the framework defines no algorithm for, a

@@ -29,24 +29,27 @@ use self::{
     state::AppState,
 };
 use crate::{
+    logging::{AccessLog, SLOW_CALL},
     metrics::CallEnd,
-    pb::{Encoding, Method},
+    pb::{self, Encoding, Method},
     protocol::CallProtocol,
     service::CallContext,
 };
 
-/// Target of the access log: one line per request on every protocol.
+/// Target of the access log: a line per call on every protocol, as
+/// `--access_log` says ([`crate::logging::AccessLog`]).
 pub const ACCESS_LOG: &str = "yadcc_scheduler::access";
 
 /// Longest deadline a caller may ask for; longer values are clamped, since no
 /// call legitimately takes longer than the longest wait plus transfer time.
 pub const MAX_DEADLINE: Duration = Duration::from_secs(600);
 
-/// A large body that the global budget for buffered bodies cannot hold now.
+/// A body that its connection's allowance and the global budget for
+/// buffered requests cannot hold now.
 pub fn budget_exhausted() -> ApiError {
     ApiError::new(
         ErrorKind::Overloaded,
-        "the server is buffering too many large request bodies; retry later",
+        "the server is buffering too many request bytes; retry later",
     )
 }
 
@@ -86,15 +89,15 @@ pub struct Call {
 /// the caller accepts it and the payload is large
 /// ([`compression::compress_answer`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
+pub struct EncodedAnswer {
     pub payload: Bytes,
     pub compression: Option<Algorithm>,
 }
 
-impl Answer {
+impl EncodedAnswer {
     /// An uncompressed answer.
-    pub fn plain(payload: Bytes) -> Answer {
-        Answer {
+    pub fn plain(payload: Bytes) -> EncodedAnswer {
+        EncodedAnswer {
             payload,
             compression: None,
         }
@@ -132,10 +135,18 @@ pub async fn call(
     call: &Call,
     method: Result<Method, ApiError>,
     body: impl Future<Output = Result<Bytes, ApiError>>,
-) -> Result<Answer, ApiError> {
+) -> Result<EncodedAnswer, ApiError> {
     let named = method.as_ref().ok().copied();
     let outcome = async {
         let method = method?;
+        // A standby takes no call (its daemons go to the leader through the
+        // load balancer); nor does a leader whose lease may have run out.
+        if let Some(standby) = state.leadership.refusal() {
+            return Err(ApiError::new(
+                ErrorKind::Overloaded,
+                format!("{method}: not served here: {standby}"),
+            ));
+        }
         let ctx = CallContext {
             peer: call.peer,
             connection: call.connection,
@@ -181,20 +192,51 @@ pub fn record(state: &AppState, call: &Call, method: Option<Method>, error: Opti
         .metrics
         .observe_rpc(call.protocol, method, call.encoding, end, elapsed);
     state.peer_protocols.record(call.peer, call.protocol);
-    if tracing::enabled!(target: ACCESS_LOG, tracing::Level::INFO) {
-        let wire = kind.map(ErrorKind::wire);
-        tracing::info!(
-            target: ACCESS_LOG,
-            protocol = call.protocol.label(),
-            rpc = method.map_or("unknown", Method::name),
-            encoding = call.encoding.label(),
-            peer = %call.peer,
-            status = wire.map_or(200, |wire| wire.http_status.as_u16()),
-            code = wire.map_or(0, |wire| wire.rpc_code),
-            latency_us = elapsed.as_micros() as u64,
-            "call"
-        );
+    log_call(state, call, method, kind, elapsed);
+}
+
+/// What an access line is limited by: one a second per protocol, method and
+/// outcome (a slow success is an outcome of its own).
+pub type AccessKind = (CallProtocol, Option<Method>, Option<ErrorKind>);
+
+/// The access line of a finished call, as `--access_log` says: every call,
+/// or only failures and slow calls (a caller told "no quota" did not fail:
+/// it is how a wait ends), at most one line a second per kind.
+fn log_call(
+    state: &AppState,
+    call: &Call,
+    method: Option<Method>,
+    kind: Option<ErrorKind>,
+    elapsed: Duration,
+) {
+    let mode = state.settings.access_log;
+    if mode == AccessLog::Off || !tracing::enabled!(target: ACCESS_LOG, tracing::Level::INFO) {
+        return;
     }
+    let failed =
+        kind.is_some_and(|kind| kind != ErrorKind::Scheduler(pb::Status::NoQuotaAvailable));
+    let slow = elapsed > SLOW_CALL && method != Some(Method::WaitForStartingTask);
+    let left_out = match mode {
+        AccessLog::All => 0,
+        _ if !failed && !slow => return,
+        _ => match state.access_lines.admit((call.protocol, method, kind)) {
+            Some(left_out) => left_out,
+            None => return,
+        },
+    };
+    let wire = kind.map(ErrorKind::wire);
+    tracing::info!(
+        target: ACCESS_LOG,
+        protocol = call.protocol.label(),
+        rpc = method.map_or("unknown", Method::name),
+        encoding = call.encoding.label(),
+        peer = %call.peer,
+        status = wire.map_or(200, |wire| wire.http_status.as_u16()),
+        code = wire.map_or(0, |wire| wire.rpc_code),
+        latency_us = elapsed.as_micros() as u64,
+        left_out,
+        "call"
+    );
 }
 
 /// Decodes the request, calls the service, encodes the response (and
@@ -205,7 +247,7 @@ pub async fn dispatch(
     call: &Call,
     body: &[u8],
     ctx: &CallContext,
-) -> Result<Answer, ApiError> {
+) -> Result<EncodedAnswer, ApiError> {
     use codec::{decode, encode};
     let service = &state.service;
     let encoding = call.encoding;
@@ -234,7 +276,7 @@ pub async fn dispatch(
         }
     }?;
     let (compression, payload) = compression::compress_answer(Bytes::from(encoded), call.accepts);
-    Ok(Answer {
+    Ok(EncodedAnswer {
         payload,
         compression,
     })

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
 use super::{
-    Answer, codec,
+    EncodedAnswer, codec,
     compression::{self, Accepted, Algorithm},
     error::{ApiError, ErrorKind},
 };
@@ -89,13 +89,13 @@ struct Built {
     response: Arc<pb::GetRunningTasksResponse>,
     /// A compressed slot holds the plain bytes when compression did not
     /// shrink them (so it is tried once, too).
-    encoded: [Option<Answer>; SLOTS],
+    encoded: [Option<EncodedAnswer>; SLOTS],
 }
 
 impl Built {
     /// The answer for a caller of `encoding` accepting `accepts`, if its
     /// copy is made already.
-    fn answer(&self, encoding: Encoding, accepts: Accepted) -> Option<Answer> {
+    fn answer(&self, encoding: Encoding, accepts: Accepted) -> Option<EncodedAnswer> {
         let plain = self.encoded[slot(encoding, None)].as_ref()?;
         match compression::choose(plain.payload.len(), accepts) {
             None => Some(plain.clone()),
@@ -104,12 +104,16 @@ impl Built {
     }
 
     /// The same, making the copies it needs: encoding, then compressing.
-    fn make_answer(&mut self, encoding: Encoding, accepts: Accepted) -> Result<Answer, ApiError> {
+    fn make_answer(
+        &mut self,
+        encoding: Encoding,
+        accepts: Accepted,
+    ) -> Result<EncodedAnswer, ApiError> {
         let plain = match &self.encoded[slot(encoding, None)] {
             Some(plain) => plain.clone(),
             None => {
                 let bytes = codec::encode(encoding, &*self.response)?;
-                let plain = Answer::plain(bytes.into());
+                let plain = EncodedAnswer::plain(bytes.into());
                 self.encoded[slot(encoding, None)] = Some(plain.clone());
                 plain
             }
@@ -122,7 +126,7 @@ impl Built {
             return Ok(compressed.clone());
         }
         let (compression, payload) = compression::compress_with(plain.payload, algorithm);
-        let compressed = Answer {
+        let compressed = EncodedAnswer {
             payload,
             compression,
         };
@@ -160,7 +164,7 @@ impl RunningTasksAnswers {
         ctx: &CallContext,
         encoding: Encoding,
         accepts: Accepted,
-    ) -> Result<Answer, ApiError> {
+    ) -> Result<EncodedAnswer, ApiError> {
         let version = service.running_tasks_version();
         if let Some(answer) = self.ready(version, encoding, accepts) {
             return Ok(answer);
@@ -173,7 +177,7 @@ impl RunningTasksAnswers {
         let current = self.lock().built.clone().filter(|b| b.version >= version);
         let service = service.clone();
         let (ctx, max_bytes) = (*ctx, self.max_bytes);
-        let job = move || -> Result<(Built, Answer, usize), ApiError> {
+        let job = move || -> Result<(Built, EncodedAnswer, usize), ApiError> {
             let started = std::time::Instant::now();
             let (mut built, left_out) = match current {
                 Some(built) => (built, 0),
@@ -228,7 +232,7 @@ impl RunningTasksAnswers {
     }
 
     /// The answer already made for `version` (or a later one), if any.
-    fn ready(&self, version: u64, encoding: Encoding, accepts: Accepted) -> Option<Answer> {
+    fn ready(&self, version: u64, encoding: Encoding, accepts: Accepted) -> Option<EncodedAnswer> {
         let latest = self.lock();
         let built = latest.built.as_ref().filter(|b| b.version >= version)?;
         built.answer(encoding, accepts)
@@ -305,7 +309,7 @@ mod tests {
         service: &SchedulerService,
         encoding: Encoding,
         accepts: Accepted,
-    ) -> Answer {
+    ) -> EncodedAnswer {
         let ctx = CallContext {
             peer: "10.0.0.9".parse().unwrap(),
             connection: None,

@@ -10,11 +10,16 @@ use std::{
 
 use axum::http::{HeaderMap, HeaderValue};
 
-use super::running_tasks::{self, RunningTasksAnswers};
+use super::{
+    AccessKind,
+    running_tasks::{self, RunningTasksAnswers},
+};
 use crate::{
     dashboard::{self, Dashboard},
     edge::{BodyBudget, EdgeSettings},
     engine::Scheduler,
+    ha::Leadership,
+    logging::{AccessLog, RateLimit},
     metrics::Metrics,
     protocol::PeerProtocols,
     readiness::Readiness,
@@ -41,6 +46,8 @@ pub struct HttpSettings {
     /// Origins whose browser pages may call the RPCs (CORS); `*` for any.
     /// Empty: no cross-origin calls.
     pub cors_allowed_origins: Vec<HeaderValue>,
+    /// Which calls and requests the access log writes.
+    pub access_log: AccessLog,
 }
 
 impl Default for HttpSettings {
@@ -52,6 +59,7 @@ impl Default for HttpSettings {
             inspect: dashboard::InspectAccess::Closed,
             edge: EdgeSettings::default(),
             cors_allowed_origins: Vec::new(),
+            access_log: AccessLog::default(),
         }
     }
 }
@@ -102,12 +110,18 @@ pub struct AppParts {
     pub dashboard: Arc<Dashboard>,
     /// The protocol of each peer's latest call (shown by the dashboard).
     pub peer_protocols: Arc<PeerProtocols>,
-    /// Bytes buffered for large request bodies, on every protocol.
+    /// The global budget of buffered request bytes, beyond each
+    /// connection's own allowance, on every protocol.
     pub body_budget: BodyBudget,
     /// `GetRunningTasks` answers, encoded once per list, encoding and
     /// compression.
     pub running_tasks: RunningTasksAnswers,
-    /// Whether the scheduler takes calls (`/readyz`, gRPC health).
+    /// Access lines of failed and slow calls, one a second per kind.
+    pub access_lines: RateLimit<AccessKind>,
+    /// Whether this instance serves (always, unless it is a hot standby).
+    pub leadership: Leadership,
+    /// Whether the scheduler takes calls (`/readyz`, gRPC health); the
+    /// election's, so that a standby is not ready.
     pub readiness: Readiness,
 }
 
@@ -120,22 +134,37 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
-    /// Must run inside a tokio runtime (the dashboard starts its sampler).
+    /// The only scheduler. Must run inside a tokio runtime (the dashboard
+    /// starts its sampler).
     pub fn new(engine: Scheduler, settings: HttpSettings) -> Self {
+        Self::with_leadership(engine, settings, Leadership::solo())
+    }
+
+    /// One of several elected on etcd ([`crate::ha`]), or [`Leadership::solo`].
+    pub fn with_leadership(
+        engine: Scheduler,
+        settings: HttpSettings,
+        leadership: Leadership,
+    ) -> Self {
         let peer_protocols = Arc::new(PeerProtocols::default());
+        let mut metrics = Metrics::new(engine.clone());
+        metrics.register_leadership(&leadership);
         Self(Arc::new(AppParts {
-            metrics: Metrics::new(engine.clone()),
+            metrics,
             dashboard: Dashboard::start(
                 engine.clone(),
                 settings.inspect.clone(),
                 Arc::clone(&peer_protocols),
+                leadership.clone(),
             ),
             peer_protocols,
             body_budget: BodyBudget::new(settings.edge.max_buffered_body_bytes),
             service: SchedulerService::new(engine),
             running_tasks: RunningTasksAnswers::new(settings.max_running_tasks_bytes),
             settings,
-            readiness: Readiness::new(),
+            access_lines: RateLimit::default(),
+            readiness: leadership.readiness().clone(),
+            leadership,
         }))
     }
 }

@@ -14,26 +14,43 @@
 //!   and plain-HTTP JSON: encoding requests, decoding answers.
 //! - [`client`]: connections carrying many calls at once with answers matched
 //!   by id, the two-connection pool, the daemons' per-call timeouts.
-//! - [`servant`]: the servant role, heartbeating every second, and the
-//!   in-process [`servant::Registry`] through which delegates start tasks on
-//!   servants (what a servant reports running is what delegates started there).
-//! - [`delegate`]: the delegate role: acquiring, renewing and freeing grants,
-//!   `GetConfig` and `GetRunningTasks`.
-//! - [`stats`]: per-RPC counts, latency percentiles and errors by kind.
-//! - [`hammer`]: one RPC as fast as possible per protocol (benchmark P1) and
-//!   the bare route it is compared against.
+//! - [`servant`]: the servant role, heartbeating every second, its heartbeat
+//!   encoded once but for what changes; [`registry`]: the in-process
+//!   [`Registry`] through which delegates start tasks on servants (what a
+//!   servant reports running is what delegates started there).
+//! - [`delegate`]: the delegate role: renewing grants, `GetConfig` and
+//!   `GetRunningTasks`; `jobs`: its compilations, from a grant (prefetched,
+//!   or from the compiler's `WaitForStartingTask` loop) to `FreeTask`;
+//!   `behaviour`: both roles' periods, leases and workloads.
+//! - `daemons`: every machine of a cluster and what they share; it fires
+//!   what falls due and sends the calls the roles ask for (`effects`);
+//!   `shard`: the timers; `task_lists`: the check of `GetRunningTasks`
+//!   answers. No task runs per machine or per call: a few shard tasks fire
+//!   what falls due (periodic calls, job arrivals and ends, call deadlines),
+//!   and each answer's continuation runs on its connection's reader, so one
+//!   process can play thousands of daemons.
+//! - [`stats`]: per-RPC counts, latency percentiles, bytes and errors by kind.
+//! - [`heartbeat_rate`]: Heartbeat as fast as possible per protocol
+//!   (benchmark P1) and the bare route it is compared against.
 //! - [`process`]: CPU time and peak memory of a process, from `/proc`.
 //!
-//! Stopping is explicit and bounded: [`Cluster::stop`] flips a watch channel
-//! every loop selects on, then waits (at most a few seconds) for servants to
-//! say goodbye and delegates to free their grants.
+//! Stopping is explicit and bounded: [`Cluster::stop`] stops every periodic
+//! call and workload, then waits (at most a few seconds) for servants to say
+//! goodbye and delegates to free their grants.
 
+mod behaviour;
 pub mod client;
+mod daemons;
 pub mod delegate;
-pub mod hammer;
+mod effects;
+pub mod heartbeat_rate;
+mod jobs;
 pub mod process;
+pub mod registry;
 pub mod servant;
+mod shard;
 pub mod stats;
+mod task_lists;
 pub mod wire;
 
 use std::{
@@ -47,14 +64,20 @@ use std::{
 
 use rand::{Rng, SeedableRng, rngs::SmallRng, seq::IndexedRandom};
 use sha2::{Digest, Sha256};
-use tokio::{sync::watch, task::JoinSet, time::Instant};
+use tokio::{task::AbortHandle, time::Instant};
 
 pub use delegate::{DelegateBehaviour, Workload};
-pub use servant::{Registry, ServantBehaviour, ServantSpec};
+pub use registry::Registry;
+pub use servant::{ServantBehaviour, ServantSpec};
 pub use stats::{Report, Stats};
 
-use client::Endpoint;
+use client::{DAEMON_MAX_CONNECTIONS, Deadlines, Endpoint};
+use daemons::{Daemon, Daemons};
+use delegate::Delegate;
+use servant::Servant;
+use shard::{Event, Shard};
 pub use wire::Protocol;
+use wire::{DAEMON_ACCEPTABLE_COMPRESSION, FlareRequests};
 
 /// User token of `yadcc-scheduler --demo` (public: the demo listens on loopback).
 pub const DEMO_USER_TOKEN: &str = "demo-user-token";
@@ -65,10 +88,10 @@ pub const DEMO_SERVANT_TOKEN: &str = "demo-servant-token";
 pub mod octet {
     /// Machines (daemons) of a cluster: 127.1.x.y.
     pub const MACHINES: u8 = 1;
-    /// Servants of the hammer benchmark: 127.3.x.y.
-    pub const HAMMER_SERVANTS: u8 = 3;
-    /// The hammer's delegate (setting up grants): 127.4.0.1.
-    pub const HAMMER_DELEGATE: u8 = 4;
+    /// Servants of the heartbeat-rate benchmark (P1): 127.3.x.y.
+    pub const HEARTBEAT_RATE_SERVANTS: u8 = 3;
+    /// The heartbeat-rate benchmark's delegate (setting up grants): 127.4.0.1.
+    pub const HEARTBEAT_RATE_DELEGATE: u8 = 4;
 }
 
 /// Port servants report in `location` (the yadcc servant's default).
@@ -188,6 +211,9 @@ pub struct ClusterConfig {
     pub servant_capacity: Option<u32>,
     /// Seed for the machines' shapes; `None`: random.
     pub seed: Option<u64>,
+    /// `acceptable_compression_algorithms` of every flare call: what the
+    /// daemons accept for answers (stock daemons: every algorithm, 62).
+    pub acceptable_compression: u64,
 }
 
 impl ClusterConfig {
@@ -216,6 +242,7 @@ impl ClusterConfig {
             delegate: DelegateBehaviour::new(user_token, workload),
             servant_capacity: None,
             seed: None,
+            acceptable_compression: DAEMON_ACCEPTABLE_COMPRESSION,
         }
     }
 
@@ -242,13 +269,11 @@ impl ClusterConfig {
 /// A running simulated cluster.
 #[derive(Debug)]
 pub struct Cluster {
-    stop: watch::Sender<bool>,
-    tasks: JoinSet<()>,
-    stats: Arc<Stats>,
-    registry: Arc<Registry>,
+    daemons: Arc<Daemons>,
+    /// The shards' tasks and the one starting the delegates.
+    tasks: Vec<AbortHandle>,
     delegates_started: Arc<AtomicBool>,
     servants: Vec<ServantSpec>,
-    endpoints: Vec<Arc<Endpoint>>,
     addressing: Addressing,
 }
 
@@ -312,6 +337,13 @@ fn delegate_environments(rng: &mut SmallRng, offered: &[String]) -> Vec<String> 
     chosen
 }
 
+/// Shards of the cluster's timers: one per core (each shard's task fires
+/// its machines' due calls in one wake).
+fn shard_count(machines: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    cores.clamp(1, 8).min(machines.max(1))
+}
+
 impl Cluster {
     /// Starts the servant roles now (first heartbeats spread over at most a
     /// second) and the delegate roles once every servant has registered (or
@@ -323,20 +355,12 @@ impl Cluster {
         };
         let addressing = Addressing::detect(config.target);
         let stats = Arc::new(Stats::default());
-        let (stop, stop_rx) = watch::channel(false);
-        let machines = config.servants.max(config.delegates);
-        let mut endpoints = Vec::with_capacity(machines);
-        let mut locations = Vec::with_capacity(machines);
-        for index in 0..machines {
-            let (ip, location) = addressing.machine(octet::MACHINES, index, config.target);
-            endpoints.push(Arc::new(Endpoint::new(
-                config.target,
-                ip,
-                config.protocol,
-                stats.clone(),
-            )));
-            locations.push((ip, location));
-        }
+        let count = config.servants.max(config.delegates);
+        let shards: Vec<Arc<Shard>> = (0..shard_count(count)).map(|_| Arc::default()).collect();
+        let requests = Arc::new(FlareRequests::new(config.acceptable_compression));
+        let locations: Vec<(Option<IpAddr>, SocketAddr)> = (0..count)
+            .map(|index| addressing.machine(octet::MACHINES, index, config.target))
+            .collect();
         let servants: Vec<ServantSpec> = locations[..config.servants]
             .iter()
             .map(|(ip, location)| {
@@ -347,75 +371,102 @@ impl Cluster {
                 spec
             })
             .collect();
-        let registry = Arc::new(Registry::new(servants.iter().map(ServantSpec::location)));
-        let mut tasks = JoinSet::new();
-
-        // Real servants are not in step: spread heartbeats over the interval
-        // (10 ms apart for small clusters, so they register quickly).
-        let interval = config.servant.heartbeat_interval;
-        let ramp = (Duration::from_millis(10) * config.servants as u32).min(interval);
-        let start = Instant::now();
-        let behaviour = Arc::new(config.servant.clone());
-        for (index, spec) in servants.iter().enumerate() {
-            let first_at = start + ramp.mul_f64(index as f64 / config.servants.max(1) as f64);
-            tasks.spawn(servant::run(
-                spec.clone(),
-                behaviour.clone(),
-                endpoints[index].clone(),
-                registry.clone(),
-                first_at,
-                stop_rx.clone(),
-            ));
-        }
-
+        let registry = Registry::new(servants.iter().map(ServantSpec::location));
         let mut offered: Vec<String> = servants
             .iter()
             .flat_map(|spec| spec.environments.iter().cloned())
             .collect();
         offered.sort_unstable();
         offered.dedup();
-        let delegates: Vec<(Arc<Endpoint>, Vec<String>)> = endpoints[..config.delegates]
+
+        // Real servants are not in step: spread heartbeats over the interval
+        // (10 ms apart for small clusters, so they register quickly).
+        let interval = config.servant.heartbeat_interval;
+        let ramp = (Duration::from_millis(10) * config.servants as u32).min(interval);
+        let start = Instant::now();
+        let machines: Vec<Daemon> = locations
             .iter()
-            .map(|endpoint| (endpoint.clone(), delegate_environments(&mut rng, &offered)))
+            .enumerate()
+            .map(|(index, (ip, _))| {
+                let shard = Daemons::shard_of(&shards, index).clone();
+                let deadlines: Deadlines = Arc::new(move |expiry: client::Expiry| {
+                    shard.at(expiry.at, Event::Expire(expiry))
+                });
+                let endpoint = Endpoint::with_parts(
+                    config.target,
+                    *ip,
+                    config.protocol,
+                    stats.clone(),
+                    DAEMON_MAX_CONNECTIONS,
+                    requests.clone(),
+                    deadlines,
+                );
+                let servant = servants.get(index).map(|spec| {
+                    let share = index as f64 / config.servants.max(1) as f64;
+                    Servant::new(spec.clone(), &config.servant, start + ramp.mul_f64(share))
+                });
+                let delegate = (index < config.delegates)
+                    .then(|| Delegate::new(delegate_environments(&mut rng, &offered)));
+                Daemon {
+                    endpoint,
+                    servant,
+                    delegate,
+                }
+            })
+            .collect();
+        let daemons = Arc::new(Daemons::new(
+            machines,
+            registry,
+            stats,
+            shards.clone(),
+            config.servant.clone(),
+            config.delegate.clone(),
+        ));
+        for machine in 0..daemons.machines.len() {
+            daemons.start_servant(machine);
+        }
+        let mut tasks: Vec<AbortHandle> = shards
+            .iter()
+            .map(|shard| {
+                let (shard, daemons) = (shard.clone(), daemons.clone());
+                tokio::spawn(async move { shard.run(|event| daemons.fire(event)).await })
+                    .abort_handle()
+            })
             .collect();
         let delegates_started = Arc::new(AtomicBool::new(false));
-        tasks.spawn(launch_delegates(
-            config,
-            delegates,
-            stats.clone(),
-            registry.clone(),
-            stop_rx,
+        let launch = launch_delegates(
+            daemons.clone(),
+            config.servants,
             ramp,
             delegates_started.clone(),
-        ));
+        );
+        tasks.push(tokio::spawn(launch).abort_handle());
         Cluster {
-            stop,
+            daemons,
             tasks,
-            stats,
-            registry,
             delegates_started,
             servants,
-            endpoints,
             addressing,
         }
     }
 
     /// Live connections of every machine now.
     pub fn connections(&self) -> usize {
-        self.endpoints
+        let machines = &self.daemons.machines;
+        machines
             .iter()
-            .map(|endpoint| endpoint.connections())
+            .map(|daemon| daemon.endpoint.connections())
             .sum()
     }
 
     /// Simulated machines (daemons).
     pub fn machines(&self) -> usize {
-        self.endpoints.len()
+        self.daemons.machines.len()
     }
 
     /// What was measured so far.
     pub fn stats(&self) -> &Arc<Stats> {
-        &self.stats
+        &self.daemons.stats
     }
 
     /// The simulated servants.
@@ -430,7 +481,7 @@ impl Cluster {
 
     /// Tasks running on simulated servants now.
     pub fn running_tasks(&self) -> usize {
-        self.registry.running()
+        self.daemons.registry.running()
     }
 
     /// True once the delegates were started.
@@ -451,54 +502,43 @@ impl Cluster {
     }
 
     /// Stops every machine: delegates free their grants, servants send a last
-    /// heartbeat with `next_heartbeat_in_ms = 0`. Waits at most 5 s.
-    pub async fn stop(mut self) {
-        let _ = self.stop.send(true);
-        let drained = tokio::time::timeout(Duration::from_secs(5), async {
-            while self.tasks.join_next().await.is_some() {}
-        })
-        .await;
-        if drained.is_err() {
-            self.tasks.abort_all();
-            while self.tasks.join_next().await.is_some() {}
-        }
+    /// heartbeat with `next_heartbeat_in_ms = 0`. Waits at most 7 s: 5 for
+    /// long polls and frees to end, 2 for the goodbyes.
+    pub async fn stop(self) {
+        self.daemons.stop(Duration::from_secs(5)).await;
+        // Dropping `self` ends the timers and closes the connections.
     }
 }
 
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.daemons.close();
+    }
+}
+
+/// Starts the delegates once every servant is known (or after a while
+/// anyway), so they do not ask for environments nobody offers yet.
 async fn launch_delegates(
-    config: ClusterConfig,
-    delegates: Vec<(Arc<Endpoint>, Vec<String>)>,
-    stats: Arc<Stats>,
-    registry: Arc<Registry>,
-    mut stop: watch::Receiver<bool>,
+    daemons: Arc<Daemons>,
+    servants: usize,
     ramp: Duration,
     started: Arc<AtomicBool>,
 ) {
-    // Delegates start once every servant is known (or after a while anyway),
-    // so they do not ask for environments nobody offers yet.
     let deadline = Instant::now() + ramp + Duration::from_secs(5);
-    while (stats.events.servants_registered.load(Relaxed) as usize) < config.servants
-        && Instant::now() < deadline
-    {
-        tokio::select! {
-            biased;
-            _ = stop.wait_for(|stopped| *stopped) => return,
-            () = tokio::time::sleep(Duration::from_millis(5)) => {}
-        }
+    let registered = || daemons.stats.events.servants_registered.load(Relaxed) as usize;
+    while registered() < servants && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let behaviour = Arc::new(config.delegate.clone());
-    let mut running = JoinSet::new();
-    for (endpoint, environments) in delegates {
-        running.spawn(delegate::run(
-            behaviour.clone(),
-            endpoint,
-            registry.clone(),
-            environments,
-            stop.clone(),
-        ));
+    if daemons.is_stopping() {
+        return;
+    }
+    for machine in 0..daemons.machines.len() {
+        daemons.start_delegate(machine);
     }
     started.store(true, Relaxed);
-    while running.join_next().await.is_some() {}
 }
 
 #[cfg(test)]

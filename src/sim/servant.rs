@@ -1,27 +1,35 @@
-//! Simulated compile servants, and the in-process registry through which
-//! simulated delegates start tasks on them.
+//! The servant role of a simulated daemon.
 //!
 //! A servant heartbeats every second (`next_heartbeat_in_ms = 10000`) with its
 //! environments, processors, load (a drifting base load plus the tasks it
-//! runs), memory, priority and the tasks delegates started on it. It kills
-//! every task whose grant id comes back in `expired_tasks`, and says goodbye
-//! with `next_heartbeat_in_ms = 0` when the simulation stops.
+//! runs), memory, priority and the tasks delegates started on it (the
+//! [`Registry`](super::Registry)). It kills every task whose grant id comes back in
+//! `expired_tasks`, and says goodbye with `next_heartbeat_in_ms = 0` when the
+//! simulation stops. A heartbeat still unanswered when the next falls due
+//! makes the servant skip that beat, as a daemon whose heartbeat call blocks.
 
 use std::{
     collections::HashMap,
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex, PoisonError, atomic::Ordering::Relaxed},
-    time::Duration,
+    sync::{Mutex, atomic::Ordering::Relaxed},
 };
 
+use bytes::{BufMut, Bytes, BytesMut};
+use prost::{
+    Message,
+    encoding::{WireType, encode_key, encode_varint, encoded_len_varint},
+};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
-use tokio::{
-    sync::{oneshot, watch},
-    time::Instant,
-};
+use tokio::time::Instant;
 
-use super::client::Endpoint;
-use crate::pb::{self, Method};
+pub use super::behaviour::ServantBehaviour;
+use super::{
+    client::lock,
+    effects::{Effects, Request},
+    registry::Task,
+    shard::Event,
+};
+use crate::pb;
 
 /// Version the simulated daemons report.
 pub const DAEMON_VERSION: u32 = 1;
@@ -50,229 +58,17 @@ impl ServantSpec {
     }
 }
 
-/// A task a delegate started on a servant.
-#[derive(Debug)]
-struct Task {
-    servant_task_id: u64,
-    task_digest: String,
-    kill: Option<oneshot::Sender<()>>,
-}
-
-#[derive(Debug, Default)]
-struct Slot {
-    next_task_id: u64,
-    /// By grant id.
-    tasks: HashMap<u64, Task>,
-}
-
-/// Which tasks run where: delegates start and finish tasks here, servants
-/// report them in their heartbeats and kill the expired ones. Keyed by the
-/// servant's location; fixed at start, so lookups need no global lock.
-#[derive(Debug, Default)]
-pub struct Registry {
-    slots: HashMap<SocketAddr, Mutex<Slot>>,
-}
-
-impl Registry {
-    pub fn new(locations: impl IntoIterator<Item = SocketAddr>) -> Registry {
-        Registry {
-            slots: locations
-                .into_iter()
-                .map(|location| (location, Mutex::default()))
-                .collect(),
-        }
-    }
-
-    fn slot(&self, location: &SocketAddr) -> Option<std::sync::MutexGuard<'_, Slot>> {
-        self.slots
-            .get(location)
-            .map(|slot| slot.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    /// Starts a task on the servant at `location` (a grant's
-    /// `servant_location`). The receiver fires if the servant kills it.
-    /// `None` if no simulated servant has that location.
-    pub fn start(
-        &self,
-        location: &str,
-        grant_id: u64,
-        task_digest: String,
-    ) -> Option<oneshot::Receiver<()>> {
-        let location = location.parse::<SocketAddr>().ok()?;
-        let mut slot = self.slot(&location)?;
-        let (kill, killed) = oneshot::channel();
-        slot.next_task_id += 1;
-        let servant_task_id = slot.next_task_id;
-        slot.tasks.insert(
-            grant_id,
-            Task {
-                servant_task_id,
-                task_digest,
-                kill: Some(kill),
-            },
-        );
-        Some(killed)
-    }
-
-    /// The task finished: the servant stops reporting it.
-    pub fn finish(&self, location: &str, grant_id: u64) {
-        if let Ok(location) = location.parse::<SocketAddr>()
-            && let Some(mut slot) = self.slot(&location)
-        {
-            slot.tasks.remove(&grant_id);
-        }
-    }
-
-    /// The servant's running tasks, as its heartbeat lists them.
-    fn report(&self, location: &SocketAddr) -> Vec<pb::RunningTask> {
-        self.slot(location)
-            .map(|slot| {
-                slot.tasks
-                    .iter()
-                    .map(|(grant_id, task)| pb::RunningTask {
-                        servant_task_id: task.servant_task_id,
-                        task_grant_id: *grant_id,
-                        servant_location: String::new(),
-                        task_digest: task.task_digest.clone(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// Kills the listed tasks; returns how many were running.
-    fn kill(&self, location: &SocketAddr, grant_ids: &[u64]) -> u64 {
-        let Some(mut slot) = self.slot(location) else {
-            return 0;
-        };
-        let mut killed = 0;
-        for grant_id in grant_ids {
-            if let Some(mut task) = slot.tasks.remove(grant_id) {
-                killed += 1;
-                if let Some(kill) = task.kill.take() {
-                    let _ = kill.send(());
-                }
-            }
-        }
-        killed
-    }
-
-    /// Tasks running on every servant.
-    pub fn running(&self) -> usize {
-        self.slots
-            .values()
-            .map(|slot| {
-                slot.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .tasks
-                    .len()
-            })
-            .sum()
-    }
-}
-
-/// How servants behave. Its `Debug` redacts the token.
-#[derive(Clone)]
-pub struct ServantBehaviour {
-    pub token: String,
-    /// Between heartbeats (1 s, as the daemon).
-    pub heartbeat_interval: Duration,
-    /// `next_heartbeat_in_ms` (10000, as the daemon).
-    pub next_heartbeat_in_ms: u32,
-    /// Send `next_heartbeat_in_ms = 0` when stopping.
-    pub leave_on_stop: bool,
-}
-
-impl std::fmt::Debug for ServantBehaviour {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServantBehaviour")
-            .field("token", &format_args!("<redacted>"))
-            .field("heartbeat_interval", &self.heartbeat_interval)
-            .field("next_heartbeat_in_ms", &self.next_heartbeat_in_ms)
-            .field("leave_on_stop", &self.leave_on_stop)
-            .finish()
-    }
-}
-
 /// Memory a running compilation takes, for the reported available memory.
 const MEMORY_PER_TASK: u64 = 1 << 30;
 
-/// Runs one servant until `stop` turns true. The first heartbeat goes out at
-/// `first_at` (spread out so thousands of servants do not connect at once).
-pub async fn run(
-    spec: ServantSpec,
-    behaviour: Arc<ServantBehaviour>,
-    endpoint: Arc<Endpoint>,
-    registry: Arc<Registry>,
-    first_at: Instant,
-    mut stop: watch::Receiver<bool>,
-) {
-    let location = spec.location();
-    let location_text = location.to_string();
-    let mut rng = SmallRng::from_rng(&mut rand::rng());
-    let mut base_load = spec.base_load;
-    let mut next = first_at;
-    let mut registered = false;
-    loop {
-        tokio::select! {
-            biased;
-            _ = stop.wait_for(|stopped| *stopped) => break,
-            () = tokio::time::sleep_until(next) => {}
-        }
-        let now = Instant::now();
-        next += behaviour.heartbeat_interval;
-        if next < now {
-            // Fell behind (an overloaded machine): skip, do not burst.
-            next = now + behaviour.heartbeat_interval;
-        }
-        // The machine's own load drifts a little each second.
-        let drift: i64 = rng.random_range(-1..=1);
-        base_load =
-            (i64::from(base_load) + drift).clamp(0, i64::from(spec.num_processors / 2)) as u32;
-        let request = heartbeat_request(
-            &spec,
-            &behaviour,
-            &location_text,
-            base_load,
-            registry.report(&location),
-            behaviour.next_heartbeat_in_ms,
-        );
-        let reply = tokio::select! {
-            biased;
-            _ = stop.wait_for(|stopped| *stopped) => break,
-            reply = endpoint.call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request) => reply,
-        };
-        if let Ok(reply) = reply {
-            if !registered {
-                registered = true;
-                endpoint
-                    .stats()
-                    .events
-                    .servants_registered
-                    .fetch_add(1, Relaxed);
-            }
-            if !reply.expired_tasks.is_empty() {
-                let killed = registry.kill(&location, &reply.expired_tasks);
-                endpoint
-                    .stats()
-                    .events
-                    .tasks_killed
-                    .fetch_add(killed, Relaxed);
-            }
-        }
-    }
-    if behaviour.leave_on_stop && registered {
-        let request =
-            heartbeat_request(&spec, &behaviour, &location_text, base_load, Vec::new(), 0);
-        let _ = tokio::time::timeout(
-            Duration::from_secs(2),
-            endpoint.call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request),
-        )
-        .await;
-    }
+/// Memory the servant reports available with `running` compilations.
+fn memory_available(spec: &ServantSpec, running: u64) -> u64 {
+    let used = (spec.total_memory / 8) + running * MEMORY_PER_TASK;
+    spec.total_memory.saturating_sub(used)
 }
 
-/// The heartbeat a servant sends.
+/// The heartbeat a servant sends (as a message; the simulated cluster
+/// encodes the same bytes with a [`HeartbeatEncoder`]).
 pub fn heartbeat_request(
     spec: &ServantSpec,
     behaviour: &ServantBehaviour,
@@ -282,7 +78,6 @@ pub fn heartbeat_request(
     next_heartbeat_in_ms: u32,
 ) -> pb::HeartbeatRequest {
     let running = running_tasks.len() as u64;
-    let used_memory = (spec.total_memory / 8) + running * MEMORY_PER_TASK;
     pb::HeartbeatRequest {
         token: behaviour.token.clone(),
         next_heartbeat_in_ms,
@@ -298,7 +93,7 @@ pub fn heartbeat_request(
         not_accepting_task_reason: 0,
         capacity: spec.capacity,
         total_memory_in_bytes: spec.total_memory,
-        memory_available_in_bytes: spec.total_memory.saturating_sub(used_memory),
+        memory_available_in_bytes: memory_available(spec, running),
         env_descs: spec
             .environments
             .iter()
@@ -310,34 +105,285 @@ pub fn heartbeat_request(
     }
 }
 
+/// `HeartbeatRequest` field numbers of what changes from one heartbeat to
+/// the next.
+const CURRENT_LOAD: u32 = 4;
+const NEXT_HEARTBEAT_IN_MS: u32 = 7;
+const MEMORY_AVAILABLE: u32 = 16;
+const RUNNING_TASKS: u32 = 17;
+/// `RunningTask` field numbers.
+const SERVANT_TASK_ID: u32 = 1;
+const TASK_GRANT_ID: u32 = 2;
+const TASK_DIGEST: u32 = 7;
+
+/// One servant's heartbeats, byte for byte what prost encodes for
+/// [`heartbeat_request`] (fields in number order, zeros left out), with
+/// everything that never changes encoded once: per beat only the load, the
+/// available memory and the running tasks are written.
+#[derive(Debug, Clone)]
+pub struct HeartbeatEncoder {
+    /// Fields 1-3 (location, capacity).
+    head: Vec<u8>,
+    /// Field 6 (environments).
+    environments: Vec<u8>,
+    /// Fields 10-15 (processors, version, token, priority, total memory).
+    tail: Vec<u8>,
+    spec: ServantSpec,
+}
+
+impl HeartbeatEncoder {
+    pub fn new(spec: &ServantSpec, behaviour: &ServantBehaviour, location: &str) -> Self {
+        let whole = heartbeat_request(spec, behaviour, location, 0, Vec::new(), 0);
+        let only = |pick: &dyn Fn(&mut pb::HeartbeatRequest, &pb::HeartbeatRequest)| {
+            let mut part = pb::HeartbeatRequest::default();
+            pick(&mut part, &whole);
+            part.encode_to_vec()
+        };
+        HeartbeatEncoder {
+            head: only(&|part, whole| {
+                part.location.clone_from(&whole.location);
+                part.capacity = whole.capacity;
+            }),
+            environments: only(&|part, whole| part.env_descs.clone_from(&whole.env_descs)),
+            tail: only(&|part, whole| {
+                part.num_processors = whole.num_processors;
+                part.version = whole.version;
+                part.not_accepting_task_reason = whole.not_accepting_task_reason;
+                part.token.clone_from(&whole.token);
+                part.servant_priority = whole.servant_priority;
+                part.total_memory_in_bytes = whole.total_memory_in_bytes;
+            }),
+            spec: spec.clone(),
+        }
+    }
+
+    /// The heartbeat with `base_load`, `next_heartbeat_in_ms` and `tasks`
+    /// (by grant id).
+    pub fn encode(
+        &self,
+        base_load: u32,
+        next_heartbeat_in_ms: u32,
+        tasks: &HashMap<u64, Task>,
+    ) -> Bytes {
+        let task_len = |grant: u64, task: &Task| {
+            let varint = |value: u64| {
+                if value == 0 {
+                    0
+                } else {
+                    1 + encoded_len_varint(value)
+                }
+            };
+            varint(task.servant_task_id) + varint(grant) + 2 + task.digest.len()
+        };
+        let tasks_len: usize = tasks
+            .iter()
+            .map(|(grant, task)| {
+                let len = task_len(*grant, task);
+                2 + encoded_len_varint(len as u64) + len
+            })
+            .sum();
+        let mut out = BytesMut::with_capacity(
+            self.head.len() + self.environments.len() + self.tail.len() + 32 + tasks_len,
+        );
+        let varint_field = |out: &mut BytesMut, tag: u32, value: u64| {
+            if value != 0 {
+                encode_key(tag, WireType::Varint, out);
+                encode_varint(value, out);
+            }
+        };
+        out.put_slice(&self.head);
+        let running = tasks.len() as u64;
+        varint_field(&mut out, CURRENT_LOAD, u64::from(base_load) + running);
+        out.put_slice(&self.environments);
+        varint_field(&mut out, NEXT_HEARTBEAT_IN_MS, next_heartbeat_in_ms.into());
+        out.put_slice(&self.tail);
+        varint_field(
+            &mut out,
+            MEMORY_AVAILABLE,
+            memory_available(&self.spec, running),
+        );
+        for (grant, task) in tasks {
+            encode_key(RUNNING_TASKS, WireType::LengthDelimited, &mut out);
+            encode_varint(task_len(*grant, task) as u64, &mut out);
+            varint_field(&mut out, SERVANT_TASK_ID, task.servant_task_id);
+            varint_field(&mut out, TASK_GRANT_ID, *grant);
+            encode_key(TASK_DIGEST, WireType::LengthDelimited, &mut out);
+            encode_varint(task.digest.len() as u64, &mut out);
+            out.put_slice(&task.digest);
+        }
+        out.freeze()
+    }
+}
+
+/// The servant role of one machine.
+#[derive(Debug)]
+pub(crate) struct Servant {
+    pub(crate) spec: ServantSpec,
+    heartbeat: HeartbeatEncoder,
+    state: Mutex<ServantState>,
+}
+
+#[derive(Debug)]
+struct ServantState {
+    base_load: u32,
+    registered: bool,
+    /// A heartbeat is out and unanswered.
+    beating: bool,
+    /// When the next heartbeat falls due.
+    next: Instant,
+    rng: SmallRng,
+}
+
+impl Servant {
+    /// A servant whose first heartbeat goes out at `first_at`.
+    pub(crate) fn new(spec: ServantSpec, behaviour: &ServantBehaviour, first_at: Instant) -> Self {
+        let heartbeat = HeartbeatEncoder::new(&spec, behaviour, &spec.location().to_string());
+        Servant {
+            state: Mutex::new(ServantState {
+                base_load: spec.base_load,
+                registered: false,
+                beating: false,
+                next: first_at,
+                rng: SmallRng::from_rng(&mut rand::rng()),
+            }),
+            heartbeat,
+            spec,
+        }
+    }
+
+    pub(crate) fn first_heartbeat_at(&self) -> Instant {
+        lock(&self.state).next
+    }
+
+    pub(crate) fn registered(&self) -> bool {
+        lock(&self.state).registered
+    }
+
+    /// The goodbye: no task, next heartbeat in 0 ms.
+    pub(crate) fn leave_request(&self) -> Bytes {
+        let base_load = lock(&self.state).base_load;
+        self.heartbeat.encode(base_load, 0, &HashMap::new())
+    }
+}
+
+impl Servant {
+    /// Its heartbeat fell due: the next one is set, and this one sent unless
+    /// the last is still unanswered.
+    pub(crate) fn beat(&self, behaviour: &ServantBehaviour, fx: &mut Effects<'_>) {
+        let interval = behaviour.heartbeat_interval;
+        let mut state = lock(&self.state);
+        state.next += interval;
+        if state.next < fx.now {
+            // Fell behind (an overloaded machine): skip, do not burst.
+            state.next = fx.now + interval;
+        }
+        fx.after(state.next, Event::Heartbeat(fx.machine));
+        if state.beating {
+            return;
+        }
+        state.beating = true;
+        // The machine's own load drifts a little each second.
+        let drift: i64 = state.rng.random_range(-1..=1);
+        let ceiling = i64::from(self.spec.num_processors / 2);
+        state.base_load = (i64::from(state.base_load) + drift).clamp(0, ceiling) as u32;
+        let base_load = state.base_load;
+        let next_in = behaviour.next_heartbeat_in_ms;
+        let payload = fx.registry.with_tasks(fx.machine, |tasks| {
+            self.heartbeat.encode(base_load, next_in, tasks)
+        });
+        fx.request(Request::Heartbeat(payload));
+    }
+
+    /// Its heartbeat was answered (with the grants whose tasks must die) or
+    /// failed. Kills those tasks; returns each one's grant and owner.
+    pub(crate) fn answered(
+        &self,
+        expired: Option<&[u64]>,
+        fx: &mut Effects<'_>,
+    ) -> Vec<(u64, usize)> {
+        let registered_now = {
+            let mut state = lock(&self.state);
+            state.beating = false;
+            let first = expired.is_some() && !state.registered;
+            state.registered |= expired.is_some();
+            first
+        };
+        if registered_now {
+            fx.events.servants_registered.fetch_add(1, Relaxed);
+        }
+        let Some(expired) = expired.filter(|expired| !expired.is_empty()) else {
+            return Vec::new();
+        };
+        let killed = fx.registry.kill(fx.machine, expired);
+        fx.events
+            .tasks_killed
+            .fetch_add(killed.len() as u64, Relaxed);
+        killed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn registry_reports_and_kills_tasks() {
-        let location: SocketAddr = "127.1.0.1:8335".parse().unwrap();
-        let registry = Registry::new([location]);
-        let mut killed = registry.start("127.1.0.1:8335", 7, "d".into()).unwrap();
-        registry.start("127.1.0.1:8335", 8, "e".into()).unwrap();
-        assert!(registry.start("127.9.9.9:8335", 9, "f".into()).is_none());
-        assert_eq!(registry.report(&location).len(), 2);
-        assert_eq!(registry.kill(&location, &[7, 99]), 1);
-        assert!(killed.try_recv().is_ok());
-        registry.finish("127.1.0.1:8335", 8);
-        assert_eq!(registry.running(), 0);
+    fn spec() -> ServantSpec {
+        ServantSpec {
+            ip: "127.1.0.7".parse().unwrap(),
+            port: 8335,
+            num_processors: 16,
+            capacity: 6,
+            dedicated: false,
+            environments: vec!["a".repeat(64), "b".repeat(64)],
+            total_memory: 64 << 30,
+            base_load: 3,
+        }
     }
 
-    #[test]
-    fn behaviour_debug_redacts_the_token() {
-        let servant = ServantBehaviour {
+    fn behaviour() -> ServantBehaviour {
+        use std::time::Duration;
+        ServantBehaviour {
             token: "servant-secret".into(),
             heartbeat_interval: Duration::from_secs(1),
             next_heartbeat_in_ms: 10_000,
             leave_on_stop: true,
-        };
-        let printed = format!("{servant:?}");
-        assert!(!printed.contains("-secret"), "{printed}");
-        assert!(printed.contains("token: <redacted>"), "{printed}");
+        }
+    }
+
+    /// What is encoded once and what per beat together are prost's bytes.
+    #[test]
+    fn encoded_heartbeats_are_prost_s_byte_for_byte() {
+        let spec = spec();
+        let behaviour = behaviour();
+        let location = spec.location().to_string();
+        let encoder = HeartbeatEncoder::new(&spec, &behaviour, &location);
+        let tasks: HashMap<u64, Task> = [(7, 1), (u64::MAX, 300), (1 << 40, 0)]
+            .into_iter()
+            .map(|(grant, servant_task_id)| {
+                let digest = [b'0' + (grant % 10) as u8; 32];
+                let owner = 2;
+                (
+                    grant,
+                    Task {
+                        servant_task_id,
+                        digest,
+                        owner,
+                    },
+                )
+            })
+            .collect();
+        for (base_load, next, tasks) in [(2, 10_000, tasks.clone()), (0, 0, HashMap::new())] {
+            let fast = encoder.encode(base_load, next, &tasks);
+            let listed = tasks
+                .iter()
+                .map(|(grant, task)| pb::RunningTask {
+                    servant_task_id: task.servant_task_id,
+                    task_grant_id: *grant,
+                    servant_location: String::new(),
+                    task_digest: String::from_utf8(task.digest.to_vec()).unwrap(),
+                })
+                .collect();
+            let slow = heartbeat_request(&spec, &behaviour, &location, base_load, listed, next);
+            assert_eq!(fast, slow.encode_to_vec(), "load {base_load}, next {next}");
+        }
     }
 }

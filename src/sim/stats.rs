@@ -187,6 +187,13 @@ pub struct CallStats {
     /// poll on a busy cluster, counted apart and not as an error.
     pub no_quota: AtomicU64,
     pub latency: Histogram,
+    /// Bytes of the successful answers as they came off the wire (frame or
+    /// HTTP head, and message, compressed or not).
+    pub answer_bytes: AtomicU64,
+    /// Bytes of their messages once inflated.
+    pub message_bytes: AtomicU64,
+    /// Successful answers whose message came compressed.
+    pub compressed: AtomicU64,
     errors: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -207,6 +214,9 @@ impl CallStats {
         self.ok.store(0, Relaxed);
         self.no_quota.store(0, Relaxed);
         self.latency.reset();
+        self.answer_bytes.store(0, Relaxed);
+        self.message_bytes.store(0, Relaxed);
+        self.compressed.store(0, Relaxed);
         self.errors
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -241,6 +251,8 @@ pub struct Events {
     /// Connections found broken (closed by the server, failed, or given up
     /// after a protocol error) and replaced.
     pub connections_lost: AtomicU64,
+    /// The most tasks one `GetRunningTasks` answer listed.
+    pub largest_task_list: AtomicU64,
 }
 
 impl Events {
@@ -250,7 +262,7 @@ impl Events {
         }
     }
 
-    fn all(&self) -> [(&'static str, &AtomicU64); 11] {
+    fn all(&self) -> [(&'static str, &AtomicU64); 12] {
         [
             ("servants_registered", &self.servants_registered),
             ("grants_received", &self.grants_received),
@@ -263,6 +275,7 @@ impl Events {
             ("unknown_servants", &self.unknown_servants),
             ("connections_opened", &self.connections_opened),
             ("connections_lost", &self.connections_lost),
+            ("largest_task_list", &self.largest_task_list),
         ]
     }
 
@@ -302,6 +315,16 @@ impl Stats {
         let stats = self.call(call);
         stats.ok.fetch_add(1, Relaxed);
         stats.latency.record(latency);
+    }
+
+    /// Bytes of one successful answer: as it came, and its message inflated.
+    pub fn record_bytes(&self, call: Call, answer: usize, message: usize, compressed: bool) {
+        let stats = self.call(call);
+        stats.answer_bytes.fetch_add(answer as u64, Relaxed);
+        stats.message_bytes.fetch_add(message as u64, Relaxed);
+        if compressed {
+            stats.compressed.fetch_add(1, Relaxed);
+        }
     }
 
     pub fn record_no_quota(&self, call: Call) {
@@ -367,16 +390,17 @@ impl Stats {
                 continue;
             }
             all.merge(&stats.latency);
-            rows.push(Row::from_histogram(
-                call.name(),
-                ok,
-                no_quota,
-                errors,
-                &stats.latency,
+            let mut row =
+                Row::from_histogram(call.name(), ok, no_quota, errors, &stats.latency, elapsed);
+            row.set_bytes(
+                stats.answer_bytes.load(Relaxed),
+                stats.message_bytes.load(Relaxed),
+                stats.compressed.load(Relaxed),
                 elapsed,
-            ));
+            );
+            rows.push(row);
         }
-        let total = Row::from_histogram(
+        let mut total = Row::from_histogram(
             "all",
             rows.iter().map(|row| row.ok).sum(),
             rows.iter().map(|row| row.no_quota).sum(),
@@ -390,6 +414,9 @@ impl Stats {
             &all,
             elapsed,
         );
+        total.answer_bytes_per_second = rows.iter().map(|row| row.answer_bytes_per_second).sum();
+        total.message_bytes_per_second = rows.iter().map(|row| row.message_bytes_per_second).sum();
+        total.compressed = rows.iter().map(|row| row.compressed).sum();
         Report {
             elapsed,
             rows,
@@ -416,6 +443,12 @@ pub struct Row {
     pub p99: Duration,
     pub p999: Duration,
     pub max: Duration,
+    /// Answer bytes received per second, as they came off the wire.
+    pub answer_bytes_per_second: f64,
+    /// The same answers' messages per second, inflated.
+    pub message_bytes_per_second: f64,
+    /// Answers that came compressed.
+    pub compressed: u64,
 }
 
 impl Row {
@@ -437,7 +470,18 @@ impl Row {
             p99: latency.quantile(0.99).unwrap_or_default(),
             p999: latency.quantile(0.999).unwrap_or_default(),
             max: latency.max(),
+            answer_bytes_per_second: 0.0,
+            message_bytes_per_second: 0.0,
+            compressed: 0,
         }
+    }
+
+    /// Sets the byte figures from totals over `elapsed`.
+    pub fn set_bytes(&mut self, answer: u64, message: u64, compressed: u64, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64().max(1e-9);
+        self.answer_bytes_per_second = answer as f64 / seconds;
+        self.message_bytes_per_second = message as f64 / seconds;
+        self.compressed = compressed;
     }
 
     pub fn error_count(&self) -> u64 {
@@ -470,8 +514,18 @@ impl fmt::Display for Report {
         writeln!(f, "window: {:.1} s", self.elapsed.as_secs_f64())?;
         writeln!(
             f,
-            "{:<20} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}  errors by kind",
-            "rpc", "ok", "ok/s", "p50 ms", "p99 ms", "p999 ms", "max ms", "no_quota", "errors"
+            "{:<20} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}  errors by kind",
+            "rpc",
+            "ok",
+            "ok/s",
+            "p50 ms",
+            "p99 ms",
+            "p999 ms",
+            "max ms",
+            "no_quota",
+            "errors",
+            "in MB/s",
+            "msg MB/s"
         )?;
         for row in self.rows.iter().chain(std::iter::once(&self.total)) {
             let kinds: Vec<String> = row
@@ -481,7 +535,7 @@ impl fmt::Display for Report {
                 .collect();
             writeln!(
                 f,
-                "{:<20} {:>10} {:>10.1} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}  {}",
+                "{:<20} {:>10} {:>10.1} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9.3} {:>9.3}  {}",
                 row.name,
                 row.ok,
                 row.per_second,
@@ -491,6 +545,8 @@ impl fmt::Display for Report {
                 millis(row.max),
                 row.no_quota,
                 row.error_count(),
+                row.answer_bytes_per_second / 1e6,
+                row.message_bytes_per_second / 1e6,
                 kinds.join(" ")
             )?;
         }

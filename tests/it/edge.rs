@@ -429,8 +429,9 @@ async fn stalled_large_bodies_are_held_only_up_to_the_budget() {
     let server = Binary::start(&[STALL_FLAGS, &budget_flag], None);
     let (stalls, _open) = stall_bodies(&server, 100).await;
     println!("budget on: {stalls:?}");
-    // Each held body reserves all but the first 64 KiB (small bodies are free).
-    let fit = budget / (STALLED_BODY - yadcc_scheduler::edge::SMALL_BODY_BYTES);
+    // Each held body (one per connection) reserves all but its connection's
+    // own 64 KiB from the budget.
+    let fit = budget / (STALLED_BODY - yadcc_scheduler::edge::CONNECTION_BODY_BYTES);
     assert!(stalls.other.is_empty(), "{:?}", stalls.other);
     assert_eq!(stalls.held, fit, "as many held as the budget holds");
     assert_eq!(stalls.refused, 100 - fit, "the others refused");
@@ -644,6 +645,76 @@ async fn stalled_bodies_are_cut_at_the_body_read_timeout_on_every_protocol() {
     assert!(
         elapsed >= body_timeout && elapsed < body_timeout + Duration::from_secs(5),
         "cut near the body-read timeout: {elapsed:?}"
+    );
+    server.stop().await;
+}
+
+/// A server whose writes may stall for `write_timeout` at most (the
+/// body-read timeout), with everything else long enough not to interfere.
+async fn server_with_write_timeout(write_timeout: Duration) -> Server {
+    server_with_edge(EdgeSettings {
+        body_read_timeout: write_timeout,
+        header_read_timeout: Duration::from_secs(60),
+        ..EdgeSettings::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_http2_answer_held_by_a_shut_window_closes_its_connection_after_the_write_timeout() {
+    use axum::body::Body;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let write_timeout = Duration::from_secs(1);
+    let server = server_with_write_timeout(write_timeout).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+    // The server may send headers, never a byte of any answer's body.
+    builder.initial_stream_window_size(0);
+    let (mut sender, connection) = builder.handshake(TokioIo::new(stream)).await.unwrap();
+    let started = Instant::now();
+    let connection = tokio::spawn(connection);
+    let request = axum::http::Request::post(format!("http://x/{SERVICE}/GetRunningTasks"))
+        .header("content-type", "application/grpc")
+        .body(Body::from(vec![0u8; 5]))
+        .unwrap();
+    let answer = tokio::time::timeout(STEP, sender.send_request(request))
+        .await
+        .expect("the answer's headers in time")
+        .expect("headers");
+    assert_eq!(answer.status(), 200);
+    let _ = tokio::time::timeout(STEP, connection)
+        .await
+        .expect("the server closes the connection");
+    let closed_after = started.elapsed();
+    assert!(
+        closed_after >= write_timeout,
+        "closed after {closed_after:?}, before the write timeout"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_http1_client_that_reads_nothing_is_closed_after_the_write_timeout() {
+    let write_timeout = Duration::from_secs(1);
+    let server = server_with_write_timeout(write_timeout).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    // Far more answer bytes than the sockets' buffers hold.
+    let request = b"GET /openapi.json HTTP/1.1\r\nHost: x\r\n\r\n".repeat(400);
+    let writing = tokio::spawn(async move {
+        let _ = stream.write_all(&request).await;
+        stream
+    });
+    let stream = tokio::time::timeout(STEP, writing)
+        .await
+        .expect("the requests are taken")
+        .unwrap();
+    // Nothing read for the write timeout (and the listener's check period):
+    // the server has given up the connection, so reading now drains what
+    // was sent and meets its end, where a live connection would send on.
+    tokio::time::sleep(write_timeout * 3).await;
+    assert!(
+        closed_within(stream, STEP).await.is_some(),
+        "the connection is closed"
     );
     server.stop().await;
 }

@@ -23,6 +23,8 @@ async fn json_logs_are_one_object_per_line_without_tokens() {
             &format!("--acceptable_user_tokens={USER_TOKEN}"),
             &format!("--acceptable_servant_tokens={SERVANT_TOKEN}"),
             "--log_format=json",
+            // Every call gets an access line, not only the failed ones.
+            "--access_log=all",
             // A glog flag: its "no effect here" warning is logged too.
             "--logtostderr",
         ])

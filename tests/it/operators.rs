@@ -214,3 +214,61 @@ async fn a_switch_set_false_on_the_command_line_overrides_its_variable() {
         assert_eq!(inspect(&overridden, None).await.0, 401, "{no}");
     }
 }
+
+/// The access log lines of a server run with `flags`: three calls that
+/// succeed, then five refused (a wrong token) within a second, then a
+/// graceful stop, after which every line it wrote has been read.
+async fn access_lines(flags: &'static [&'static str]) -> Vec<String> {
+    let binary = tokio::task::spawn_blocking(move || {
+        Launch {
+            flags,
+            rust_log: "info",
+            ..Launch::default()
+        }
+        .start()
+    })
+    .await
+    .expect("start");
+    let tokens = [USER_TOKEN; 3].into_iter().chain(["wrong"; 5]);
+    for token in tokens {
+        let request = yadcc_scheduler::pb::GetConfigRequest {
+            token: token.into(),
+        };
+        call_http_pb(binary.addr, Method::GetConfig, &request).await;
+    }
+    let stopped = Command::new("kill")
+        .args(["-TERM", &binary.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(stopped.success());
+    let deadline = Instant::now() + STEP;
+    while !binary
+        .log()
+        .iter()
+        .any(|line| line.contains("shutting down"))
+    {
+        assert!(Instant::now() < deadline, "{:?}", binary.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    binary
+        .log()
+        .into_iter()
+        .filter(|line| line.contains("yadcc_scheduler::access"))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_access_log_keeps_failures_by_default_every_call_with_all_and_none_when_off() {
+    let by_default = access_lines(&[]).await;
+    assert_eq!(
+        by_default.len(),
+        1,
+        "one line a second per kind: {by_default:?}"
+    );
+    assert!(by_default[0].contains("code=1003"), "{by_default:?}");
+    let all = access_lines(&["--access_log=all"]).await;
+    assert_eq!(all.len(), 8, "{all:?}");
+    assert_eq!(all.iter().filter(|line| line.contains("code=0")).count(), 3);
+    let off = access_lines(&["--access_log=off"]).await;
+    assert_eq!(off, Vec::<String>::new());
+}

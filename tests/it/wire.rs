@@ -335,3 +335,77 @@ async fn over_the_in_flight_cap_http_pb_is_answered_overloaded_and_connection_cl
     connection.expect_closed().await;
     server.stop().await;
 }
+
+/// RFC 9112 (6.3): a `Content-Length` that is not one decimal number makes
+/// the request's end unknowable, and a proxy that read another value would
+/// take the rest for the next request (request smuggling). Such a request
+/// is answered 400 and its connection closed, on the daemons' `http+pb` as
+/// hyper does on every other connection. What follows (here a second,
+/// smuggled request) is never read as a request.
+async fn refused_and_closed_as_in_hyper(values: &[&str]) {
+    let server = Server::start().await;
+    // The daemons' connection (Rpc-SeqNo), then hyper's (a Host, no
+    // Rpc-SeqNo) with the same head.
+    for (path, first_header) in [("http+pb", "Rpc-SeqNo: 1"), ("hyper", "Host: x")] {
+        let head = |length: &str| {
+            format!("POST /rpc/{SERVICE}.GetConfig HTTP/1.1\r\n{first_header}\r\n{length}\r\n")
+        };
+        let lengths: String = values
+            .iter()
+            .map(|value| format!("Content-Length: {value}\r\n"))
+            .collect();
+        let request = head(&lengths) + "abc" + &head("Content-Length: 0\r\n");
+        let mut connection = Connection::open(server.addr).await;
+        let response = connection
+            .read_response_while_sending(request.as_bytes())
+            .await;
+        assert_eq!(response.status, 400, "{values:?} on {path}");
+        connection.expect_closed().await;
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn two_different_content_lengths_are_400_and_close() {
+    refused_and_closed_as_in_hyper(&["3", "4"]).await;
+}
+
+#[tokio::test]
+async fn a_content_length_list_of_different_values_is_400_and_closes() {
+    refused_and_closed_as_in_hyper(&["3, 4"]).await;
+}
+
+#[tokio::test]
+async fn a_content_length_with_a_plus_sign_is_400_and_closes() {
+    refused_and_closed_as_in_hyper(&["+3"]).await;
+}
+
+#[tokio::test]
+async fn a_content_length_with_a_minus_sign_is_400_and_closes() {
+    refused_and_closed_as_in_hyper(&["-3"]).await;
+}
+
+#[tokio::test]
+async fn a_content_length_with_a_letter_is_400_and_closes() {
+    refused_and_closed_as_in_hyper(&["3a"]).await;
+}
+
+#[tokio::test]
+async fn a_content_length_with_a_space_inside_is_400_and_closes() {
+    refused_and_closed_as_in_hyper(&["3 4"]).await;
+}
+
+#[tokio::test]
+async fn a_hexadecimal_content_length_is_400_and_closes() {
+    refused_and_closed_as_in_hyper(&["0x3"]).await;
+}
+
+#[tokio::test]
+async fn an_empty_content_length_is_400_and_closes() {
+    refused_and_closed_as_in_hyper(&[""]).await;
+}
+
+#[tokio::test]
+async fn a_content_length_past_64_bits_is_400_and_closes() {
+    refused_and_closed_as_in_hyper(&["18446744073709551616"]).await;
+}

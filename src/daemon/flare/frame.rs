@@ -176,26 +176,29 @@ pub fn encode(meta: &RpcMeta, payload: &[u8]) -> Bytes {
     frame.freeze()
 }
 
-/// The answer to call `correlation_id`: the payload with status 0, or an
-/// error status, its description and no payload. `method_type` is always 1 and
-/// `status` is always on the wire, even when 0 (proto2 `required`). A payload
-/// compressed with `compression` says so as the original's server does:
-/// `compression_algorithm` and `attachment_compressed` (there is no
-/// attachment, but the framework sets both together).
+/// The head of the answer to call `correlation_id` (frame header and meta):
+/// for a payload of `Ok(length)` bytes with status 0, or for an error status
+/// with its description and no payload. The payload follows the head on the
+/// wire and is not copied here: it may be shared by every caller.
+/// `method_type` is always 1 and `status` is always on the wire, even when 0
+/// (proto2 `required`). A payload compressed with `compression` says so as
+/// the original's server does: `compression_algorithm` and
+/// `attachment_compressed` (there is no attachment, but the framework sets
+/// both together).
 ///
-/// Written field by field into the frame's one buffer, in the order prost
-/// writes [`RpcMeta`] (a test holds the two equal): every call pays for its
+/// Written field by field into one buffer, in the order prost writes
+/// [`RpcMeta`] (a test holds the two equal): every call pays for its
 /// answer's meta, and building the message, sizing it and encoding it again
 /// cost about as much as the rest of the frame.
-pub fn response(
+pub fn response_head(
     correlation_id: u64,
-    outcome: Result<&[u8], (i32, &str)>,
+    outcome: Result<usize, (i32, &str)>,
     compression: Option<Algorithm>,
 ) -> Bytes {
     use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
-    let (status, description, payload, compression) = match outcome {
-        Ok(payload) => (0, None, payload, compression.map(|a| a.wire() as u64)),
-        Err((status, description)) => (status, Some(description), &[][..], None),
+    let (status, description, payload_len, compression) = match outcome {
+        Ok(payload_len) => (0, None, payload_len, compression.map(|a| a.wire() as u64)),
+        Err((status, description)) => (status, Some(description), 0, None),
     };
     // int32 on the wire: a negative status is sign-extended to 64 bits.
     let status = i64::from(status) as u64;
@@ -215,33 +218,32 @@ pub fn response(
         + 1
         + encoded_len_varint(method_type)
         + compression_len;
-    let mut frame = BytesMut::with_capacity(HEADER_LEN + meta_size + payload.len());
-    frame.put_slice(&MAGIC);
+    let mut head = BytesMut::with_capacity(HEADER_LEN + meta_size);
+    head.put_slice(&MAGIC);
     // Both are bounded far below u32::MAX: answers are encoded scheduler messages.
-    frame.put_u32_le(meta_size as u32);
-    frame.put_u32_le(payload.len() as u32);
-    frame.put_u32_le(0);
-    encode_key(1, WireType::Varint, &mut frame);
-    encode_varint(correlation_id, &mut frame);
-    encode_key(6, WireType::LengthDelimited, &mut frame);
-    encode_varint(response_meta_len as u64, &mut frame);
-    encode_key(1, WireType::Varint, &mut frame);
-    encode_varint(status, &mut frame);
+    head.put_u32_le(meta_size as u32);
+    head.put_u32_le(payload_len as u32);
+    head.put_u32_le(0);
+    encode_key(1, WireType::Varint, &mut head);
+    encode_varint(correlation_id, &mut head);
+    encode_key(6, WireType::LengthDelimited, &mut head);
+    encode_varint(response_meta_len as u64, &mut head);
+    encode_key(1, WireType::Varint, &mut head);
+    encode_varint(status, &mut head);
     if let Some(text) = description {
-        encode_key(2, WireType::LengthDelimited, &mut frame);
-        encode_varint(text.len() as u64, &mut frame);
-        frame.put_slice(text.as_bytes());
+        encode_key(2, WireType::LengthDelimited, &mut head);
+        encode_varint(text.len() as u64, &mut head);
+        head.put_slice(text.as_bytes());
     }
-    encode_key(7, WireType::Varint, &mut frame);
-    encode_varint(method_type, &mut frame);
+    encode_key(7, WireType::Varint, &mut head);
+    encode_varint(method_type, &mut head);
     if let Some(algorithm) = compression {
-        encode_key(9, WireType::Varint, &mut frame);
-        encode_varint(algorithm, &mut frame);
-        encode_key(10, WireType::Varint, &mut frame);
-        encode_varint(1, &mut frame);
+        encode_key(9, WireType::Varint, &mut head);
+        encode_varint(algorithm, &mut head);
+        encode_key(10, WireType::Varint, &mut head);
+        encode_varint(1, &mut head);
     }
-    frame.put_slice(payload);
-    frame.freeze()
+    head.freeze()
 }
 
 #[cfg(test)]
@@ -251,6 +253,16 @@ mod tests {
 
     fn header(bytes: [u8; 16]) -> Result<FrameHeader, HeaderError> {
         FrameHeader::parse(&bytes)
+    }
+
+    /// The whole answer frame: its head, then the payload.
+    fn response(
+        correlation_id: u64,
+        outcome: Result<&[u8], (i32, &str)>,
+        compression: Option<Algorithm>,
+    ) -> Vec<u8> {
+        let head = response_head(correlation_id, outcome.map(<[u8]>::len), compression);
+        [&head[..], outcome.unwrap_or_default()].concat()
     }
 
     #[test]

@@ -14,6 +14,7 @@ use super::*;
 
 mod adoption;
 mod expiry;
+mod fencing;
 mod grants;
 mod placement;
 mod rules;

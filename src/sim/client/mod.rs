@@ -8,8 +8,15 @@
 //! goes as a script sends it: one call at a time per connection
 //! ([`SerialConn`]), which is also the raw connection the integration tests
 //! write their requests on and read whole answers from.
+//!
+//! A call is either awaited ([`Endpoint::call`]) or given a continuation
+//! ([`Endpoint::send`], what the simulated cluster uses): the continuation
+//! runs on the connection's reader with the [`Reply`], so thousands of
+//! machines need no task per call. [`settle`] records a finished call in the
+//! [`Stats`] and decodes its answer.
 
 mod endpoint;
+mod json;
 mod mux;
 mod serial;
 
@@ -26,12 +33,84 @@ use tokio::{
 };
 
 pub use self::{
-    endpoint::{DAEMON_MAX_CONNECTIONS, Endpoint},
-    mux::Mux,
+    endpoint::{DAEMON_MAX_CONNECTIONS, Deadlines, Endpoint, Expiry},
+    mux::{Mux, Then},
     serial::SerialConn,
 };
-use super::wire::{self, Answer, Outcome, Protocol, WireError};
-use crate::pb;
+use super::{
+    stats::{Call, Stats},
+    wire::{self, Answer, Compression, Outcome, Protocol, WireError},
+};
+use crate::pb::{self, Method};
+
+/// A successful answer as it came off the wire.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The response message as it came: compressed if `compression` says so.
+    pub message: Bytes,
+    pub compression: Compression,
+    /// The whole answer on the wire: frame (or HTTP head) and message.
+    pub answer_bytes: usize,
+    /// From writing the request to reading the whole answer.
+    pub latency: std::time::Duration,
+}
+
+impl Reply {
+    /// The message, inflated if it came compressed.
+    pub fn inflated(&self) -> Result<Bytes, CallError> {
+        self.compression
+            .inflate_message(&self.message)
+            .map_err(CallError::Decode)
+    }
+}
+
+/// Records a finished call of `rpc` (success with its latency and bytes, no
+/// quota, or an error by kind, a message that does not decode included) and
+/// decodes its answer.
+pub fn settle<R: prost::Message + Default>(
+    stats: &Stats,
+    rpc: Method,
+    result: Result<Reply, CallError>,
+) -> Result<R, CallError> {
+    let decoded = result.and_then(|reply| {
+        let message = reply.inflated()?;
+        let answer =
+            R::decode(message.as_ref()).map_err(|error| CallError::Decode(error.to_string()))?;
+        Ok((answer, reply, message.len()))
+    });
+    match decoded {
+        Ok((answer, reply, message_bytes)) => {
+            record_reply(stats, rpc, &reply, message_bytes);
+            Ok(answer)
+        }
+        Err(error) => {
+            record_failure(stats, rpc, &error);
+            Err(error)
+        }
+    }
+}
+
+/// Records a successful call whose message is `message_bytes` long inflated.
+pub fn record_reply(stats: &Stats, rpc: Method, reply: &Reply, message_bytes: usize) {
+    let call = Call::Rpc(rpc);
+    stats.record_ok(call, reply.latency);
+    stats.record_bytes(
+        call,
+        reply.answer_bytes,
+        message_bytes,
+        reply.compression != Compression::None,
+    );
+}
+
+/// Records a failed call: no quota (a busy cluster, not an error) or an
+/// error by kind.
+pub fn record_failure(stats: &Stats, rpc: Method, error: &CallError) {
+    if error.is_no_quota() {
+        stats.record_no_quota(Call::Rpc(rpc));
+    } else {
+        stats.record_error(Call::Rpc(rpc), &error.kind());
+    }
+}
 
 /// Why a call failed.
 #[derive(Debug, Clone)]
@@ -77,7 +156,7 @@ impl CallError {
         matches!(self, CallError::Rpc { code, .. } if *code == pb::Status::NoQuotaAvailable as i32)
     }
 
-    fn from_outcome(outcome: Outcome) -> Result<Bytes, CallError> {
+    pub(crate) fn from_outcome(outcome: Outcome) -> Result<Bytes, CallError> {
         match outcome {
             Outcome::Ok(body) => Ok(body),
             Outcome::Failed { code, description } => Err(CallError::Rpc { code, description }),
@@ -108,7 +187,7 @@ impl From<WireError> for CallError {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 

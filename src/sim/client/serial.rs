@@ -1,5 +1,5 @@
 //! A connection with one exchange at a time: written request, then its
-//! answer. What scripts do, what the P1 hammer uses so every protocol costs
+//! answer. What scripts do, what the P1 heartbeat-rate benchmark uses so every protocol costs
 //! the client the same, and the raw connection of the integration tests:
 //! they write any bytes (pipelined requests, a request cut short, bad input)
 //! and read whole answers with the same decoders.

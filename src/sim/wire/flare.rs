@@ -7,10 +7,10 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 
-use super::{Answer, Outcome, WireError};
+use super::{Answer, Compression, Outcome, WireError};
 use crate::pb::{
     Method,
-    flare::rpc::{CompressionAlgorithm, MethodType, RpcMeta, RpcRequestMeta},
+    flare::rpc::{MethodType, RpcMeta, RpcRequestMeta},
 };
 
 /// The 4 bytes every flare frame starts with.
@@ -29,6 +29,22 @@ pub const DAEMON_ACCEPTABLE_COMPRESSION: u64 = 62;
 /// The request meta a stock daemon sends with call `correlation_id` of
 /// `method_name` (`yadcc.scheduler.SchedulerService.Heartbeat`).
 pub fn daemon_request_meta(correlation_id: u64, method_name: String, timeout: Duration) -> RpcMeta {
+    request_meta_accepting(
+        correlation_id,
+        method_name,
+        timeout,
+        DAEMON_ACCEPTABLE_COMPRESSION,
+    )
+}
+
+/// A daemon's request meta announcing `acceptable` compressions (bits of
+/// [`Compression::bit`]) for the answer.
+pub fn request_meta_accepting(
+    correlation_id: u64,
+    method_name: String,
+    timeout: Duration,
+    acceptable: u64,
+) -> RpcMeta {
     RpcMeta {
         correlation_id,
         request_meta: Some(RpcRequestMeta {
@@ -36,7 +52,7 @@ pub fn daemon_request_meta(correlation_id: u64, method_name: String, timeout: Du
             request_id: None,
             timeout: Some(u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX)),
             tracing_context: None,
-            acceptable_compression_algorithms: Some(DAEMON_ACCEPTABLE_COMPRESSION),
+            acceptable_compression_algorithms: Some(acceptable),
         }),
         response_meta: None,
         method_type: MethodType::Single as i32,
@@ -56,6 +72,53 @@ pub fn encode_flare_request(
 ) {
     let meta = daemon_request_meta(correlation_id, rpc.full_name().to_owned(), timeout);
     encode_flare_frame(out, &meta, payload, &[]);
+}
+
+/// A daemon's request frames, with the meta encoded once per method: a call
+/// writes the header, its correlation id and the method's constant rest of
+/// the meta (name, the daemon's timeout, accepted compressions, method type),
+/// byte for byte what [`encode_flare_request`] writes.
+#[derive(Debug, Clone)]
+pub struct FlareRequests {
+    /// By method (`Method as usize`): the meta after its correlation id.
+    meta_tails: Vec<Vec<u8>>,
+}
+
+impl FlareRequests {
+    /// Requests announcing `acceptable` answer compressions
+    /// ([`DAEMON_ACCEPTABLE_COMPRESSION`] for a stock daemon).
+    pub fn new(acceptable: u64) -> FlareRequests {
+        let meta_tails = Method::ALL
+            .iter()
+            .map(|&rpc| {
+                let meta = request_meta_accepting(
+                    0,
+                    rpc.full_name().to_owned(),
+                    super::client_timeout(rpc),
+                    acceptable,
+                );
+                // The required correlation id comes first: key 0x08, value 0.
+                let whole = meta.encode_to_vec();
+                whole[2..].to_vec()
+            })
+            .collect();
+        FlareRequests { meta_tails }
+    }
+
+    /// Appends call `correlation_id` of `rpc` carrying `payload`.
+    pub fn encode(&self, out: &mut BytesMut, correlation_id: u64, rpc: Method, payload: &[u8]) {
+        let tail = &self.meta_tails[rpc as usize];
+        let meta_len = 1 + prost::encoding::encoded_len_varint(correlation_id) + tail.len();
+        out.reserve(FLARE_HEADER_BYTES + meta_len + payload.len());
+        out.put_slice(&FLARE_MAGIC);
+        out.put_u32_le(meta_len as u32);
+        out.put_u32_le(payload.len() as u32);
+        out.put_u32_le(0);
+        out.put_u8(0x08);
+        prost::encoding::encode_varint(correlation_id, out);
+        out.put_slice(tail);
+        out.put_slice(payload);
+    }
 }
 
 /// Appends one frame of any meta: the header, the meta, payload and attachment.
@@ -78,7 +141,10 @@ pub struct FlareResponse {
     /// The frame as it came off the wire, header to attachment.
     pub frame: Bytes,
     pub meta: RpcMeta,
+    /// The message as it came, compressed if `compression` says so.
     pub payload: Bytes,
+    /// How `payload` is compressed (the meta's `compression_algorithm`).
+    pub compression: Compression,
 }
 
 impl FlareResponse {
@@ -98,29 +164,39 @@ impl FlareResponse {
             .unwrap_or("")
     }
 
-    /// What the answer says, as the simulated daemons read it.
-    pub fn answer(self) -> Answer {
+    /// The message, inflated if it came compressed.
+    pub fn message(&self) -> Result<Bytes, WireError> {
+        self.compression
+            .inflate_message(&self.payload)
+            .map_err(WireError::BadPayload)
+    }
+
+    /// What the answer says, as the simulated daemons read it: the message
+    /// inflated.
+    pub fn answer(self) -> Result<Answer, WireError> {
         let status = self.status();
         let outcome = if status == 0 {
-            Outcome::Ok(self.payload)
+            Outcome::Ok(self.message()?)
         } else {
             Outcome::Failed {
                 code: status,
                 description: self.description().to_owned(),
             }
         };
-        Answer {
+        Ok(Answer {
             id: Some(self.meta.correlation_id),
             outcome,
             close: false,
-        }
+        })
     }
 }
 
 /// Takes one flare answer off the front of `buffer`, if a whole frame is
 /// there. The attachment, which no scheduler call carries, is consumed.
 pub fn decode_flare_answer(buffer: &mut BytesMut) -> Result<Option<Answer>, WireError> {
-    Ok(decode_flare_response(buffer)?.map(FlareResponse::answer))
+    decode_flare_response(buffer)?
+        .map(FlareResponse::answer)
+        .transpose()
 }
 
 /// Takes one flare answer frame off the front of `buffer`, if it is all there,
@@ -166,19 +242,19 @@ pub fn decode_flare_response(buffer: &mut BytesMut) -> Result<Option<FlareRespon
     if meta.response_meta.is_none() {
         return Err(WireError::BadMeta("no response_meta".to_owned()));
     }
-    if let Some(algorithm) = meta.compression_algorithm
-        && algorithm != CompressionAlgorithm::None as i32
-    {
-        // The daemons ask for none of their answers to be compressed
-        // in practice; a scheduler must not (flare-wire.md).
-        return Err(WireError::BadMeta(format!(
-            "compressed answer (algorithm {algorithm})"
-        )));
-    }
+    // Stock daemons accept every algorithm the framework has and inflate the
+    // answer (flare-wire.md); 0 or an unknown value is none of them.
+    let compression = Compression::from_meta(meta.compression_algorithm).ok_or_else(|| {
+        WireError::BadMeta(format!(
+            "compression_algorithm {:?}",
+            meta.compression_algorithm
+        ))
+    })?;
     let payload = frame.slice(meta_end..meta_end + msg_len);
     Ok(Some(FlareResponse {
         frame,
         meta,
         payload,
+        compression,
     }))
 }

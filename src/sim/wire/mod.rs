@@ -12,6 +12,7 @@
 //! [`HttpResponse`]) the integration tests inspect. The tests also use these
 //! encoders, so the server is checked with one client.
 
+pub mod compression;
 pub mod flare;
 pub mod http;
 
@@ -19,7 +20,7 @@ use std::{fmt, str::FromStr, time::Duration};
 
 use bytes::Bytes;
 
-pub use self::{flare::*, http::*};
+pub use self::{compression::Compression, flare::*, http::*};
 use crate::pb::Method;
 
 /// The stock daemon's client timeout for a call of `rpc`; it is also sent as
@@ -95,6 +96,8 @@ pub enum WireError {
     BadMeta(String),
     /// Not an HTTP/1.1 answer this client can use.
     BadHttp(String),
+    /// A compressed message that does not inflate.
+    BadPayload(String),
 }
 
 impl fmt::Display for WireError {
@@ -107,6 +110,7 @@ impl fmt::Display for WireError {
             ),
             WireError::BadMeta(why) => write!(f, "bad RpcMeta: {why}"),
             WireError::BadHttp(why) => write!(f, "bad HTTP answer: {why}"),
+            WireError::BadPayload(why) => write!(f, "compressed message: {why}"),
         }
     }
 }

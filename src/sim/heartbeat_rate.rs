@@ -1,4 +1,4 @@
-//! Benchmark P1: one call as fast as possible over N keep-alive connections,
+//! Benchmark P1, `yadcc-loadgen heartbeat-rate`: one call as fast as possible over N keep-alive connections,
 //! per protocol, and the bare route they are compared against (its server
 //! side is in `src/main.rs`, behind the `bench-route` feature).
 //!
@@ -39,7 +39,7 @@ use crate::pb::{self, Method};
 /// `bench-route` feature and started with `--bench_bare_route` serves.
 pub const BARE_PATH: &str = "/bench/bare";
 
-/// One kind of call to hammer.
+/// One kind of call to send as fast as possible.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Target {
     /// `POST /bench/bare` over plain HTTP with the binary Heartbeat body.
@@ -96,10 +96,10 @@ impl Target {
     }
 }
 
-/// What to hammer, and how hard. `Debug` leaves the tokens out: a config
+/// What to send, and how hard. `Debug` leaves the tokens out: a config
 /// printed in a log must not hand them on.
 #[derive(Clone)]
-pub struct HammerConfig {
+pub struct HeartbeatRateConfig {
     pub target: SocketAddr,
     pub user_token: String,
     pub servant_token: String,
@@ -127,9 +127,9 @@ pub struct HammerConfig {
     pub setup_protocol: Protocol,
 }
 
-impl std::fmt::Debug for HammerConfig {
+impl std::fmt::Debug for HeartbeatRateConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HammerConfig")
+        f.debug_struct("HeartbeatRateConfig")
             .field("target", &self.target)
             .field("user_token", &format_args!("<redacted>"))
             .field("servant_token", &format_args!("<redacted>"))
@@ -271,7 +271,7 @@ fn encode_target(
 
 /// Runs the benchmark; `progress` hears what is going on.
 pub async fn run(
-    config: &HammerConfig,
+    config: &HeartbeatRateConfig,
     progress: impl Fn(String),
 ) -> Result<Vec<TargetResult>, String> {
     if config.duration > Duration::from_secs(25) {
@@ -293,7 +293,7 @@ pub async fn run(
     let mut machines: Vec<Machine> = (0..config.connections.max(1))
         .map(|index| {
             let (local, location) =
-                addressing.machine(octet::HAMMER_SERVANTS, index, config.target);
+                addressing.machine(octet::HEARTBEAT_RATE_SERVANTS, index, config.target);
             Machine {
                 local,
                 spec: ServantSpec {
@@ -342,7 +342,7 @@ pub async fn run(
             .await
             .map_err(|error| format!("registering a servant: {error}"))?;
     }
-    let (delegate_ip, _) = addressing.machine(octet::HAMMER_DELEGATE, 0, config.target);
+    let (delegate_ip, _) = addressing.machine(octet::HEARTBEAT_RATE_DELEGATE, 0, config.target);
     let delegate = Endpoint::new(
         config.target,
         delegate_ip,
@@ -549,7 +549,7 @@ fn cpu_between(before: Option<ProcessSample>, after: Option<ProcessSample>) -> O
 
 /// One measured phase: every connection sends its request in a loop.
 async fn phase(
-    config: &HammerConfig,
+    config: &HeartbeatRateConfig,
     machines: &Arc<Vec<Machine>>,
     target: Target,
 ) -> Result<Phase, String> {
@@ -661,7 +661,7 @@ mod tests {
 
     #[test]
     fn config_debug_redacts_tokens() {
-        let config = HammerConfig {
+        let config = HeartbeatRateConfig {
             target: "127.0.0.1:8336".parse().unwrap(),
             user_token: "user-secret".into(),
             servant_token: "servant-secret".into(),

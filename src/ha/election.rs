@@ -1,0 +1,397 @@
+//! The election task: one term per etcd lease. A term grants a lease,
+//! keeps it alive, campaigns with it (etcd's `Campaign` returns once every
+//! earlier campaigner's key is gone), leads once it wins, and ends when the
+//! lease is lost, may have run out, or etcd fails; then a new term begins.
+//!
+//! Fencing: the lease runs at least until the moment a renewal was sent
+//! plus the TTL etcd answered (etcd restarts the TTL when it receives the
+//! renewal, later). The fence is set that far, less a margin, and a term
+//! ends when that moment passes unrenewed, so this instance has stopped
+//! granting before etcd can expire the lease and let another instance win.
+
+use std::{pin::pin, time::Duration};
+
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+    time::{Instant, sleep, sleep_until, timeout},
+};
+use tonic::transport::{Channel, Endpoint};
+
+use super::{
+    HaSettings, Leadership,
+    etcd::{
+        etcdserverpb::{
+            LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest, lease_client::LeaseClient,
+        },
+        v3electionpb::{
+            CampaignRequest, LeaderKey, LeaderRequest, ResignRequest,
+            election_client::ElectionClient,
+        },
+    },
+};
+use crate::engine::Scheduler;
+
+/// Target of the election's log lines.
+pub const LOG: &str = "yadcc_scheduler::ha";
+
+/// Renewals sent per TTL: one lost renewal still leaves two chances.
+const RENEWALS_PER_TTL: u32 = 3;
+/// The fence keeps 1/this of the TTL in hand: the margin for the two
+/// clocks' rates and the moment etcd takes to act on an expiry.
+const FENCE_MARGIN_DIVISOR: u32 = 10;
+/// Connecting to an etcd endpoint.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Each unary call but `Campaign` (which waits for the election).
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// HTTP/2 pings on the etcd connection, so a dead etcd is noticed.
+const PING_INTERVAL: Duration = Duration::from_secs(1);
+/// Between two terms, and between two tries to observe the election.
+const RETRY_PAUSE: Duration = Duration::from_millis(300);
+
+/// The running election; [`Election::resign`] ends it.
+#[derive(Debug)]
+pub struct Election {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Election {
+    /// Campaigns for `leadership` on etcd until resigned. On every win
+    /// `engine` restarts before it serves.
+    pub fn start(settings: HaSettings, leadership: Leadership, engine: Scheduler) -> Election {
+        let (stop, stopping) = watch::channel(false);
+        tracing::info!(
+            target: LOG,
+            "campaigning as {:?} in election {:?} on etcd {}, lease {} s",
+            settings.instance,
+            settings.election_name,
+            settings.endpoints.join(","),
+            settings.lease_ttl.as_secs()
+        );
+        let task = tokio::spawn(run(settings, leadership, engine, stopping));
+        Election { stop, task }
+    }
+
+    /// Stops serving, resigns (so a standby takes over at once rather than
+    /// after the TTL) and gives the lease back; bounded in time.
+    pub async fn resign(self) {
+        let _ = self.stop.send(true);
+        let mut task = self.task;
+        if timeout(CALL_TIMEOUT * 2, &mut task).await.is_err() {
+            task.abort();
+        }
+    }
+}
+
+/// Why a term ended.
+enum Ended {
+    Resigned,
+    /// The lease is gone or may be: start over with a new one.
+    LeaseLost(String),
+    /// etcd failed or refused: try the next endpoint.
+    Failed(String),
+}
+
+async fn run(
+    settings: HaSettings,
+    leadership: Leadership,
+    engine: Scheduler,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut endpoint = 0;
+    // A lease of an earlier term that was not given back.
+    let mut stale_lease = None;
+    loop {
+        let url = &settings.endpoints[endpoint % settings.endpoints.len()];
+        let ended = term(
+            &settings,
+            &leadership,
+            &engine,
+            &mut stop,
+            url,
+            &mut stale_lease,
+        )
+        .await;
+        let was_leading = leadership.role().is_leader();
+        leadership.stand_by(None);
+        match ended {
+            Ended::Resigned => return,
+            Ended::LeaseLost(why) if was_leading => {
+                tracing::warn!(target: LOG, "stepped down: {why}");
+            }
+            Ended::LeaseLost(why) => tracing::info!(target: LOG, "new lease: {why}"),
+            Ended::Failed(why) => {
+                let level_warn = was_leading;
+                if level_warn {
+                    tracing::warn!(target: LOG, "stepped down: {why}");
+                } else {
+                    tracing::info!(target: LOG, "{why}");
+                }
+                endpoint += 1;
+            }
+        }
+        tokio::select! {
+            () = sleep(RETRY_PAUSE) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Aborts a helper task when its term ends.
+struct Helper(JoinHandle<()>);
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What the renewer saw.
+enum Renewal {
+    /// etcd renewed the lease for `ttl` seconds on a request sent at `sent`.
+    Renewed { sent: Instant, ttl: i64 },
+    /// etcd says the lease no longer exists.
+    Gone,
+}
+
+/// A proclamation of the election's leader.
+struct Observed {
+    key: Vec<u8>,
+    value: String,
+}
+
+async fn connect(url: &str) -> Result<Channel, String> {
+    let endpoint = Endpoint::from_shared(url.to_owned())
+        .map_err(|error| format!("bad etcd endpoint {url:?}: {error}"))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(PING_INTERVAL)
+        .keep_alive_timeout(PING_INTERVAL)
+        .keep_alive_while_idle(true);
+    match timeout(CONNECT_TIMEOUT, endpoint.connect()).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(error)) => Err(format!("cannot reach etcd at {url}: {error}")),
+        Err(_) => Err(format!("cannot reach etcd at {url}: timed out")),
+    }
+}
+
+async fn term(
+    settings: &HaSettings,
+    leadership: &Leadership,
+    engine: &Scheduler,
+    stop: &mut watch::Receiver<bool>,
+    url: &str,
+    stale_lease: &mut Option<i64>,
+) -> Ended {
+    let channel = match connect(url).await {
+        Ok(channel) => channel,
+        Err(why) => return Ended::Failed(why),
+    };
+    let mut lease = LeaseClient::new(channel.clone());
+    let mut election = ElectionClient::new(channel);
+    if let Some(id) = *stale_lease {
+        // Its key would hold the election until its TTL ran out.
+        if let Ok(Ok(_)) =
+            timeout(CALL_TIMEOUT, lease.lease_revoke(LeaseRevokeRequest { id })).await
+        {
+            *stale_lease = None;
+        }
+    }
+    let ttl_secs = settings.lease_ttl.as_secs().max(1) as i64;
+    let asked = Instant::now();
+    let granted = match timeout(
+        CALL_TIMEOUT,
+        lease.lease_grant(LeaseGrantRequest {
+            ttl: ttl_secs,
+            id: 0,
+        }),
+    )
+    .await
+    {
+        Ok(Ok(granted)) => granted.into_inner(),
+        Ok(Err(status)) => return Ended::Failed(format!("etcd refused a lease: {status}")),
+        Err(_) => return Ended::Failed(format!("etcd at {url} did not grant a lease in time")),
+    };
+    if granted.ttl <= 0 || !granted.error.is_empty() {
+        return Ended::Failed(format!("etcd refused a lease: {}", granted.error));
+    }
+    let lease_id = granted.id;
+    *stale_lease = Some(lease_id);
+    let margin = |ttl: i64| {
+        let ttl = Duration::from_secs(ttl.max(0) as u64);
+        ttl - ttl / FENCE_MARGIN_DIVISOR
+    };
+    let mut lease_until = asked + margin(granted.ttl);
+    let every = Duration::from_secs(granted.ttl as u64) / RENEWALS_PER_TTL;
+
+    let (renewed, mut renewals) = mpsc::channel(4);
+    let _renewer = Helper(tokio::spawn(renew(
+        lease.clone(),
+        lease_id,
+        every,
+        renewed,
+        leadership.clone(),
+    )));
+    let name = settings.election_name.as_bytes().to_vec();
+    let (observed, mut observations) = mpsc::channel(4);
+    let _observer = Helper(tokio::spawn(observe(
+        election.clone(),
+        name.clone(),
+        observed,
+    )));
+    let mut campaigner = election.clone();
+    let mut campaign = pin!(campaigner.campaign(CampaignRequest {
+        name: name.clone(),
+        lease: lease_id,
+        value: settings.instance.as_bytes().to_vec(),
+    }));
+    let mut campaigning = true;
+    let mut leading: Option<LeaderKey> = None;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => {
+                leadership.stand_by(None);
+                if let Some(key) = leading {
+                    let resign = ResignRequest { leader: Some(key) };
+                    let _ = timeout(CALL_TIMEOUT, election.resign(resign)).await;
+                }
+                if let Ok(Ok(_)) =
+                    timeout(CALL_TIMEOUT, lease.lease_revoke(LeaseRevokeRequest { id: lease_id })).await
+                {
+                    *stale_lease = None;
+                }
+                tracing::info!(target: LOG, "resigned");
+                return Ended::Resigned;
+            }
+            () = sleep_until(lease_until) => {
+                return Ended::LeaseLost(format!(
+                    "the lease was not renewed in time and may have expired (etcd at {url})"
+                ));
+            }
+            Some(renewal) = renewals.recv() => match renewal {
+                Renewal::Renewed { sent, ttl } => {
+                    lease_until = lease_until.max(sent + margin(ttl));
+                    leadership.extend(lease_until);
+                }
+                Renewal::Gone => return Ended::LeaseLost("etcd says the lease expired".to_owned()),
+            },
+            won = &mut campaign, if campaigning => {
+                campaigning = false;
+                let key = match won {
+                    Ok(won) => won.into_inner().leader,
+                    Err(status) => return Ended::Failed(format!("campaign failed: {status}")),
+                };
+                let Some(key) = key else {
+                    return Ended::Failed("etcd answered the campaign without a leader key".to_owned());
+                };
+                // Campaign also returns if this lease died while it waited:
+                // lead only if etcd names this key, and the lease still runs.
+                let named = timeout(CALL_TIMEOUT, election.leader(LeaderRequest { name: name.clone() })).await;
+                let ours = matches!(&named, Ok(Ok(answer))
+                    if answer.get_ref().kv.as_ref().is_some_and(|kv| kv.key == key.key && kv.lease == lease_id));
+                if !ours || Instant::now() >= lease_until {
+                    return Ended::LeaseLost("won a campaign whose lease may have expired".to_owned());
+                }
+                engine.restart();
+                leadership.lead(lease_until);
+                leading = Some(key);
+            }
+            Some(seen) = observations.recv() => match &leading {
+                Some(key) if key.key != seen.key => {
+                    return Ended::LeaseLost(format!("etcd names another leader, {}", seen.value));
+                }
+                Some(_) => {}
+                None => leadership.stand_by(Some(seen.value)),
+            },
+        }
+    }
+}
+
+/// Keeps the lease alive: a renewal every `every` on one `LeaseKeepAlive`
+/// stream (opened again when it breaks), each answer reported with the
+/// time its request was sent.
+async fn renew(
+    mut lease: LeaseClient<Channel>,
+    id: i64,
+    every: Duration,
+    events: mpsc::Sender<Renewal>,
+    leadership: Leadership,
+) {
+    loop {
+        let (requests, queued) = mpsc::channel(1);
+        let mut sent = Some(Instant::now());
+        // etcd answers the stream's headers with its first renewal, so the
+        // request goes first.
+        let _ = requests.try_send(LeaseKeepAliveRequest { id });
+        let stream = futures_util::stream::unfold(queued, |mut queued| async move {
+            queued.recv().await.map(|request| (request, queued))
+        });
+        let opened_by = Instant::now() + every;
+        let mut answers = match timeout(every, lease.lease_keep_alive(stream)).await {
+            Ok(Ok(answers)) => answers.into_inner(),
+            _ => {
+                sleep_until(opened_by).await;
+                continue;
+            }
+        };
+        let mut tick = tokio::time::interval_at(opened_by, every);
+        loop {
+            tokio::select! {
+                answer = answers.message() => match answer {
+                    Ok(Some(answer)) => {
+                        let Some(at) = sent.take() else { continue };
+                        if let Some(stats) = leadership.stats() {
+                            stats.renew_latency.observe(at.elapsed().as_secs_f64());
+                        }
+                        let renewal = if answer.ttl > 0 {
+                            Renewal::Renewed { sent: at, ttl: answer.ttl }
+                        } else {
+                            Renewal::Gone
+                        };
+                        if events.send(renewal).await.is_err() {
+                            return;
+                        }
+                    }
+                    // Broken: open another stream.
+                    _ => break,
+                },
+                _ = tick.tick() => {
+                    if sent.is_some() {
+                        // Unanswered for a whole period: the stream may be
+                        // stuck; a new one is cheaper than waiting.
+                        break;
+                    }
+                    sent = Some(Instant::now());
+                    if requests.send(LeaseKeepAliveRequest { id }).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Reports every proclamation of the election's leader.
+async fn observe(
+    mut election: ElectionClient<Channel>,
+    name: Vec<u8>,
+    events: mpsc::Sender<Observed>,
+) {
+    loop {
+        if let Ok(answers) = election.observe(LeaderRequest { name: name.clone() }).await {
+            let mut answers = answers.into_inner();
+            while let Ok(Some(answer)) = answers.message().await {
+                let Some(kv) = answer.kv else { continue };
+                let seen = Observed {
+                    key: kv.key,
+                    value: String::from_utf8_lossy(&kv.value).into_owned(),
+                };
+                if events.send(seen).await.is_err() {
+                    return;
+                }
+            }
+        }
+        sleep(RETRY_PAUSE).await;
+    }
+}

@@ -1,0 +1,429 @@
+//! The real parts of a hot standby on loopback ports of their own: Debian's
+//! `etcd` and `haproxy` (each under `timeout`, so nothing outlives a run),
+//! the real scheduler binary twice, and probes of what each says.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex, MutexGuard},
+    time::{Duration, Instant},
+};
+
+pub const USER_TOKEN: &str = "ha-user-token";
+pub const SERVANT_TOKEN: &str = "ha-servant-token";
+pub const SECRET: &str = "ha-test-secret";
+/// The schedulers' `--adoption_window` (the default): long enough for a
+/// delegate's prefetched spare grant, issued by the old leader, to be used.
+pub const ADOPTION_WINDOW: Duration = Duration::from_secs(15);
+/// The longest any external program of a test may live.
+const PROGRAM_LIFETIME_SECS: u64 = 300;
+/// Until HAProxy has checked every server enough to know which is down.
+const HAPROXY_FIRST_CHECKS: Duration = Duration::from_millis(1500);
+/// How long a program may take to come up.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The tests of this binary run one at a time: each starts etcd, two
+/// schedulers and maybe HAProxy and load, and timings are what they test.
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `name`'s path, or None: outside CI a test without it skips, in CI it
+/// fails (scripts/test.sh installs Debian's `etcd-server` and `haproxy`).
+pub fn tool(name: &str) -> Option<PathBuf> {
+    let dirs = std::env::var("PATH").unwrap_or_default();
+    let found = dirs
+        .split(':')
+        .chain(["/usr/sbin", "/usr/bin"])
+        .map(|dir| Path::new(dir).join(name))
+        .find(|path| path.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{name} is missing: scripts/test.sh installs it"
+        );
+        eprintln!("skipped: {name} is not installed (scripts/test.sh installs it)");
+    }
+    found
+}
+
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A scratch directory removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(what: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!(
+            "yadcc-ha-{what}-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// An external program under `timeout -s KILL`; `pid` is the program's own
+/// (timeout's child), so a test can signal it.
+pub struct External {
+    child: Child,
+    pub pid: u32,
+}
+
+impl External {
+    fn spawn(mut command: Command) -> External {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start under timeout");
+        let wrapper = child.id();
+        let deadline = Instant::now() + START_TIMEOUT;
+        let pid = loop {
+            let children =
+                std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
+                    .unwrap_or_default();
+            if let Some(pid) = children.split_whitespace().next() {
+                break pid.parse().expect("a pid");
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("the program ended at once: {status}");
+            }
+            assert!(Instant::now() < deadline, "the program did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        External { child, pid }
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal} {}", self.pid);
+    }
+
+    /// SIGKILL, and waits until it is gone.
+    pub fn kill_9(&mut self) {
+        self.signal("KILL");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for External {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .arg(self.pid.to_string())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn under_timeout(program: &Path) -> Command {
+    let mut command = Command::new("timeout");
+    command
+        .arg("-s")
+        .arg("KILL")
+        .arg(PROGRAM_LIFETIME_SECS.to_string())
+        .arg(program);
+    command
+}
+
+/// One etcd member on loopback ports of its own, its data in `dir`.
+pub struct Etcd {
+    pub process: External,
+    pub client_url: String,
+    peer_port: u16,
+    dir: PathBuf,
+    program: PathBuf,
+}
+
+impl Etcd {
+    pub fn start(program: &Path, dir: &Path) -> Etcd {
+        let client_port = free_port();
+        let peer_port = free_port();
+        Etcd::start_on(program, dir, client_port, peer_port)
+    }
+
+    fn start_on(program: &Path, dir: &Path, client_port: u16, peer_port: u16) -> Etcd {
+        let client_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let mut command = under_timeout(program);
+        command.args([
+            "--name=ha-test",
+            &format!("--data-dir={}", dir.join("etcd").display()),
+            &format!("--listen-client-urls={client_url}"),
+            &format!("--advertise-client-urls={client_url}"),
+            &format!("--listen-peer-urls={peer_url}"),
+            &format!("--initial-advertise-peer-urls={peer_url}"),
+            &format!("--initial-cluster=ha-test={peer_url}"),
+            "--log-level=error",
+        ]);
+        let etcd = Etcd {
+            process: External::spawn(command),
+            client_url,
+            peer_port,
+            dir: dir.to_owned(),
+            program: program.to_owned(),
+        };
+        let port: u16 = etcd.client_url.rsplit(':').next().unwrap().parse().unwrap();
+        wait_until(START_TIMEOUT, "etcd answers", || {
+            http_get(port, "/health").is_some_and(|(status, _)| status == 200)
+        });
+        etcd
+    }
+
+    /// The same member again, on the same ports and data (after a kill).
+    pub fn restart(&self) -> Etcd {
+        let port: u16 = self.client_url.rsplit(':').next().unwrap().parse().unwrap();
+        Etcd::start_on(&self.program, &self.dir, port, self.peer_port)
+    }
+}
+
+/// The scheduler binary, elected on etcd, listening on `port`.
+pub struct Scheduler {
+    pub child: Child,
+    pub port: u16,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Scheduler {
+    pub fn start(port: u16, etcd_url: &str) -> Scheduler {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_yadcc-scheduler"))
+            .args([
+                format!("--listen=127.0.0.1:{port}"),
+                format!("--acceptable_user_tokens={USER_TOKEN}"),
+                format!("--acceptable_servant_tokens={SERVANT_TOKEN}"),
+                format!("--serving_daemon_token_secret={SECRET}"),
+                format!("--ha_etcd_endpoints={etcd_url}"),
+                // HAProxy's PROXY headers name the daemons.
+                "--trusted_proxies=127.0.0.1".to_owned(),
+                "--debugging_no_inspect_auth".to_owned(),
+            ])
+            .env("RUST_LOG", "info,yadcc_scheduler::access=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the scheduler");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let lines = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                lines.lock().expect("log").push(line);
+            }
+        });
+        let scheduler = Scheduler { child, port, log };
+        wait_until(START_TIMEOUT, "the scheduler answers", || {
+            http_get(port, "/healthz").is_some()
+        });
+        scheduler
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// The name it proclaims when it leads.
+    pub fn name(&self) -> String {
+        self.addr().to_string()
+    }
+
+    /// `/readyz`: the status and the first line; None if it does not answer.
+    pub fn readyz(&self) -> Option<(u16, String)> {
+        http_get(self.port, "/readyz")
+            .map(|(status, body)| (status, body.lines().next().unwrap_or("").to_owned()))
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.readyz().is_some_and(|(status, _)| status == 200)
+    }
+
+    /// A metric's value (a gauge or a counter's total), None if absent.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let (_, text) = http_get(self.port, "/metrics")?;
+        text.lines().find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            (series == name).then(|| value.parse().ok())?
+        })
+    }
+
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().expect("log").clone()
+    }
+
+    pub fn kill_9(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let _ = self.signal_quietly();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Scheduler {
+    /// A stopped process cannot die of SIGKILL until it is continued.
+    fn signal_quietly(&self) -> std::io::Result<std::process::ExitStatus> {
+        Command::new("kill")
+            .arg("-CONT")
+            .arg(self.child.id().to_string())
+            .stderr(Stdio::null())
+            .status()
+    }
+}
+
+/// HAProxy with `scripts/deploy/haproxy.cfg`, on `port`, in front of `a`
+/// and `b`.
+pub fn haproxy(program: &Path, port: u16, a: SocketAddr, b: SocketAddr) -> External {
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/deploy/haproxy.cfg");
+    let mut command = under_timeout(program);
+    command
+        .arg("-db")
+        .arg("-f")
+        .arg(config)
+        .env("YADCC_LB_BIND", format!("127.0.0.1:{port}"))
+        // Within a test machine's descriptor limit.
+        .env("YADCC_LB_MAXCONN", "4000")
+        .env("YADCC_SCHEDULER_A", a.to_string())
+        .env("YADCC_SCHEDULER_B", b.to_string());
+    let haproxy = External::spawn(command);
+    wait_until(START_TIMEOUT, "haproxy listens", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    // HAProxy starts with every server up, until its first checks (`inter`
+    // 300 ms, `fall` 2) say otherwise.
+    std::thread::sleep(HAPROXY_FIRST_CHECKS);
+    haproxy
+}
+
+/// A plain HTTP/1.0 GET on loopback: the status and the body.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(
+        &SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(500),
+    )
+    .ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let status = answer.split_whitespace().nth(1)?.parse().ok()?;
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())?;
+    Some((status, body))
+}
+
+/// Polls `done` every 20 ms until it holds; panics after `limit`.
+pub fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    loop {
+        if done() {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Of the two, the one that leads, after exactly one became ready.
+pub fn leader_of(a: &Scheduler, b: &Scheduler) -> bool {
+    wait_until(Duration::from_secs(15), "one of two leads", || {
+        a.is_ready() != b.is_ready()
+    });
+    a.is_ready()
+}
+
+/// (leader, standby) of the two, once exactly one is ready.
+pub fn roles<'s>(
+    a: &'s mut Scheduler,
+    b: &'s mut Scheduler,
+) -> (&'s mut Scheduler, &'s mut Scheduler) {
+    if leader_of(a, b) { (a, b) } else { (b, a) }
+}
+
+/// What a test runs on: one etcd, two schedulers elected on it, HAProxy in
+/// front of them if asked for; the tests' turn held until it is dropped
+/// (the schedulers first, the turn last).
+pub struct Setup {
+    pub a: Scheduler,
+    pub b: Scheduler,
+    /// HAProxy and the port daemons connect to.
+    pub haproxy: Option<(External, u16)>,
+    pub etcd: Etcd,
+    _scratch: Scratch,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl Setup {
+    /// None (a skip, outside CI) when etcd, or HAProxy if asked for, is
+    /// not installed.
+    pub fn start(name: &str, with_haproxy: bool) -> Option<Setup> {
+        let turn = one_at_a_time();
+        let etcd_program = tool("etcd")?;
+        let haproxy_program = if with_haproxy {
+            Some(tool("haproxy")?)
+        } else {
+            None
+        };
+        let scratch = Scratch::new(name);
+        let etcd = Etcd::start(&etcd_program, &scratch.0);
+        let a = Scheduler::start(free_port(), &etcd.client_url);
+        let b = Scheduler::start(free_port(), &etcd.client_url);
+        let haproxy = haproxy_program.map(|program| {
+            let port = free_port();
+            (haproxy(&program, port, a.addr(), b.addr()), port)
+        });
+        Some(Setup {
+            a,
+            b,
+            haproxy,
+            etcd,
+            _scratch: scratch,
+            _turn: turn,
+        })
+    }
+
+    /// Where daemons connect: HAProxy.
+    pub fn haproxy_port(&self) -> u16 {
+        self.haproxy.as_ref().expect("started with HAProxy").1
+    }
+}

@@ -1,0 +1,201 @@
+//! The attacks of the table, as a client on the loopback would
+//! make them, with no token (`GetRunningTasks` is open, as in the original).
+//! Each runs until its task is aborted, holding every connection open.
+
+use std::{convert::Infallible, net::SocketAddr};
+
+use axum::body::Body;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::Request;
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::{io::AsyncWriteExt, sync::oneshot, task::JoinSet};
+use yadcc_scheduler::sim::client::connect;
+
+use crate::{
+    cluster::{ATTACKER, ip},
+    support::{Method, SERVICE, daemon_request, flare_request},
+};
+
+#[derive(Debug, Clone, Copy)]
+pub enum Attack {
+    /// 4 flare connections send 2,000 `GetRunningTasks` each and never read.
+    FlareUnread,
+    /// 2 daemon `http+pb` connections pipeline 3,000 each and never read.
+    HttpPbUnread,
+    /// 2 HTTP/2 connections with an initial window of 0, 200 gRPC
+    /// `GetRunningTasks` streams each.
+    Http2ZeroWindow,
+    /// 20 HTTP/2 connections of 200 streams, each body 62,000 bytes, then
+    /// stalled.
+    Http2StalledBodies,
+}
+
+impl Attack {
+    pub fn label(self) -> &'static str {
+        match self {
+            Attack::FlareUnread => "4 flare connections x 2,000 GetRunningTasks, never read",
+            Attack::HttpPbUnread => "2 http+pb connections x 3,000 pipelined, never read",
+            Attack::Http2ZeroWindow => "2 HTTP/2 connections, window 0, 200 gRPC streams each",
+            Attack::Http2StalledBodies => {
+                "20 HTTP/2 connections x 200 streams, 62,000-byte bodies stalled"
+            }
+        }
+    }
+
+    /// Starts attacking the scheduler at `addr` from a thread and runtime of
+    /// its own, so the attacker's work never delays the legitimate client's.
+    pub fn start(self, addr: SocketAddr) -> Attacking {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the attacker's runtime");
+            runtime.block_on(async move {
+                tokio::select! {
+                    () = self.run(addr) => {}
+                    _ = stopped => {}
+                }
+            });
+            // Dropping the runtime drops every task and connection.
+        });
+        Attacking { stop, thread }
+    }
+
+    /// Attacks the scheduler at `addr` until dropped.
+    async fn run(self, addr: SocketAddr) {
+        let mut held = JoinSet::new();
+        match self {
+            Attack::FlareUnread => {
+                let calls: Vec<u8> = (0..2000)
+                    .flat_map(|id| flare_request(id, Method::GetRunningTasks, 10_000, &[]))
+                    .collect();
+                unread(&mut held, addr, 4, calls);
+            }
+            Attack::HttpPbUnread => {
+                let calls: Vec<u8> = (0..3000)
+                    .flat_map(|seq_no| daemon_request(Method::GetRunningTasks, seq_no, &[], None))
+                    .collect();
+                unread(&mut held, addr, 2, calls);
+            }
+            Attack::Http2ZeroWindow => {
+                for _ in 0..2 {
+                    let sender = http2(&mut held, addr, Some(0)).await;
+                    for _ in 0..200 {
+                        let request = grpc("GetRunningTasks", Body::from(framed(&[])));
+                        hold_answer(&mut held, sender.clone(), request);
+                    }
+                }
+            }
+            Attack::Http2StalledBodies => {
+                for _ in 0..20 {
+                    let sender = http2(&mut held, addr, None).await;
+                    for _ in 0..200 {
+                        // A message announced larger than what is sent.
+                        let mut first = vec![0u8; 62_000];
+                        first[1..5].copy_from_slice(&100_000u32.to_be_bytes());
+                        let body = futures_util::stream::once(async move {
+                            Ok::<_, Infallible>(Bytes::from(first))
+                        })
+                        .chain(futures_util::stream::pending());
+                        let request = grpc("Heartbeat", Body::from_stream(body));
+                        hold_answer(&mut held, sender.clone(), request);
+                    }
+                }
+            }
+        }
+        // Everything stays open until the attack is dropped (dropping
+        // `held` aborts its tasks and closes their connections).
+        std::future::pending::<()>().await;
+        drop(held);
+    }
+}
+
+/// An attack under way.
+pub struct Attacking {
+    stop: oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Attacking {
+    /// Ends the attack: every attacking connection is closed.
+    pub fn stop(self) {
+        let _ = self.stop.send(());
+        self.thread.join().expect("the attacker's thread");
+    }
+}
+
+/// `connections` connections that each write `calls` and never read.
+fn unread(held: &mut JoinSet<()>, addr: SocketAddr, connections: usize, calls: Vec<u8>) {
+    for _ in 0..connections {
+        let calls = calls.clone();
+        held.spawn(async move {
+            let mut stream = connect(Some(ip(ATTACKER)), addr).await.expect("connect");
+            // Blocks once the server stops reading: the connection stays
+            // open either way.
+            let _ = stream.write_all(&calls).await;
+            std::future::pending::<()>().await;
+            drop(stream);
+        });
+    }
+}
+
+/// An h2c connection from the attacker's address; `window`: its initial
+/// stream window (0: the server may send no body byte).
+pub async fn http2(
+    held: &mut JoinSet<()>,
+    addr: SocketAddr,
+    window: Option<u32>,
+) -> SendRequest<Body> {
+    http2_from(held, ATTACKER, addr, window).await
+}
+
+/// An h2c connection from `local`, driven by a task in `held`.
+pub async fn http2_from(
+    held: &mut JoinSet<()>,
+    local: &str,
+    addr: SocketAddr,
+    window: Option<u32>,
+) -> SendRequest<Body> {
+    let stream = connect(Some(ip(local)), addr).await.expect("connect");
+    let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+    if let Some(window) = window {
+        builder.initial_stream_window_size(window);
+    }
+    let (sender, connection) = builder
+        .handshake(TokioIo::new(stream))
+        .await
+        .expect("h2c handshake");
+    held.spawn(async move {
+        let _ = connection.await;
+    });
+    sender
+}
+
+/// A gRPC call of `method` with `body`.
+pub fn grpc(method: &str, body: Body) -> Request<Body> {
+    Request::post(format!("http://scheduler/{SERVICE}/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .expect("a request")
+}
+
+/// A gRPC message frame.
+pub fn framed(message: &[u8]) -> Bytes {
+    let mut frame = vec![0];
+    frame.extend((message.len() as u32).to_be_bytes());
+    frame.extend_from_slice(message);
+    Bytes::from(frame)
+}
+
+/// Sends `request` and keeps its answer unread.
+fn hold_answer(held: &mut JoinSet<()>, mut sender: SendRequest<Body>, request: Request<Body>) {
+    held.spawn(async move {
+        let answer = sender.send_request(request).await;
+        std::future::pending::<()>().await;
+        drop(answer);
+    });
+}

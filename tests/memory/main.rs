@@ -1,0 +1,166 @@
+//! Memory bounded whatever a client does (issue 22): each test is one attack
+//! from the issue's table against the real binary holding 40,960 running
+//! tasks (a 3.5 MB `GetRunningTasks` answer), over loopback. During the
+//! attack the scheduler's peak resident set (`VmHWM`) must stay at most
+//! [`PEAK_RSS_LIMIT_MIB`], and a legitimate daemon on another address must
+//! be answered within [`LEGITIMATE_LATENCY_LIMIT`] every time.
+//!
+//! A test binary of its own: each attack takes seconds of both cores, so the
+//! tests run one at a time (each takes [`support::heavy`]) and apart from
+//! the `it` suite. `YADCC_SCHEDULER_BINARY` runs them against another build (an
+//! older one, to see them fail); `YADCC_MEMORY_ATTACK_SECONDS` and
+//! `YADCC_MEMORY_STOP_MIB` lengthen an attack and let it run past the limit,
+//! for the figures in BENCHMARKS.md (`scripts/bench_memory.sh`).
+
+#[path = "../it/support.rs"]
+#[allow(dead_code)]
+mod support;
+
+mod attacks;
+mod cluster;
+mod legitimate;
+
+use std::time::{Duration, Instant};
+
+use self::{
+    attacks::Attack,
+    cluster::{scheduler_with_running_tasks, usage},
+    legitimate::Legitimate,
+    support::{STEP, heavy},
+};
+
+/// The most the scheduler may ever hold resident during an attack.
+const PEAK_RSS_LIMIT_MIB: u64 = 256;
+/// The longest a legitimate daemon may wait for an answer during an attack.
+const LEGITIMATE_LATENCY_LIMIT: Duration = Duration::from_secs(1);
+/// How long each attack lasts by default; the answers the attackers leave
+/// unread pile up (or not) within the first seconds.
+const ATTACK_SECONDS: u64 = 10;
+/// The legitimate daemon's pace: a heartbeat every so often.
+const LEGITIMATE_PERIOD: Duration = Duration::from_millis(100);
+/// How often the peak RSS is read.
+const SAMPLE_PERIOD: Duration = Duration::from_millis(50);
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs `attack` against a fresh scheduler while `legitimate` calls it from
+/// another address; asserts the peak RSS and the legitimate latencies.
+async fn withstand(attack: Attack, legitimate: Legitimate) {
+    // One attack at a time: each needs the machine's cores and memory to
+    // itself for its figures to mean anything.
+    let _alone = heavy().await;
+    let binary = scheduler_with_running_tasks().await;
+    let length = Duration::from_secs(env_number("YADCC_MEMORY_ATTACK_SECONDS", ATTACK_SECONDS));
+    let stop_kib =
+        env_number("YADCC_MEMORY_STOP_MIB", PEAK_RSS_LIMIT_MIB).max(PEAK_RSS_LIMIT_MIB) * 1024;
+    let mut client = legitimate.connect(binary.addr).await;
+    let attacking = attack.start(binary.addr);
+    let started = Instant::now();
+    let pid = binary.child.id();
+    let cpu_before = usage(pid).0;
+    // Sampled on its own, so a legitimate call that hangs does not hide the
+    // peak: the attack ends at `length`, or once the peak passes `stop_kib`.
+    let mut sampling = tokio::spawn(async move {
+        let mut peak_kib = 0;
+        while started.elapsed() < length && peak_kib <= stop_kib {
+            peak_kib = usage(pid).1;
+            tokio::time::sleep(SAMPLE_PERIOD).await;
+        }
+        peak_kib
+    });
+    let mut latencies = Vec::new();
+    let mut failure = None;
+    let peak_kib = loop {
+        if failure.is_some() {
+            break (&mut sampling).await.expect("sampling");
+        }
+        let sent = Instant::now();
+        tokio::select! {
+            // The attack is over (or past the limit) while a call waits.
+            peak = &mut sampling => {
+                let waited = sent.elapsed();
+                if waited > LEGITIMATE_LATENCY_LIMIT {
+                    latencies.push(waited);
+                    failure = Some(format!(
+                        "a call unanswered for {} ms when the attack ended",
+                        waited.as_millis()
+                    ));
+                }
+                break peak.expect("sampling");
+            }
+            answered = tokio::time::timeout(STEP, client.call()) => match answered {
+                Ok(Ok(())) => latencies.push(sent.elapsed()),
+                Ok(Err(error)) => failure = Some(error),
+                Err(_) => {
+                    latencies.push(STEP);
+                    failure = Some(format!("no answer within {STEP:?}"));
+                }
+            },
+        }
+        tokio::time::sleep(LEGITIMATE_PERIOD.saturating_sub(sent.elapsed())).await;
+    };
+    let (cpu_after, peak_after) = usage(pid);
+    let peak_kib = peak_kib.max(peak_after);
+    let cpu = cpu_after.saturating_sub(cpu_before);
+    attacking.stop();
+    let worst = latencies.iter().max().copied().unwrap_or_default();
+    println!(
+        "memory: {}: peak RSS {} MiB in {:.1} s ({:.1} CPU-s); {} {}, worst {} ms{}",
+        attack.label(),
+        peak_kib / 1024,
+        started.elapsed().as_secs_f64(),
+        cpu.as_secs_f64(),
+        latencies.len(),
+        legitimate.label(),
+        worst.as_millis(),
+        failure
+            .as_ref()
+            .map(|error| format!(", then failed: {error}"))
+            .unwrap_or_default()
+    );
+    assert!(
+        peak_kib <= PEAK_RSS_LIMIT_MIB * 1024,
+        "{}: peak RSS {} MiB, over the {PEAK_RSS_LIMIT_MIB} MiB limit",
+        attack.label(),
+        peak_kib / 1024
+    );
+    assert_eq!(failure, None, "{}: the legitimate client", attack.label());
+    assert!(
+        worst <= LEGITIMATE_LATENCY_LIMIT,
+        "{}: a legitimate call took {} ms",
+        attack.label(),
+        worst.as_millis()
+    );
+    assert!(
+        latencies.len() as u64 * 2
+            >= length.as_millis() as u64 / LEGITIMATE_PERIOD.as_millis() as u64,
+        "{}: only {} legitimate calls in {length:?}",
+        attack.label(),
+        latencies.len()
+    );
+}
+
+#[tokio::test]
+async fn flare_connections_that_never_read_their_answers() {
+    withstand(Attack::FlareUnread, Legitimate::Flare).await;
+}
+
+#[tokio::test]
+async fn http_pb_connections_that_pipeline_and_never_read() {
+    withstand(Attack::HttpPbUnread, Legitimate::HttpPb).await;
+}
+
+#[tokio::test]
+async fn http2_streams_with_a_zero_window() {
+    withstand(Attack::Http2ZeroWindow, Legitimate::Grpc).await;
+}
+
+#[tokio::test]
+async fn http2_streams_with_small_stalled_bodies() {
+    withstand(Attack::Http2StalledBodies, Legitimate::Grpc).await;
+}
