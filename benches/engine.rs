@@ -93,6 +93,7 @@ fn grant_request(immediate: u32) -> GrantRequest {
     GrantRequest {
         token: USER.into(),
         requester_ip: REQUESTER,
+        connection: None,
         wait: Duration::ZERO,
         answer_within: None,
         environment: environments()[2].clone(),

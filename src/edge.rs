@@ -36,10 +36,17 @@ pub fn answer_queue_bound(largest_answer: usize) -> usize {
     ANSWER_QUEUE_FLOOR.max(largest_answer.saturating_mul(2))
 }
 
-/// Calls one daemon connection may have in flight; more are answered
+/// Calls one daemon connection may have in flight unless
+/// `--max_calls_in_flight_per_connection` says otherwise; more are answered
 /// "overloaded" (status 11) at once. A daemon runs one long poll per compiler
 /// plus a handful of periodic calls, far below this.
 pub const MAX_CALLS_IN_FLIGHT_PER_CONNECTION: usize = 1024;
+
+/// Open connections from one address unless `--max_connections_per_ip`
+/// says otherwise: an office of 1,000 daemons behind one NAT address holds
+/// 2,000 (two each), with room to double; but never more than half the
+/// connection cap (see [`EdgeSettings::connection_cap_per_ip`]).
+pub const MAX_CONNECTIONS_PER_IP: usize = 4096;
 
 /// File descriptors kept back from the connection cap for everything else
 /// the process opens (listener, runtime, logs), so that an over-cap client can
@@ -60,8 +67,11 @@ pub struct EdgeSettings {
     pub idle_timeout: Duration,
     /// Open connections at most; None: derived from the file-descriptor limit.
     pub max_connections: Option<usize>,
-    /// Open connections from one address block at most (see [`address_block`]).
-    pub max_connections_per_ip: usize,
+    /// Open connections from one address block at most (see
+    /// [`address_block`]); None: derived from the connection cap.
+    pub max_connections_per_ip: Option<usize>,
+    /// Calls one daemon connection may have in flight at most.
+    pub max_calls_in_flight_per_connection: usize,
     /// Request bytes buffered at most over all connections beyond each
     /// connection's own [`CONNECTION_BODY_BYTES`]. The daemons' protocols
     /// (`flare`, `http+pb`) keep a body's share until its call is answered;
@@ -88,7 +98,8 @@ impl Default for EdgeSettings {
             body_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(90),
             max_connections: None,
-            max_connections_per_ip: 256,
+            max_connections_per_ip: None,
+            max_calls_in_flight_per_connection: MAX_CALLS_IN_FLIGHT_PER_CONNECTION,
             max_buffered_body_bytes: 32 << 20,
             shutdown_grace: Duration::from_secs(10),
             http2_max_concurrent_streams: DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS,
@@ -106,6 +117,18 @@ impl EdgeSettings {
                 .map_or(1024, |(soft, _hard)| soft);
             usize::try_from(soft.saturating_sub(RESERVED_FDS).max(16)).unwrap_or(usize::MAX)
         })
+    }
+}
+
+impl EdgeSettings {
+    /// The per-address cap under a connection cap of `connection_cap`: the
+    /// configured one, or [`MAX_CONNECTIONS_PER_IP`] but at most half the
+    /// connection cap, so that one address (a flood, or an office) never
+    /// holds every descriptor and locks everyone else out. Descriptors for
+    /// 4,160 connections or more serve an office of 2,000 connections.
+    pub fn connection_cap_per_ip(&self, connection_cap: usize) -> usize {
+        self.max_connections_per_ip
+            .unwrap_or_else(|| MAX_CONNECTIONS_PER_IP.min(connection_cap / 2).max(1))
     }
 }
 

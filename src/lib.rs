@@ -31,7 +31,10 @@
 //! HTTP status, the framework's numeric `Rpc-Error-Code` (also the binary
 //! protocol's `status`), a Connect code and a JSON body (the HTTP form is
 //! [`http::dialect`]'s); [`rpc::running_tasks`] owns the `GetRunningTasks`
-//! answer, encoded once per version of the engine's list and per encoding.
+//! answer, the whole list, encoded once per version of the engine's list,
+//! per encoding and per compression; [`rpc::compression`] is the binary
+//! protocol's compressions (requests inflated, bounded; large answers
+//! compressed for callers that accept it).
 //! Which scheduler `Status` codes each RPC can answer with is
 //! [`service::failure_statuses`]. [`http::operations`] serves `/healthz`,
 //! `/readyz` and `/metrics`.
@@ -67,8 +70,10 @@
 //! version, capacity rule), `grants.rs` (grant table, leases, adoption
 //! memory, counters), `envs.rs` (per-environment indexes, `Envs`, and the
 //! follow-up `Effects` of a change), `wait_queues.rs` (queues fair between
-//! machines and their count, `WaitQueues`), `requesters.rs` (owners, last
-//! served, figures), `adoption.rs` (the window after start), `tokens.rs`
+//! requesters, their count and the waiter caps, `WaitQueues`),
+//! `requesters.rs` (owners by address and token, turns by requester: a
+//! daemon's connection or an address, figures per address), `adoption.rs`
+//! (the window after start), `tokens.rs`
 //! (token sets and the flag's splitting rule, `Redacted`, serving-daemon
 //! ring). The rules that change several owners are `impl State` blocks:
 //! `lifecycle.rs` (placement rule, the one grant creation and the one

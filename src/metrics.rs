@@ -521,6 +521,23 @@ impl Collector for EngineCollector {
         for (name, help, value) in events {
             write_counter(&mut encoder, name, help, value)?;
         }
+        // The waiter caps biting, named as their flags, like the connection caps.
+        let mut family = encoder.encode_descriptor(
+            "waiters_refused",
+            "WaitForStartingTask calls answered no quota at once, by the cap that was full \
+             (max_waiters, max_waiters_per_requester)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (reason, value) in [
+            ("max_waiters", counters.wait_refused_total_cap),
+            (
+                "max_waiters_per_requester",
+                counters.wait_refused_requester_cap,
+            ),
+        ] {
+            ConstCounter::new(value).encode(family.encode_family(&ReasonLabels { reason })?)?;
+        }
         // Daemon versions seen: rolling upgrades show here.
         let mut versions = std::collections::BTreeMap::<u32, i64>::new();
         for servant in self.engine.snapshot().servants {

@@ -33,11 +33,6 @@ pub mod flare {
 pub use yadcc::EnvironmentDesc;
 pub use yadcc::scheduler::*;
 
-/// The framework's default limit on a message (a frame's meta, payload and
-/// attachment together): a stock daemon drops the connection, and every call
-/// in flight on it, when an answer is larger.
-pub const DAEMON_MAX_MESSAGE_BYTES: usize = 4 << 20;
-
 /// Encoded `FileDescriptorSet` of every proto file, comments included.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/descriptor_set.bin"));

@@ -86,6 +86,10 @@ pub fn failure_statuses(method: Method) -> &'static [pb::Status] {
 pub struct CallContext {
     /// The caller's address as seen on the socket (or via a trusted proxy).
     pub peer: IpAddr,
+    /// The daemon connection the call came on, if it came on one (`flare`,
+    /// `http+pb`): such a daemon waits for quota as its connection, others
+    /// as their address.
+    pub connection: Option<u64>,
     /// When the caller stops waiting for an answer (`Rpc-Timeout`, `Connect-Timeout-Ms`).
     pub deadline: Option<Instant>,
 }
@@ -106,6 +110,8 @@ pub struct SchedulerService {
 pub struct RunningTasksAnswer {
     pub version: u64,
     pub response: pb::GetRunningTasksResponse,
+    /// Tasks of the list left out to keep the answer within its bound.
+    pub left_out: usize,
 }
 
 impl SchedulerService {
@@ -196,6 +202,7 @@ impl SchedulerService {
             .wait_for_starting_task(engine::GrantRequest {
                 token: request.token.into(),
                 requester_ip: ctx.peer,
+                connection: ctx.connection,
                 wait: millis(request.milliseconds_to_wait),
                 answer_within,
                 environment,
@@ -248,21 +255,22 @@ impl SchedulerService {
     /// the servant's task id, task digest) and `task_grant_id = 0`. Stock
     /// daemons read only those three fields. The ids stay visible to
     /// credentialed readers (dashboard, inspection).
+    ///
+    /// The whole list, as the original sends it, unless its encoding would
+    /// pass `max_bytes`: then the longest prefix within it.
     pub fn get_running_tasks(
         &self,
         _request: pb::GetRunningTasksRequest,
         _ctx: &CallContext,
+        max_bytes: usize,
     ) -> Result<RunningTasksAnswer, RpcStatus> {
         let (version, tasks) = self.engine.running_tasks_with_version();
-        let (response, left_out) = running_tasks_response(&tasks, RUNNING_TASKS_ANSWER_BYTES);
-        if left_out > 0 {
-            tracing::warn!(
-                listed = response.running_tasks.len(),
-                left_out,
-                "GetRunningTasks answer cut to fit a daemon's message limit"
-            );
-        }
-        Ok(RunningTasksAnswer { version, response })
+        let (response, left_out) = running_tasks_response(&tasks, max_bytes);
+        Ok(RunningTasksAnswer {
+            version,
+            response,
+            left_out,
+        })
     }
 
     /// The version of the list `GetRunningTasks` shows now: an answer built
@@ -271,13 +279,6 @@ impl SchedulerService {
         self.engine.running_tasks_version()
     }
 }
-
-/// Bytes of a `GetRunningTasks` answer at most: a daemon's message limit,
-/// less room for the frame's meta or an HTTP head. The list only saves
-/// daemons from compiling what another machine already compiles, so a
-/// shorter list costs a little duplicated work, while a longer one would cost
-/// every daemon its connection.
-pub const RUNNING_TASKS_ANSWER_BYTES: usize = pb::DAEMON_MAX_MESSAGE_BYTES - (64 << 10);
 
 /// The open answer for `tasks`: the longest prefix whose encoding fits in
 /// `max_bytes`, and how many tasks were left out.
@@ -323,10 +324,9 @@ fn servant_priority(raw: i32) -> engine::ServantPriority {
 mod tests {
     use super::*;
 
-    /// An answer over a daemon's message limit would cost the daemon its
-    /// connection and every call in flight on it: the list is cut instead.
+    /// An answer over its bound is cut to the longest prefix within it.
     #[test]
-    fn the_running_tasks_answer_is_cut_to_fit_a_daemons_message_limit() {
+    fn the_running_tasks_answer_is_cut_to_its_bound() {
         let tasks: Vec<engine::RunningTask> = (0..100)
             .map(|i| engine::RunningTask {
                 servant: "10.0.0.1:8335".parse().unwrap(),
@@ -368,6 +368,7 @@ mod tests {
         }));
         let ctx = CallContext {
             peer: "10.0.0.9".parse().unwrap(),
+            connection: None,
             deadline: None,
         };
         let too_many = vec![1; engine::Limits::default().max_ids_per_request + 1];
@@ -438,7 +439,7 @@ mod tests {
         assert!(seen.len() >= 8, "{seen:?}");
         assert!(
             service
-                .get_running_tasks(pb::GetRunningTasksRequest {}, &ctx)
+                .get_running_tasks(pb::GetRunningTasksRequest {}, &ctx, usize::MAX)
                 .is_ok()
         );
         assert!(failure_statuses(Method::GetRunningTasks).is_empty());
@@ -476,6 +477,7 @@ mod tests {
         for deadline in [None, Some(Instant::now() + Duration::from_secs(5))] {
             let ctx = CallContext {
                 peer: "10.0.0.9".parse().unwrap(),
+                connection: None,
                 deadline,
             };
             let refused = service

@@ -78,6 +78,12 @@ pub struct ServerFlags {
     #[arg(long, default_value = "4M", value_parser = parse_size)]
     pub max_body_bytes: u64,
 
+    /// Largest GetRunningTasks answer (its encoding, before compression;
+    /// 64M lists about 700,000 tasks). A longer list is cut to fit, with a
+    /// warning in the log.
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    pub max_running_tasks_bytes: u64,
+
     /// Comma-separated proxy addresses whose X-Forwarded-For is believed.
     #[arg(long, value_delimiter = ',')]
     pub trusted_proxies: Vec<IpAddr>,
@@ -109,10 +115,29 @@ pub struct ServerFlags {
     pub max_connections: usize,
 
     /// Open connections from one IP address (an IPv6 client: its /64) at
-    /// most; more are closed at once.
-    /// A --trusted_proxies address is exempt (everyone behind it shares it).
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    /// most; more are closed at once. 0: 4096 (an office of 1,000 daemons
+    /// behind one NAT address holds 2,000), but at most half the connection
+    /// cap, so one address never holds every descriptor. A --trusted_proxies
+    /// address is exempt (everyone behind it shares it).
+    #[arg(long, default_value_t = 0)]
     pub max_connections_per_ip: u32,
+
+    /// Calls one daemon connection (flare, http+pb) may have in flight at
+    /// most; more are answered "overloaded" (code 11) at once.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_calls_in_flight_per_connection: u32,
+
+    /// WaitForStartingTask calls queued at most, in all; more get
+    /// STATUS_NO_QUOTA_AVAILABLE at once.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_waiters: u32,
+
+    /// WaitForStartingTask calls one requester may have queued at most; more
+    /// get STATUS_NO_QUOTA_AVAILABLE at once. A requester is a daemon's
+    /// connection (flare, http+pb), so every daemon behind a NAT address has
+    /// its own; for JSON, Connect and gRPC callers, an address.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_waiters_per_requester: u32,
 
     /// Request bytes buffered at most over all connections beyond each
     /// connection's own 64K (every byte of every body counts); a request

@@ -219,6 +219,8 @@ impl Cli {
         }
         let max_body_bytes = usize::try_from(self.server.max_body_bytes)
             .map_err(|_| "--max_body_bytes is too large".to_owned())?;
+        let max_running_tasks_bytes = usize::try_from(self.server.max_running_tasks_bytes)
+            .map_err(|_| "--max_running_tasks_bytes is too large".to_owned())?;
         if self.server.idle_timeout < edge::MIN_IDLE_TIMEOUT {
             return Err(format!(
                 "--idle_timeout must be at least {}s: stock daemons expect idle connections to stay open 60s",
@@ -239,7 +241,10 @@ impl Cli {
             idle_timeout: self.server.idle_timeout,
             max_connections: (self.server.max_connections > 0)
                 .then_some(self.server.max_connections),
-            max_connections_per_ip: self.server.max_connections_per_ip as usize,
+            max_connections_per_ip: (self.server.max_connections_per_ip > 0)
+                .then_some(self.server.max_connections_per_ip as usize),
+            max_calls_in_flight_per_connection: self.server.max_calls_in_flight_per_connection
+                as usize,
             max_buffered_body_bytes: usize::try_from(self.server.max_buffered_body_bytes)
                 .map_err(|_| "--max_buffered_body_bytes is too large".to_owned())?,
             shutdown_grace: self.server.shutdown_grace,
@@ -273,6 +278,11 @@ impl Cli {
                 .as_ref()
                 .map(|secret| secret.as_bytes().to_vec().into()),
             adoption_window: Duration::from_secs(self.server.adoption_window),
+            limits: engine::Limits {
+                max_waiters: self.server.max_waiters as usize,
+                max_waiters_per_requester: self.server.max_waiters_per_requester as usize,
+                ..engine::Limits::default()
+            },
             ..engine::Config::default()
         };
         let listen = self.server.listen.unwrap_or_else(|| {
@@ -289,6 +299,7 @@ impl Cli {
             engine,
             http: HttpSettings {
                 max_body_bytes,
+                max_running_tasks_bytes,
                 trusted_proxies: self.server.trusted_proxies.clone(),
                 inspect: self.inspect_access(listen),
                 edge,

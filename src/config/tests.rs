@@ -72,7 +72,7 @@ fn edge_flags_have_documented_defaults_and_bounds() {
     assert_eq!(tuned.header_read_timeout, Duration::from_millis(500));
     assert_eq!(tuned.idle_timeout, Duration::from_secs(120));
     assert_eq!(tuned.max_connections, Some(100));
-    assert_eq!(tuned.max_connections_per_ip, 3);
+    assert_eq!(tuned.max_connections_per_ip, Some(3));
     assert_eq!(tuned.max_buffered_body_bytes, 8 << 20);
     assert_eq!(tuned.http2_max_concurrent_streams, 16);
     assert!(
@@ -95,6 +95,72 @@ fn edge_flags_have_documented_defaults_and_bounds() {
     assert!(error.contains("--idle_timeout"), "{error}");
     assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
     assert!(parse_duration("soon").is_err());
+}
+
+/// Every cap a daemon or an office can run into has a flag, defaulting to
+/// the engine's and the edge's own defaults.
+#[test]
+fn cap_flags_default_to_the_limits_and_tune_them() {
+    let defaults = cli(&[
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+    ])
+    .settings()
+    .unwrap();
+    let limits = engine::Limits::default();
+    assert_eq!(defaults.engine.limits.max_waiters, limits.max_waiters);
+    assert_eq!(
+        defaults.engine.limits.max_waiters_per_requester,
+        limits.max_waiters_per_requester
+    );
+    // Derived: 4096, at most half the connection cap.
+    let edge = &defaults.http.edge;
+    assert_eq!(edge.max_connections_per_ip, None);
+    assert_eq!(edge.connection_cap_per_ip(1_000_000), 4096);
+    assert_eq!(edge.connection_cap_per_ip(4160), 2080, "an office of 2,000");
+    assert_eq!(edge.connection_cap_per_ip(960), 480);
+    assert_eq!(
+        defaults.http.edge.max_calls_in_flight_per_connection,
+        crate::edge::MAX_CALLS_IN_FLIGHT_PER_CONNECTION
+    );
+    assert_eq!(
+        defaults.http.max_running_tasks_bytes,
+        crate::rpc::running_tasks::DEFAULT_MAX_ANSWER_BYTES
+    );
+    let tuned = cli(&[
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+        "--max_waiters=500",
+        "--max_waiters_per_requester=8",
+        "--max_calls_in_flight_per_connection=16",
+        "--max_connections_per_ip=2500",
+        "--max_running_tasks_bytes=128M",
+    ])
+    .settings()
+    .unwrap();
+    assert_eq!(tuned.engine.limits.max_waiters, 500);
+    assert_eq!(tuned.engine.limits.max_waiters_per_requester, 8);
+    assert_eq!(tuned.http.edge.max_calls_in_flight_per_connection, 16);
+    assert_eq!(tuned.http.edge.max_connections_per_ip, Some(2500));
+    assert_eq!(
+        tuned.http.edge.connection_cap_per_ip(960),
+        2500,
+        "as configured"
+    );
+    assert_eq!(tuned.http.max_running_tasks_bytes, 128 << 20);
+    for zero in [
+        "--max_waiters=0",
+        "--max_waiters_per_requester=0",
+        "--max_calls_in_flight_per_connection=0",
+    ] {
+        let refused = Cli::try_parse_args([
+            "yadcc-scheduler",
+            "--acceptable_user_tokens=u",
+            "--acceptable_servant_tokens=s",
+            zero,
+        ]);
+        assert!(refused.is_err(), "{zero}");
+    }
 }
 
 #[test]

@@ -165,24 +165,30 @@ pub enum Next {
 #[derive(Debug, Clone)]
 struct InFlight {
     slots: Arc<Semaphore>,
+    cap: usize,
 }
 
 impl Default for InFlight {
     fn default() -> Self {
-        Self {
-            slots: Arc::new(Semaphore::new(MAX_CALLS_IN_FLIGHT_PER_CONNECTION)),
-        }
+        Self::new(MAX_CALLS_IN_FLIGHT_PER_CONNECTION)
     }
 }
 
 impl InFlight {
+    fn new(cap: usize) -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(cap)),
+            cap,
+        }
+    }
+
     /// A slot for one more call, or None at the cap.
     pub fn start(&self) -> Option<OwnedSemaphorePermit> {
         Arc::clone(&self.slots).try_acquire_owned().ok()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.slots.available_permits() == MAX_CALLS_IN_FLIGHT_PER_CONNECTION
+        self.slots.available_permits() == self.cap
     }
 }
 
@@ -231,14 +237,16 @@ impl Connection {
         budget: ConnectionBudget,
         stop: watch::Receiver<bool>,
     ) -> Self {
-        Self::open(
+        let mut connection = Self::open(
             stream,
             already_read,
             budget,
             edge.idle_timeout,
             edge.body_read_timeout,
             stop,
-        )
+        );
+        connection.in_flight = InFlight::new(edge.max_calls_in_flight_per_connection);
+        connection
     }
 
     /// `already_read`: what the listener read to recognise the protocol;

@@ -1,6 +1,8 @@
 //! The binary protocol (`flare://`) as a daemon connection's [`Framing`]:
 //! frames starting `CPRF` with a proto2 `RpcMeta` ([`frame`]: the bytes),
-//! answers matched by correlation id.
+//! answers matched by correlation id. A compressed request is inflated here
+//! (bounded by the frame limit); an answer says how the call core
+//! compressed it ([`rpc::compression`]).
 
 pub mod frame;
 
@@ -15,10 +17,12 @@ use super::{
     conn::{Answer, Reader},
 };
 use crate::{
-    pb::{Encoding, Method, SCHEDULER_SERVICE, flare::rpc::CompressionAlgorithm},
+    edge::Reservation,
+    pb::{Encoding, Method, SCHEDULER_SERVICE},
     protocol::CallProtocol,
     rpc::{
         self,
+        compression::{Accepted, Algorithm, InflateError},
         error::{ApiError, ErrorKind},
         state::AppState,
     },
@@ -39,22 +43,32 @@ impl Framing for Flare {
         state: &AppState,
         peer: SocketAddr,
     ) -> Result<Incoming<u64>, String> {
-        let Frame {
+        let Some(Frame {
             meta,
             payload,
-            budget,
-        } = read_frame(reader, state).await?;
+            framing,
+            mut budget,
+        }) = read_frame(reader, state).await?
+        else {
+            return Ok(Incoming::Dropped);
+        };
+        let (method, body) = match method_of(&meta)
+            .and_then(|method| Ok((method, inflate(&meta, payload, framing, &mut budget)?)))
+        {
+            Ok((method, body)) => (Ok(method), body),
+            Err(error) => (Err(error), Bytes::new()),
+        };
         Ok(Incoming::Call(Request {
             call: call_of(peer, &meta),
-            method: method_of(&meta),
-            body: payload,
+            method,
+            body,
             budget: Some(budget),
             reply: meta.correlation_id,
             then: After::ReadOn,
         }))
     }
 
-    fn answer(id: u64, outcome: Result<Bytes, ApiError>) -> Answer {
+    fn answer(id: u64, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer {
         answer(id, outcome)
     }
 }
@@ -63,14 +77,20 @@ impl Framing for Flare {
 struct Frame {
     meta: RequestMeta,
     payload: Bytes,
+    /// Bytes of the meta and attachment: what the frame holds besides the
+    /// payload.
+    framing: usize,
     /// The frame's share of the global budget for large bodies.
-    budget: crate::edge::Reservation,
+    budget: Reservation,
 }
 
 /// Reads one frame: its header and meta within the header-read timeout, the
 /// rest within the body-read timeout. Any error closes the connection: after
-/// a bad header the stream cannot be resynchronised.
-async fn read_frame(reader: &mut Reader, state: &AppState) -> Result<Frame, String> {
+/// a bad header the stream cannot be resynchronised. A frame without
+/// `request_meta` is read and dropped (None), the connection kept, as the
+/// original's server drops it ("Corrupted message: Request or response meta
+/// is not present").
+async fn read_frame(reader: &mut Reader, state: &AppState) -> Result<Option<Frame>, String> {
     let edge = &state.settings.edge;
     // Set when the first wait starts: a heartbeat usually arrives whole with
     // the read that woke the connection, and then no timer is armed at all.
@@ -100,16 +120,63 @@ async fn read_frame(reader: &mut Reader, state: &AppState) -> Result<Frame, Stri
     let meta = frame::decode_request_meta(frame.slice(HEADER_LEN..meta_end))
         .map_err(|error| format!("unparsable meta: {error}"))?;
     if !meta.is_request {
-        return Err("a request frame without request meta".to_owned());
+        tracing::debug!(
+            target: super::LOG,
+            correlation_id = meta.correlation_id,
+            "dropped a frame without request meta"
+        );
+        return Ok(None);
     }
     // The attachment (after the payload) is consumed and dropped: no scheduler
     // call carries one.
     let payload = frame.slice(meta_end..meta_end + header.msg_size);
-    Ok(Frame {
+    Ok(Some(Frame {
         meta,
         payload,
+        framing: header.meta_size + header.att_size,
         budget,
-    })
+    }))
+}
+
+/// The request message of a frame: its payload, inflated if the meta says
+/// it is compressed. The inflated message counts against the frame limit
+/// (with the meta and attachment, as an uncompressed frame would) and
+/// against the budget for buffered bodies; beyond either it is refused
+/// with the answer an uncompressed frame that large would get, or
+/// "overloaded".
+fn inflate(
+    meta: &RequestMeta,
+    payload: Bytes,
+    framing: usize,
+    budget: &mut Reservation,
+) -> Result<Bytes, ApiError> {
+    let algorithm = match Algorithm::from_wire(meta.compression_algorithm) {
+        Ok(None) => return Ok(payload),
+        Ok(Some(algorithm)) => algorithm,
+        Err(value) => {
+            return Err(ApiError::new(
+                ErrorKind::CompressionNotSupported,
+                format!("compression algorithm {value} is not one the framework defines"),
+            ));
+        }
+    };
+    let limit = frame::MAX_FRAME_BODY.saturating_sub(framing);
+    let inflated = algorithm
+        .inflate(&payload, limit)
+        .map_err(|error| match error {
+            InflateError::TooLarge { .. } => ApiError::new(
+                ErrorKind::PayloadTooLarge,
+                format!(
+                    "{error}: a frame of {} bytes inflated",
+                    frame::MAX_FRAME_BODY
+                ),
+            ),
+            InflateError::Corrupt { .. } => ApiError::malformed(error.to_string()),
+        })?;
+    if !budget.grow_to(framing + inflated.len()) {
+        return Err(rpc::budget_exhausted());
+    }
+    Ok(Bytes::from(inflated))
 }
 
 /// Reads until `len` bytes are buffered, by the deadline `deadline` gives
@@ -131,24 +198,24 @@ async fn fill_by(
     }
 }
 
-/// What the transport knows about a call: the meta's `timeout` is its deadline.
+/// What the transport knows about a call: the meta's `timeout` is its
+/// deadline, its `acceptable_compression_algorithms` what the answer may be
+/// compressed with.
 fn call_of(peer: SocketAddr, meta: &RequestMeta) -> rpc::Call {
     let timeout = meta.timeout.filter(|&ms| ms > 0);
-    rpc::Call::new(
+    let mut call = rpc::Call::new(
         CallProtocol::Flare,
         Encoding::Binary,
         peer.ip().to_canonical(),
         timeout.map(|ms| Duration::from_millis(u64::from(ms))),
         Instant::now(),
-    )
+    );
+    call.accepts = Accepted::from_bits(meta.acceptable_compression_algorithms.unwrap_or(0));
+    call
 }
 
 /// The method a request names, or the framework's error for it.
 fn method_of(meta: &RequestMeta) -> Result<Method, ApiError> {
-    let compressed = meta.compression_algorithm.is_some_and(|algorithm| {
-        algorithm != CompressionAlgorithm::None as i32
-            && algorithm != CompressionAlgorithm::Unknown as i32
-    });
     // Every daemon call names this service: match its bytes first, and spell
     // the name out only for an error.
     let known = meta
@@ -160,16 +227,7 @@ fn method_of(meta: &RequestMeta) -> Result<Method, ApiError> {
                 .into_iter()
                 .find(|known| known.name().as_bytes() == method)
         });
-    let Some(method) = known else {
-        return Err(unknown_method(&String::from_utf8_lossy(meta.method_name())));
-    };
-    if compressed {
-        return Err(ApiError::new(
-            ErrorKind::CompressionNotSupported,
-            "compressed requests are not supported; send them uncompressed",
-        ));
-    }
-    Ok(method)
+    known.ok_or_else(|| unknown_method(&String::from_utf8_lossy(meta.method_name())))
 }
 
 /// The framework's error for a method name this server does not implement:
@@ -183,9 +241,12 @@ fn unknown_method(name: &str) -> ApiError {
 }
 
 /// The answer frame of call `id`: its head, and the payload as it is.
-fn answer(id: u64, outcome: Result<Bytes, ApiError>) -> Answer {
+fn answer(id: u64, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer {
     match outcome {
-        Ok(payload) => Answer::new(frame::response_head(id, Ok(payload.len())), payload),
+        Ok(answer) => Answer::new(
+            frame::response_head(id, Ok(answer.payload.len()), answer.compression),
+            answer.payload,
+        ),
         Err(error) => {
             // Scheduler outcomes carry the original's description, mostly none.
             let description = match error.kind {
@@ -194,7 +255,7 @@ fn answer(id: u64, outcome: Result<Bytes, ApiError>) -> Answer {
             };
             let status = error.kind.wire().rpc_code as i32;
             Answer::new(
-                frame::response_head(id, Err((status, description))),
+                frame::response_head(id, Err((status, description)), None),
                 Bytes::new(),
             )
         }

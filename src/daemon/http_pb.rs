@@ -75,7 +75,10 @@ impl Framing for HttpPb {
         read_request(reader, state, peer, &self.router).await
     }
 
-    fn answer(reply: DialectAnswer, outcome: Result<Bytes, ApiError>) -> Answer {
+    fn answer(reply: DialectAnswer, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer {
+        // Never compressed: only the binary protocol's callers say what they
+        // inflate.
+        let outcome = outcome.map(|answer| answer.payload);
         let (status, headers, payload) = dialect::answer_parts(outcome, reply.media_type);
         write_answer(status, &headers, reply.seq_no.as_ref(), payload)
     }

@@ -24,7 +24,11 @@ pub mod conn;
 pub mod flare;
 pub mod http_pb;
 
-use std::{future::ready, net::SocketAddr};
+use std::{
+    future::ready,
+    net::SocketAddr,
+    sync::atomic::{AtomicU64, Ordering},
+};
 
 use bytes::{Bytes, BytesMut};
 use tokio::{net::TcpStream, sync::watch};
@@ -64,7 +68,7 @@ pub trait Framing: Send + 'static {
 
     /// The answer to a call: the framing's head and the payload, as it is
     /// (never copied: it may be shared by every caller).
-    fn answer(reply: Self::Reply, outcome: Result<Bytes, ApiError>) -> Answer;
+    fn answer(reply: Self::Reply, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer;
 }
 
 /// What [`Framing::read_request`] read.
@@ -74,6 +78,9 @@ pub enum Incoming<R> {
     /// A request the framing answered itself (`http+pb`: one for another
     /// endpoint, which the router served).
     Answered { answer: Answer, then: After },
+    /// A message the framing read and dropped, unanswered, as the daemons'
+    /// framework drops it (`flare`: a frame without `request_meta`).
+    Dropped,
 }
 
 /// One call as a daemon framing read it.
@@ -102,9 +109,15 @@ pub enum After {
     Drain,
 }
 
+/// Numbers daemon connections, for [`rpc::Call::connection`].
+static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
+
 /// Serves one daemon connection with `framing`. `already_read` holds the
 /// bytes the listener read to recognise the protocol; `stop` turns true when
-/// the server stops.
+/// the server stops. Every call on it names the connection: a daemon is its
+/// connection when callers take turns for quota (and under the waiter cap),
+/// so daemons behind one NAT address are told apart; the grants they receive
+/// still belong to their address and token.
 pub async fn serve<F: Framing>(
     mut framing: F,
     state: AppState,
@@ -114,6 +127,7 @@ pub async fn serve<F: Framing>(
     stop: watch::Receiver<bool>,
 ) {
     let edge = state.settings.edge.clone();
+    let connection_id = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
     let budget = ConnectionBudget::new(&state.body_budget);
     let mut connection = Connection::for_daemon(stream, already_read, &edge, budget, stop);
     let mut drain = false;
@@ -127,7 +141,11 @@ pub async fn serve<F: Framing>(
             .read_request(&mut connection.reader, &state, peer)
             .await
         {
-            Ok(Incoming::Call(request)) => request,
+            Ok(Incoming::Call(mut request)) => {
+                request.call.connection = Some(connection_id);
+                request
+            }
+            Ok(Incoming::Dropped) => continue,
             Ok(Incoming::Answered { answer, then }) => {
                 if connection.answers.send(answer).await.is_err() {
                     connection.abandon();

@@ -204,8 +204,10 @@ mod tests {
             ip: ip.parse().unwrap(),
             grants_held: 0,
             waiting: 0,
+            waiting_requesters: 0,
             grants_total,
             refused_total: 0,
+            wait_cap_refusals: 0,
         }
     }
 

@@ -119,9 +119,11 @@ impl Dashboard {
                     ip: requester.ip.to_string(),
                     grants_held: requester.grants_held,
                     waiting: requester.waiting,
+                    waiting_requesters: requester.waiting_requesters,
                     grants_total: requester.grants_total,
                     grants_per_second: rates.by_machine.get(&requester.ip).copied().unwrap_or(0.0),
                     refused_total: requester.refused_total,
+                    wait_cap_refusals: requester.wait_cap_refusals,
                 })
                 .collect(),
         }
@@ -362,6 +364,10 @@ pub struct RequesterRow {
     pub grants_held: u64,
     /// Its calls waiting for quota now.
     pub waiting: u64,
+    /// Of its requesters, those with calls waiting now: each daemon
+    /// connection counts (an office behind one NAT address has many), a
+    /// JSON, Connect or gRPC caller counts as its address.
+    pub waiting_requesters: u64,
     /// Grants made to it since start.
     #[serde(serialize_with = "as_string")]
     #[schema(value_type = String, pattern = "^[0-9]+$")]
@@ -372,6 +378,12 @@ pub struct RequesterRow {
     #[serde(serialize_with = "as_string")]
     #[schema(value_type = String, pattern = "^[0-9]+$")]
     pub refused_total: u64,
+    /// Its `WaitForStartingTask` calls answered no quota at once since
+    /// start because a waiter cap was full (`--max_waiters_per_requester`,
+    /// `--max_waiters`): non-zero when a cap bites.
+    #[serde(serialize_with = "as_string")]
+    #[schema(value_type = String, pattern = "^[0-9]+$")]
+    pub wait_cap_refusals: u64,
 }
 
 /// One compiler environment across the cluster.

@@ -94,10 +94,11 @@ pub struct Limits {
     pub max_digest_chars: usize,
     /// Most queued requests at once; beyond, `NoQuotaAvailable` at once (100000).
     pub max_waiters: usize,
-    /// Most queued requests of one requesting machine (IP); beyond,
+    /// Most queued requests of one requester (a daemon's connection, or an
+    /// address for other protocols: [`super::RequesterId`]); beyond,
     /// `NoQuotaAvailable` at once (64; a delegate keeps one long poll per
     /// compiler).
-    pub max_waiters_per_machine: usize,
+    pub max_waiters_per_requester: usize,
     /// Requesting machines remembered for the Requesters view; beyond, idle
     /// ones are forgotten (65536).
     pub max_requesters: usize,
@@ -132,7 +133,7 @@ impl Default for Limits {
             max_reported_tasks: 1 << 20,
             max_digest_chars: 256,
             max_waiters: 100_000,
-            max_waiters_per_machine: 64,
+            max_waiters_per_requester: 64,
             max_requesters: 65536,
             max_adoption_retired_ids: 1 << 20,
             max_adoption_early_frees: 1 << 20,

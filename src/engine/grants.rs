@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::adoption::{AdoptionBounds, AdoptionWindow};
 use super::config::Config;
 use super::requesters::Owner;
-use super::types::{EnvId, ServantKey, later};
+use super::types::{EnvId, RequesterId, ServantKey, later};
 use super::views::{Counters, GrantView};
 
 /// One grant the engine counts against a servant. Stored records live in
@@ -202,10 +202,12 @@ impl GrantTable {
 /// Where a new grant comes from.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Origin {
-    /// Issued to `owner` for environment `env`, with a lease of `lease` from now.
+    /// Issued to `owner` for environment `env`, with a lease of `lease` from
+    /// now, answering a call of `requester`.
     Issued {
         env: EnvId,
         owner: Owner,
+        requester: RequesterId,
         lease: Duration,
         prefetch: bool,
     },

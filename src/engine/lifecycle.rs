@@ -28,6 +28,7 @@ impl State {
                 owner,
                 lease,
                 prefetch,
+                ..
             } => (
                 Some(owner),
                 self.envs.get(env).map(|e| e.name().clone()),
@@ -63,7 +64,12 @@ impl State {
         self.servants.count_grant(servant, id, adopted);
         self.note_deadline(lease_until);
         match (origin, owner) {
-            (Origin::Issued { owner, .. }, _) => self.requesters.granted(owner.ip),
+            (
+                Origin::Issued {
+                    owner, requester, ..
+                },
+                _,
+            ) => self.requesters.granted(owner.ip, requester),
             (Origin::Adopted { .. }, Some(owner)) => self.requesters.adopted_by(owner.ip),
             (Origin::Adopted { .. }, None) => {}
         }

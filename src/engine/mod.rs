@@ -16,12 +16,13 @@
 //! - `types`: requests, replies, [`Rejection`], internal ids, `later`.
 //! - `config`: [`Config`] and [`Limits`].
 //! - `views`: what the engine shows of itself ([`Snapshot`], [`Counters`]).
-//! - `requesters`: requesting machines: owners, last served, figures
-//!   (owner: `Requesters`).
+//! - `requesters`: requesters: owners (address and token), turns (a
+//!   daemon's connection, or an address), figures per address (owner:
+//!   `Requesters`).
 //! - `adoption`: what the window after start remembers (`AdoptionWindow`,
 //!   held by `Grants`).
-//! - `wait_queues`: per-environment queues fair between machines, and
-//!   `WaitQueues`, the only writer of a queue.
+//! - `wait_queues`: per-environment queues fair between requesters, and
+//!   `WaitQueues`, the only writer of a queue, with the waiter caps.
 //! - `envs`: per-environment indexes (owner: `Envs`): servants with a free
 //!   slot in placement order, accepting versions, the queue; `Effects`, the
 //!   follow-up work a change of them asks for.
@@ -73,7 +74,7 @@ pub use fence::GrantFence;
 pub use tokens::{Redacted, TokenSet};
 pub use types::{
     Grant, GrantRequest, Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask,
-    RunningTask, ServantPriority,
+    RequesterId, RunningTask, ServantPriority,
 };
 pub use views::{
     ClusterTotals, Counters, EnvironmentView, GrantView, RequesterView, ServantView, Snapshot,
@@ -215,7 +216,7 @@ impl Scheduler {
     }
 
     /// `WaitForStartingTask`: up to `immediate` then `prefetch` grants. Only the
-    /// first grant may wait (up to `wait`, fairly between machines); the rest
+    /// first grant may wait (up to `wait`, fairly between requesters); the rest
     /// come from capacity free right now. Cancel-safe: dropping the future
     /// leaves the queue and releases anything already handed to it.
     ///
@@ -243,7 +244,8 @@ impl Scheduler {
         let total = req.immediate.saturating_add(req.prefetch).min(limit);
         let immediate = req.immediate.min(total);
         let owner = Owner::new(req.requester_ip, &presented);
-        match sh.with_state(|st, now| st.admit(&req, owner, immediate, total, now))? {
+        let requester = RequesterId::of(&req);
+        match sh.with_state(|st, now| st.admit(&req, owner, requester, immediate, total, now))? {
             Admission::Granted(grants) => Ok(grants),
             Admission::Queued {
                 env,

@@ -1,10 +1,13 @@
-//! Requesting machines (delegates, by IP): who owns a grant, when each
-//! machine was last served, and the per-machine figures of the Requesters view.
+//! Requesters (delegates): who owns a grant (an address and a token), when
+//! each requester was last served and how many calls it has waiting (a
+//! daemon's connection, or an address: [`RequesterId`]), and the figures of
+//! the Requesters view, per address.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 
 use super::tokens::TokenDigest;
+use super::types::RequesterId;
 use super::views::RequesterView;
 
 /// Who received a grant: the requesting machine and the token it presented.
@@ -29,13 +32,10 @@ impl Owner {
     }
 }
 
-/// What the engine keeps about one requesting machine.
+/// What the engine keeps about one requesting address (the Requesters view).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Requester {
-    /// Serve-clock value of its latest grant (0: never served). Only grows
-    /// while the record exists, which the waiting queues rely on.
-    last_served: u64,
-    /// Its calls waiting in a queue now.
+struct Machine {
+    /// Its calls waiting in a queue now, over all its requesters.
     waiting: usize,
     /// Grants it owns now (live and zombie).
     held: u64,
@@ -43,18 +43,32 @@ struct Requester {
     grants_total: u64,
     /// Its renewals and frees of grants it does not own, refused.
     refused_total: u64,
+    /// Its calls refused at once because a waiter cap was reached.
+    wait_cap_refusals: u64,
 }
 
-impl Requester {
+impl Machine {
     fn idle(&self) -> bool {
         self.waiting == 0 && self.held == 0
     }
 }
 
-/// Every requesting machine seen, bounded: beyond `limit` records, idle ones
-/// (nothing held, nothing waiting) are forgotten.
+/// What the engine keeps about one requester's turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Turn {
+    /// Serve-clock value of its latest grant (0: never served). Only grows
+    /// while the record exists, which the waiting queues rely on.
+    last_served: u64,
+    /// Its calls waiting in a queue now.
+    waiting: usize,
+}
+
+/// Every requester and requesting address seen, each bounded: beyond
+/// `limit` records, idle ones (nothing waiting; for an address, nothing held
+/// either) are forgotten.
 pub(crate) struct Requesters {
-    by_ip: HashMap<IpAddr, Requester>,
+    machines: HashMap<IpAddr, Machine>,
+    turns: HashMap<RequesterId, Turn>,
     clock: u64,
     limit: usize,
 }
@@ -62,83 +76,111 @@ pub(crate) struct Requesters {
 impl Requesters {
     pub(crate) fn new(limit: usize) -> Self {
         Requesters {
-            by_ip: HashMap::new(),
+            machines: HashMap::new(),
+            turns: HashMap::new(),
             clock: 0,
             limit: limit.max(1),
         }
     }
 
-    /// The record of `ip`, created if needed.
-    fn entry(&mut self, ip: IpAddr) -> &mut Requester {
-        if self.by_ip.len() >= self.limit && !self.by_ip.contains_key(&ip) {
+    /// The record of address `ip`, created if needed.
+    fn machine(&mut self, ip: IpAddr) -> &mut Machine {
+        if self.machines.len() >= self.limit && !self.machines.contains_key(&ip) {
             // Amortised: one O(n) pass frees every idle record at once.
-            self.by_ip.retain(|_, r| !r.idle());
+            self.machines.retain(|_, m| !m.idle());
         }
-        self.by_ip.entry(ip).or_default()
+        self.machines.entry(ip).or_default()
     }
 
-    /// Calls of `ip` waiting in a queue now.
-    pub(crate) fn waiting(&self, ip: &IpAddr) -> usize {
-        self.by_ip.get(ip).map_or(0, |r| r.waiting)
+    /// The turn of `requester`, created if needed. A daemon's connections
+    /// come and go: a requester with nothing waiting is forgotten once there
+    /// are too many, and then starts as never served, like a new one.
+    fn turn(&mut self, requester: RequesterId) -> &mut Turn {
+        if self.turns.len() >= self.limit && !self.turns.contains_key(&requester) {
+            self.turns.retain(|_, t| t.waiting > 0);
+        }
+        self.turns.entry(requester).or_default()
     }
 
-    /// A call from `ip` joined a queue; returns when `ip` was last served.
-    pub(crate) fn started_waiting(&mut self, ip: IpAddr) -> u64 {
-        let r = self.entry(ip);
-        r.waiting += 1;
-        r.last_served
+    /// Calls of `requester` waiting in a queue now.
+    pub(crate) fn waiting(&self, requester: &RequesterId) -> usize {
+        self.turns.get(requester).map_or(0, |t| t.waiting)
     }
 
-    /// A call from `ip` left its queue.
-    pub(crate) fn stopped_waiting(&mut self, ip: IpAddr) {
-        let r = self.entry(ip);
-        r.waiting = r.waiting.saturating_sub(1);
+    /// A call from `requester` joined a queue; returns when it was last served.
+    pub(crate) fn started_waiting(&mut self, requester: RequesterId) -> u64 {
+        self.machine(requester.ip).waiting += 1;
+        let t = self.turn(requester);
+        t.waiting += 1;
+        t.last_served
     }
 
-    /// When `ip` was last served (0 if never or forgotten while idle).
-    pub(crate) fn last_served(&self, ip: &IpAddr) -> u64 {
-        self.by_ip.get(ip).map_or(0, |r| r.last_served)
+    /// A call from `requester` left its queue.
+    pub(crate) fn stopped_waiting(&mut self, requester: RequesterId) {
+        let m = self.machine(requester.ip);
+        m.waiting = m.waiting.saturating_sub(1);
+        let t = self.turn(requester);
+        t.waiting = t.waiting.saturating_sub(1);
     }
 
-    /// Rule "fair shares per machine": a grant to `ip` makes it the machine
-    /// served most recently.
-    pub(crate) fn granted(&mut self, ip: IpAddr) {
+    /// A call from `requester` was refused at once: a waiter cap was full.
+    pub(crate) fn refused_at_cap(&mut self, requester: RequesterId) {
+        self.machine(requester.ip).wait_cap_refusals += 1;
+    }
+
+    /// When `requester` was last served (0 if never or forgotten while idle).
+    pub(crate) fn last_served(&self, requester: &RequesterId) -> u64 {
+        self.turns.get(requester).map_or(0, |t| t.last_served)
+    }
+
+    /// Rule "fair shares per requester": a grant to `requester` makes it the
+    /// requester served most recently; its owner's address holds one more.
+    pub(crate) fn granted(&mut self, owner: IpAddr, requester: RequesterId) {
         self.clock += 1;
         let clock = self.clock;
-        let r = self.entry(ip);
-        r.last_served = clock;
-        r.held += 1;
-        r.grants_total += 1;
+        self.turn(requester).last_served = clock;
+        let m = self.machine(owner);
+        m.held += 1;
+        m.grants_total += 1;
     }
 
     /// A grant owned by `ip` was forgotten.
     pub(crate) fn released(&mut self, ip: IpAddr) {
-        if let Some(r) = self.by_ip.get_mut(&ip) {
-            r.held = r.held.saturating_sub(1);
+        if let Some(m) = self.machines.get_mut(&ip) {
+            m.held = m.held.saturating_sub(1);
         }
     }
 
     /// An adopted grant found its owner (its first renewer).
     pub(crate) fn adopted_by(&mut self, ip: IpAddr) {
-        self.entry(ip).held += 1;
+        self.machine(ip).held += 1;
     }
 
     /// A renewal or free from `ip` of a grant it does not own.
     pub(crate) fn refused(&mut self, ip: IpAddr) {
-        self.entry(ip).refused_total += 1;
+        self.machine(ip).refused_total += 1;
     }
 
-    /// Every machine remembered, sorted by IP.
+    /// Every address remembered, sorted by IP, with how many requesters
+    /// (daemon connections, or the address itself) it has waiting.
     pub(crate) fn views(&self) -> Vec<RequesterView> {
+        let mut waiting_requesters: HashMap<IpAddr, u64> = HashMap::new();
+        for (requester, turn) in &self.turns {
+            if turn.waiting > 0 {
+                *waiting_requesters.entry(requester.ip).or_default() += 1;
+            }
+        }
         let mut views: Vec<RequesterView> = self
-            .by_ip
+            .machines
             .iter()
-            .map(|(&ip, r)| RequesterView {
+            .map(|(&ip, m)| RequesterView {
                 ip,
-                grants_held: r.held,
-                waiting: r.waiting as u64,
-                grants_total: r.grants_total,
-                refused_total: r.refused_total,
+                grants_held: m.held,
+                waiting: m.waiting as u64,
+                waiting_requesters: waiting_requesters.get(&ip).copied().unwrap_or(0),
+                grants_total: m.grants_total,
+                refused_total: m.refused_total,
+                wait_cap_refusals: m.wait_cap_refusals,
             })
             .collect();
         views.sort_unstable_by_key(|r| r.ip);

@@ -33,9 +33,12 @@ impl State {
 
     /// Event counters since start, each kept by the owner of its events.
     pub(crate) fn counters(&self) -> Counters {
+        let (wait_refused_total_cap, wait_refused_requester_cap) = self.waiters.refused_at_caps();
         Counters {
             servants_expired: self.servants.expired(),
             no_quota: self.waiters.no_quota(),
+            wait_refused_total_cap,
+            wait_refused_requester_cap,
             ..self.grants.counters()
         }
     }

@@ -28,7 +28,8 @@ pub(crate) struct State {
     pub(super) envs: Envs,
     /// Call numbers and the count of queued calls across the queues.
     pub(super) waiters: WaitQueues,
-    /// Requesting machines: ownership figures, last served, waiting.
+    /// Requesters: ownership figures per address, turns and waiting calls
+    /// per requester.
     pub(super) requesters: Requesters,
     pub(super) tokens: TokenRing,
     /// Checked by every placement (rule "fencing").
@@ -52,7 +53,7 @@ impl State {
             ),
             grants: Grants::new(config, now),
             envs: Envs::default(),
-            waiters: WaitQueues::new(limits.max_waiters, limits.max_waiters_per_machine),
+            waiters: WaitQueues::new(limits.max_waiters, limits.max_waiters_per_requester),
             requesters: Requesters::new(limits.max_requesters),
             tokens: TokenRing::new(
                 config.serving_daemon_token_secret.clone().map(|s| s.0),

@@ -159,8 +159,14 @@ pub struct HeartbeatReply {
 pub struct GrantRequest {
     /// User token.
     pub token: Redacted<String>,
-    /// Peer IP of the requester, used to keep its tasks off its own machine.
+    /// Peer IP of the requester, used to keep its tasks off its own machine
+    /// and, with the token, to own the grants (rule "grant ownership").
     pub requester_ip: IpAddr,
+    /// The daemon connection the call came on (`flare`, `http+pb`), if any:
+    /// the requester that takes turns for quota is then that connection,
+    /// not the address, so daemons behind one NAT address take turns with
+    /// each other (see [`RequesterId`]).
+    pub connection: Option<u64>,
     /// How long the first grant may wait for capacity (at most `Limits::max_wait`).
     pub wait: Duration,
     /// How long the caller still waits for an answer (its deadline less a
@@ -178,6 +184,30 @@ pub struct GrantRequest {
     pub lease: Duration,
     /// Servants older than this daemon version are not used.
     pub min_version: u32,
+}
+
+/// Who takes turns for quota (rule "fair shares per requester") and whose
+/// queued calls are capped: a daemon's connection, or for the protocols of
+/// scripts and tools (JSON, Connect, gRPC), an address. A daemon holds at
+/// most two connections; an office behind one NAT address is many daemons,
+/// each its own requester. Ownership of grants stays with the address and
+/// token ([`GrantRequest::requester_ip`]), so a daemon renews and frees on
+/// either of its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequesterId {
+    /// Canonical IP (IPv4-mapped IPv6 is IPv4).
+    pub ip: IpAddr,
+    /// The daemon connection, or None for a caller known by its address.
+    pub connection: Option<u64>,
+}
+
+impl RequesterId {
+    pub fn of(request: &GrantRequest) -> RequesterId {
+        RequesterId {
+            ip: request.requester_ip.to_canonical(),
+            connection: request.connection,
+        }
+    }
 }
 
 /// One compile slot on one servant.

@@ -115,7 +115,8 @@ pub struct EnvironmentView {
     pub waiters: usize,
 }
 
-/// One requesting machine (a delegate's IP), for the Requesters view.
+/// One requesting machine (a delegate's IP, or an office behind it), for
+/// the Requesters view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequesterView {
     /// Its IP as the scheduler sees it.
@@ -124,6 +125,12 @@ pub struct RequesterView {
     pub grants_held: u64,
     /// Its calls waiting for quota now.
     pub waiting: u64,
+    /// Requesters of this address with calls waiting now: daemon
+    /// connections (many behind a NAT address), or the address itself.
+    pub waiting_requesters: u64,
+    /// Its calls refused at once since start because a waiter cap was
+    /// reached (its requester's, or the total): a cap biting.
+    pub wait_cap_refusals: u64,
     /// Grants made to it since start.
     pub grants_total: u64,
     /// Its renewals and frees of grants it does not own, refused since start.
@@ -181,4 +188,10 @@ pub struct Counters {
     pub servants_expired: u64,
     /// Requests answered `NoQuotaAvailable`.
     pub no_quota: u64,
+    /// Of those, requests refused at once because `max_waiters` calls were
+    /// queued in all.
+    pub wait_refused_total_cap: u64,
+    /// Of those, requests refused at once because their requester had
+    /// `max_waiters_per_requester` calls queued.
+    pub wait_refused_requester_cap: u64,
 }

@@ -1,17 +1,17 @@
 //! The queues of waiting requests: one per environment, grouped by
-//! requesting machine, and [`WaitQueues`], which numbers the calls and counts
-//! them across every queue. Only `WaitQueues` puts a call into a queue or takes
+//! requester ([`RequesterId`]: a daemon's connection, or an address), and
+//! [`WaitQueues`], which numbers the calls, counts them across every queue
+//! and holds the caps. Only `WaitQueues` puts a call into a queue or takes
 //! one out, so its count is the sum of the queues' lengths.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::IpAddr;
 use std::ops::Bound::{Excluded, Unbounded};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
 use super::requesters::Owner;
-use super::types::{EnvId, Grant, Rejection};
+use super::types::{EnvId, Grant, Rejection, RequesterId};
 
 /// The answer a queued request receives.
 pub(crate) type Answer = Result<Vec<Grant>, Rejection>;
@@ -22,6 +22,8 @@ pub(crate) type Answer = Result<Vec<Grant>, Rejection>;
 pub(crate) struct GrantOrder {
     pub env: EnvId,
     pub owner: Owner,
+    /// Who takes turns: the grants' owner's connection, or its address.
+    pub requester: RequesterId,
     pub min_version: u32,
     pub lease: Duration,
     /// Grants before this index are immediate, the rest prefetch.
@@ -36,29 +38,29 @@ pub(crate) struct Waiter {
     pub tx: oneshot::Sender<Answer>,
 }
 
-/// Where a machine stands in an environment's queue.
+/// Where a requester stands in an environment's queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct MachineKey {
-    /// The machine's serve-clock stamp (see `Requesters::granted`).
+pub(crate) struct TurnKey {
+    /// The requester's serve-clock stamp (see `Requesters::granted`).
     pub served: u64,
     /// Arrival number of its oldest call queued here.
     pub head: u64,
-    pub ip: IpAddr,
+    pub requester: RequesterId,
 }
 
-/// One machine's calls in one environment, oldest first.
-struct MachineQueue {
+/// One requester's calls in one environment, oldest first.
+struct RequesterQueue {
     seqs: BTreeSet<u64>,
     /// The key the ordered set holds for it (never above the true key).
-    held: MachineKey,
+    held: TurnKey,
 }
 
 /// The queued requests of one environment.
 #[derive(Default)]
 pub(crate) struct WaitQueue {
     by_seq: BTreeMap<u64, Waiter>,
-    order: BTreeSet<MachineKey>,
-    machines: HashMap<IpAddr, MachineQueue>,
+    order: BTreeSet<TurnKey>,
+    requesters: HashMap<RequesterId, RequesterQueue>,
 }
 
 impl WaitQueue {
@@ -70,24 +72,24 @@ impl WaitQueue {
         self.by_seq.is_empty()
     }
 
-    /// Queues a call; `served` is its machine's stamp now.
+    /// Queues a call; `served` is its requester's stamp now.
     fn insert(&mut self, seq: u64, waiter: Waiter, served: u64) {
-        let ip = waiter.order.owner.ip;
+        let requester = waiter.order.requester;
         self.by_seq.insert(seq, waiter);
-        match self.machines.get_mut(&ip) {
-            Some(m) => {
-                m.seqs.insert(seq);
+        match self.requesters.get_mut(&requester) {
+            Some(r) => {
+                r.seqs.insert(seq);
             }
             None => {
-                let held = MachineKey {
+                let held = TurnKey {
                     served,
                     head: seq,
-                    ip,
+                    requester,
                 };
                 self.order.insert(held);
-                self.machines.insert(
-                    ip,
-                    MachineQueue {
+                self.requesters.insert(
+                    requester,
+                    RequesterQueue {
                         seqs: BTreeSet::from([seq]),
                         held,
                     },
@@ -99,12 +101,12 @@ impl WaitQueue {
     /// Takes a call out of the queue.
     fn remove(&mut self, seq: u64) -> Option<Waiter> {
         let w = self.by_seq.remove(&seq)?;
-        let ip = w.order.owner.ip;
-        if let Some(m) = self.machines.get_mut(&ip) {
-            m.seqs.remove(&seq);
-            if m.seqs.is_empty() {
-                self.order.remove(&m.held);
-                self.machines.remove(&ip);
+        let requester = w.order.requester;
+        if let Some(r) = self.requesters.get_mut(&requester) {
+            r.seqs.remove(&seq);
+            if r.seqs.is_empty() {
+                self.order.remove(&r.held);
+                self.requesters.remove(&requester);
             }
         }
         Some(w)
@@ -121,35 +123,39 @@ impl WaitQueue {
     }
 
     /// The first held key after `cursor` (from the start if `None`).
-    pub(crate) fn next_after(&self, cursor: Option<MachineKey>) -> Option<MachineKey> {
+    pub(crate) fn next_after(&self, cursor: Option<TurnKey>) -> Option<TurnKey> {
         match cursor {
             None => self.order.first().copied(),
             Some(k) => self.order.range((Excluded(k), Unbounded)).next().copied(),
         }
     }
 
-    /// The machine's true key given its stamp now.
-    pub(crate) fn true_key(&self, ip: IpAddr, served: u64) -> Option<MachineKey> {
-        let head = *self.machines.get(&ip)?.seqs.first()?;
-        Some(MachineKey { served, head, ip })
+    /// The requester's true key given its stamp now.
+    pub(crate) fn true_key(&self, requester: RequesterId, served: u64) -> Option<TurnKey> {
+        let head = *self.requesters.get(&requester)?.seqs.first()?;
+        Some(TurnKey {
+            served,
+            head,
+            requester,
+        })
     }
 
-    /// Moves a machine from its held key to its true one.
-    pub(crate) fn rekey(&mut self, ip: IpAddr, truth: MachineKey) {
-        if let Some(m) = self.machines.get_mut(&ip)
-            && m.held != truth
+    /// Moves a requester from its held key to its true one.
+    pub(crate) fn rekey(&mut self, requester: RequesterId, truth: TurnKey) {
+        if let Some(r) = self.requesters.get_mut(&requester)
+            && r.held != truth
         {
-            self.order.remove(&m.held);
+            self.order.remove(&r.held);
             self.order.insert(truth);
-            m.held = truth;
+            r.held = truth;
         }
     }
 
-    /// A machine's calls here, oldest first.
-    pub(crate) fn calls_of(&self, ip: IpAddr) -> Vec<u64> {
-        self.machines
-            .get(&ip)
-            .map(|m| m.seqs.iter().copied().collect())
+    /// A requester's calls here, oldest first.
+    pub(crate) fn calls_of(&self, requester: RequesterId) -> Vec<u64> {
+        self.requesters
+            .get(&requester)
+            .map(|r| r.seqs.iter().copied().collect())
             .unwrap_or_default()
     }
 }
@@ -160,19 +166,24 @@ pub(crate) struct WaitQueues {
     next_seq: u64,
     count: usize,
     max: usize,
-    max_per_machine: usize,
+    max_per_requester: usize,
     /// Requests answered `NoQuotaAvailable` (counter).
     no_quota: u64,
+    /// Requests refused at once by each cap (counters).
+    refused_total_cap: u64,
+    refused_requester_cap: u64,
 }
 
 impl WaitQueues {
-    pub(crate) fn new(max: usize, max_per_machine: usize) -> Self {
+    pub(crate) fn new(max: usize, max_per_requester: usize) -> Self {
         WaitQueues {
             next_seq: 1,
             count: 0,
             max,
-            max_per_machine,
+            max_per_requester,
             no_quota: 0,
+            refused_total_cap: 0,
+            refused_requester_cap: 0,
         }
     }
 
@@ -187,13 +198,28 @@ impl WaitQueues {
         self.count
     }
 
-    /// The queue bounds (rule "limits"): true if one more call may not queue, given how many its
-    /// machine has queued already.
-    pub(crate) fn full(&self, machine_waiting: usize) -> bool {
-        self.count >= self.max || machine_waiting >= self.max_per_machine
+    /// The queue bounds: true if a cap keeps one more call from queueing
+    /// (`max_waiters` in all, or `max_waiters_per_requester`, given how many
+    /// its requester has queued already), counted per cap.
+    pub(crate) fn cap_reached(&mut self, requester_waiting: usize) -> bool {
+        if self.count >= self.max {
+            self.refused_total_cap += 1;
+            true
+        } else if requester_waiting >= self.max_per_requester {
+            self.refused_requester_cap += 1;
+            true
+        } else {
+            false
+        }
     }
 
-    /// Queues a call in `queue`; `served` is its machine's stamp now.
+    /// Requests refused at once since start, by the total cap and by the
+    /// per-requester cap.
+    pub(crate) fn refused_at_caps(&self) -> (u64, u64) {
+        (self.refused_total_cap, self.refused_requester_cap)
+    }
+
+    /// Queues a call in `queue`; `served` is its requester's stamp now.
     /// Returns the call's number.
     pub(crate) fn enqueue(&mut self, queue: &mut WaitQueue, waiter: Waiter, served: u64) -> u64 {
         let seq = self.next_seq;

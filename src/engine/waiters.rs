@@ -1,23 +1,25 @@
 //! Requests waiting for capacity: admission, the fair serving pass, timeouts
 //! and cancellation.
 //!
-//! Rule "fair shares per machine": each environment keeps its queued
-//! requests grouped by requesting machine (IP). When capacity appears (a
-//! free, a zombie reaped, a servant gaining capacity or joining) the engine,
-//! still under the lock, hands it to the waiting machine that was served
-//! least recently (ties: the machine whose oldest waiting call came first),
-//! and within one machine to its oldest call. A machine just served goes
-//! behind every machine waiting longer, so a build with hundreds of calls
-//! queued takes turns with a colleague's single compile instead of going
-//! first, and one machine's waiters are capped (`max_waiters_per_machine`).
-//! Capacity free at any moment is capacity no queued request can use, so a
-//! new call may take it at once.
+//! Rule "fair shares per requester": each environment keeps its queued
+//! requests grouped by requester ([`RequesterId`]): a daemon's connection
+//! (`flare`, `http+pb`), or for other protocols the address. When capacity
+//! appears (a free, a zombie reaped, a servant gaining capacity or joining)
+//! the engine, still under the lock, hands it to the waiting requester that
+//! was served least recently (ties: the one whose oldest waiting call came
+//! first), and within one requester to its oldest call. A requester just
+//! served goes behind every requester waiting longer, so a build with
+//! hundreds of calls queued takes turns with a colleague's single compile
+//! instead of going first, daemons behind one NAT address take turns with
+//! each other, and one requester's waiters are capped
+//! (`max_waiters_per_requester`). Capacity free at any moment is capacity no
+//! queued request can use, so a new call may take it at once.
 //!
-//! The machines are ordered by the key `(last served, oldest call, ip)`. A
-//! machine's true key only grows (it is served, or its oldest call leaves),
-//! so the ordered set may hold a key below the true one and fixes it when
-//! met, as the placement indexes do: a grant costs O(log n), not an update
-//! of every environment the machine waits in.
+//! The requesters are ordered by the key `(last served, oldest call,
+//! requester)`. A requester's true key only grows (it is served, or its
+//! oldest call leaves), so the ordered set may hold a key below the true one
+//! and fixes it when met, as the placement indexes do: a grant costs
+//! O(log n), not an update of every environment the requester waits in.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -31,7 +33,7 @@ use super::grants::{GrantEnd, NewGrant, Origin};
 use super::requesters::Owner;
 use super::shared::Shared;
 use super::state::State;
-use super::types::{EnvId, Grant, GrantRequest, Rejection, later};
+use super::types::{EnvId, Grant, GrantRequest, Rejection, RequesterId, later};
 use super::wait_queues::{Answer, GrantOrder, Waiter};
 
 /// Outcome of admitting a request under the lock.
@@ -54,12 +56,14 @@ impl State {
     /// "prefetch-only calls": `NoQuotaAvailable` when `immediate` is 0, as
     /// the daemon expects for its idle prefetch); otherwise take what is free now
     /// (immediate grants first, then prefetch); if nothing is free, queue the
-    /// request for its first grant unless it may not wait or its machine has
-    /// `max_waiters_per_machine` calls queued already.
+    /// request for its first grant unless it may not wait or a waiter cap is
+    /// reached (its requester's `max_waiters_per_requester`, or
+    /// `max_waiters` in all; counted, for the Requesters view too).
     pub(crate) fn admit(
         &mut self,
         req: &GrantRequest,
         owner: Owner,
+        requester: RequesterId,
         immediate: u32,
         total: u32,
         now: Instant,
@@ -82,6 +86,7 @@ impl State {
         let order = GrantOrder {
             env,
             owner,
+            requester,
             min_version: req.min_version,
             lease: req.lease,
             immediate,
@@ -91,15 +96,20 @@ impl State {
         if !grants.is_empty() {
             return Ok(Admission::Granted(grants));
         }
-        if self.shutting_down
-            || req.wait.is_zero()
-            || self.waiters.full(self.requesters.waiting(&owner.ip))
+        if self.shutting_down || req.wait.is_zero() {
+            self.waiters.count_no_quota();
+            return Err(Rejection::NoQuotaAvailable);
+        }
+        if self
+            .waiters
+            .cap_reached(self.requesters.waiting(&requester))
         {
+            self.requesters.refused_at_cap(requester);
             self.waiters.count_no_quota();
             return Err(Rejection::NoQuotaAvailable);
         }
         let (tx, rx) = oneshot::channel();
-        let served = self.requesters.started_waiting(owner.ip);
+        let served = self.requesters.started_waiting(requester);
         let queue = self.envs.queue_mut(env).expect("looked up above");
         let seq = self.waiters.enqueue(queue, Waiter { order, tx }, served);
         Ok(Admission::Queued {
@@ -138,6 +148,7 @@ impl State {
             let origin = Origin::Issued {
                 env: order.env,
                 owner: order.owner,
+                requester: order.requester,
                 lease: order.lease,
                 prefetch: grants.len() >= order.immediate as usize,
             };
@@ -146,12 +157,13 @@ impl State {
         grants
     }
 
-    /// Rule "fair shares per machine" (see the module documentation): hands
-    /// free capacity of the given environments to queued requests, one
-    /// first grant per visit, visiting machines least recently served first
-    /// (across the environments merged by that key) and a machine's calls
-    /// oldest first, skipping (not blocking on) calls the free capacity
-    /// cannot satisfy (min_version). A machine just served goes to the back.
+    /// Rule "fair shares per requester" (see the module documentation):
+    /// hands free capacity of the given environments to queued requests,
+    /// one first grant per visit, visiting requesters least recently served
+    /// first (across the environments merged by that key) and a requester's
+    /// calls oldest first, skipping (not blocking on) calls the free
+    /// capacity cannot satisfy (min_version). A requester just served goes
+    /// to the back.
     /// Only then do served requests take their extra grants, from capacity
     /// no queued request can use.
     pub(crate) fn serve(&mut self, mut ids: Vec<EnvId>, now: Instant) {
@@ -172,22 +184,23 @@ impl State {
         let mut failed_at: Vec<Option<u32>> = vec![None; ids.len()];
         while let Some(Reverse((held, i))) = heap.pop() {
             let id = ids[i];
-            let stamp = self.requesters.last_served(&held.ip);
+            let stamp = self.requesters.last_served(&held.requester);
             let Some(entry) = self.envs.get(id) else {
                 continue;
             };
             if !entry.has_free() {
                 continue;
             }
-            match entry.queue().true_key(held.ip, stamp) {
+            let requester = held.requester;
+            match entry.queue().true_key(requester, stamp) {
                 Some(truth) if truth != held => {
-                    // Stale: put the machine in its true place, look again.
+                    // Stale: put the requester in its true place, look again.
                     if let Some(queue) = self.envs.queue_mut(id) {
-                        queue.rekey(held.ip, truth);
+                        queue.rekey(requester, truth);
                     }
                 }
                 Some(_) => {
-                    for seq in entry.queue().calls_of(held.ip) {
+                    for seq in entry.queue().calls_of(requester) {
                         let Some(w) = self.envs.get(id).and_then(|e| e.queue().get(seq)) else {
                             continue;
                         };
@@ -195,7 +208,7 @@ impl State {
                         if failed_at[i].is_some_and(|v| min_version >= v) {
                             continue;
                         }
-                        let Some(servant) = self.pick(id, held.ip, min_version, now) else {
+                        let Some(servant) = self.pick(id, requester.ip, min_version, now) else {
                             failed_at[i] = Some(min_version);
                             continue;
                         };
@@ -203,17 +216,18 @@ impl State {
                         let origin = Origin::Issued {
                             env: id,
                             owner: w.order.owner,
+                            requester,
                             lease: w.order.lease,
                             prefetch: w.order.immediate == 0,
                         };
                         let first = self.create_grant(NewGrant { servant, origin }, now);
                         served.push((w, vec![first]));
-                        // Its stamp just grew: behind every machine waiting longer.
-                        let stamp = self.requesters.last_served(&held.ip);
+                        // Its stamp just grew: behind every requester waiting longer.
+                        let stamp = self.requesters.last_served(&requester);
                         if let Some(queue) = self.envs.queue_mut(id)
-                            && let Some(truth) = queue.true_key(held.ip, stamp)
+                            && let Some(truth) = queue.true_key(requester, stamp)
                         {
-                            queue.rekey(held.ip, truth);
+                            queue.rekey(requester, truth);
                         }
                         break;
                     }
@@ -245,10 +259,10 @@ impl State {
         }
     }
 
-    /// Takes a call out of its queue and its machine's count.
+    /// Takes a call out of its queue and its requester's count.
     fn take_waiter(&mut self, env: EnvId, seq: u64) -> Option<Waiter> {
         let w = self.waiters.dequeue(self.envs.queue_mut(env)?, seq)?;
-        self.requesters.stopped_waiting(w.order.owner.ip);
+        self.requesters.stopped_waiting(w.order.requester);
         Some(w)
     }
 

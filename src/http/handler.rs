@@ -138,7 +138,10 @@ pub async fn serve<P: RpcProtocol>(
         }
         protocol.message(&head.answer, state, &parts, body).await
     };
-    let outcome = rpc::call(state, &head.call, head.method, message).await;
+    // Never compressed: only the binary protocol's callers say what they inflate.
+    let outcome = rpc::call(state, &head.call, head.method, message)
+        .await
+        .map(|answer| answer.payload);
     let mut response = protocol.respond(head.answer, outcome);
     response.extensions_mut().insert(CallLogged);
     response

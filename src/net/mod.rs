@@ -95,16 +95,25 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let edge = state.settings.edge.clone();
     let cap = edge.connection_cap();
+    let per_ip_cap = edge.connection_cap_per_ip(cap);
     tracing::info!(
         target: LOG,
-        "connection caps: {cap} in all, {} per address",
-        edge.max_connections_per_ip
+        "connection caps: {cap} in all, {per_ip_cap} per address"
     );
+    if edge.max_connections_per_ip.is_none() && per_ip_cap < 2 * 1000 {
+        tracing::warn!(
+            target: LOG,
+            "{per_ip_cap} connections per address: an office of 1,000 daemons behind one \
+             NAT address (2,000 connections) would be cut off; raise the descriptor limit \
+             (ulimit -Hn) or --max_connections_per_ip"
+        );
+    }
     let shared = Arc::new(Listener {
         hyper: hyper_builder(&edge),
         router,
         state,
         per_ip: Mutex::default(),
+        per_ip_cap,
         edge,
     });
     let slots = Arc::new(Semaphore::new(cap));
@@ -164,6 +173,8 @@ struct Listener {
     edge: EdgeSettings,
     hyper: auto::Builder<TokioExecutor>,
     per_ip: Mutex<HashMap<IpAddr, usize>>,
+    /// Open connections from one address block at most.
+    per_ip_cap: usize,
 }
 
 fn hyper_builder(edge: &EdgeSettings) -> auto::Builder<TokioExecutor> {
@@ -221,7 +232,7 @@ fn admit(shared: &Arc<Listener>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Op
         let block = edge::address_block(ip);
         let mut per_ip = shared.per_ip.lock().unwrap_or_else(|p| p.into_inner());
         let count = per_ip.entry(block).or_insert(0);
-        if *count >= shared.edge.max_connections_per_ip {
+        if *count >= shared.per_ip_cap {
             drop(per_ip);
             metrics.connection_refused("max_connections_per_ip");
             return None;
@@ -438,6 +449,7 @@ mod tests {
             hyper: hyper_builder(&state.settings.edge),
             router: Router::new(),
             edge: state.settings.edge.clone(),
+            per_ip_cap: state.settings.edge.connection_cap_per_ip(usize::MAX),
             state,
             per_ip: Mutex::default(),
         })
@@ -448,7 +460,7 @@ mod tests {
         let settings = crate::rpc::state::HttpSettings {
             trusted_proxies: vec!["10.0.0.1".parse().unwrap()],
             edge: EdgeSettings {
-                max_connections_per_ip: 2,
+                max_connections_per_ip: Some(2),
                 ..EdgeSettings::default()
             },
             ..Default::default()
@@ -484,7 +496,7 @@ mod tests {
     async fn the_per_address_cap_counts_an_ipv6_slash_64_as_one_address() {
         let settings = crate::rpc::state::HttpSettings {
             edge: EdgeSettings {
-                max_connections_per_ip: 2,
+                max_connections_per_ip: Some(2),
                 ..EdgeSettings::default()
             },
             ..Default::default()

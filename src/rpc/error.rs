@@ -37,8 +37,9 @@ pub enum ErrorKind {
     /// calls in flight, the call waited past its deadline before it ran, or
     /// this instance is a hot standby).
     Overloaded,
-    /// A compressed request (flare `compression_algorithm` 2..5, a gRPC
-    /// message compressed as its `grpc-encoding` says).
+    /// A compression this server cannot inflate: a flare
+    /// `compression_algorithm` the framework defines no algorithm for, a
+    /// gRPC message compressed as its `grpc-encoding` says.
     CompressionNotSupported,
     /// A bug: never expected.
     Internal,

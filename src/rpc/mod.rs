@@ -7,10 +7,12 @@
 //!
 //! The call core below every transport: it imports none of them. Beside the
 //! entry: [`state`] (what every transport takes), [`error`] (the one error
-//! table), [`codec`] and [`json`] (bytes <-> messages), [`running_tasks`]
-//! (the one owner of the `GetRunningTasks` answer).
+//! table), [`codec`] and [`json`] (bytes <-> messages), [`compression`]
+//! (the binary protocol's compressions, both ways), [`running_tasks`] (the
+//! one owner of the `GetRunningTasks` answer).
 
 pub mod codec;
+pub mod compression;
 pub mod error;
 pub mod json;
 pub mod running_tasks;
@@ -22,6 +24,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use self::{
+    compression::{Accepted, Algorithm},
     error::{ApiError, ErrorKind},
     state::AppState,
 };
@@ -73,6 +76,32 @@ pub struct Call {
     pub deadline: Option<Instant>,
     /// When the transport started on the call, for the latency it reports.
     pub started: Instant,
+    /// The daemon connection the call came on (`flare`, `http+pb`): a daemon
+    /// is its connection when callers take turns for quota. None for every
+    /// other protocol, whose callers are their address.
+    pub connection: Option<u64>,
+    /// The compressions the caller inflates in an answer (the binary
+    /// protocol's `acceptable_compression_algorithms`); none elsewhere.
+    pub accepts: Accepted,
+}
+
+/// A call's encoded answer: the payload, compressed with `compression` if
+/// the caller accepts it and the payload is large
+/// ([`compression::compress_answer`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedAnswer {
+    pub payload: Bytes,
+    pub compression: Option<Algorithm>,
+}
+
+impl EncodedAnswer {
+    /// An uncompressed answer.
+    pub fn plain(payload: Bytes) -> EncodedAnswer {
+        EncodedAnswer {
+            payload,
+            compression: None,
+        }
+    }
 }
 
 impl Call {
@@ -92,6 +121,8 @@ impl Call {
             peer,
             deadline: timeout.map(|timeout| started + timeout.min(MAX_DEADLINE)),
             started,
+            connection: None,
+            accepts: Accepted::NONE,
         }
     }
 }
@@ -104,7 +135,7 @@ pub async fn call(
     call: &Call,
     method: Result<Method, ApiError>,
     body: impl Future<Output = Result<Bytes, ApiError>>,
-) -> Result<Bytes, ApiError> {
+) -> Result<EncodedAnswer, ApiError> {
     let named = method.as_ref().ok().copied();
     let outcome = async {
         let method = method?;
@@ -118,13 +149,14 @@ pub async fn call(
         }
         let ctx = CallContext {
             peer: call.peer,
+            connection: call.connection,
             deadline: call
                 .deadline
                 .filter(|_| call.protocol.answers_no_quota_before_deadline()),
         };
         let run = async {
             let body = body.await?;
-            dispatch(state, method, call.encoding, &body, &ctx).await
+            dispatch(state, method, call, &body, &ctx).await
         };
         match call.deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, run).await.map_err(|_| {
@@ -207,16 +239,18 @@ fn log_call(
     );
 }
 
-/// Decodes the request, calls the service, encodes the response.
+/// Decodes the request, calls the service, encodes the response (and
+/// compresses it, if the caller accepts that and it is large).
 pub async fn dispatch(
     state: &AppState,
     method: Method,
-    encoding: Encoding,
+    call: &Call,
     body: &[u8],
     ctx: &CallContext,
-) -> Result<Bytes, ApiError> {
+) -> Result<EncodedAnswer, ApiError> {
     use codec::{decode, encode};
     let service = &state.service;
+    let encoding = call.encoding;
     let encoded = match method {
         Method::Heartbeat => encode(encoding, &service.heartbeat(decode(encoding, body)?, ctx)?),
         Method::GetConfig => encode(encoding, &service.get_config(decode(encoding, body)?, ctx)?),
@@ -232,11 +266,18 @@ pub async fn dispatch(
         ),
         Method::FreeTask => encode(encoding, &service.free_task(decode(encoding, body)?, ctx)?),
         // Every daemon asks for the same list every second: one owner
-        // builds and encodes it once per version.
+        // builds, encodes and compresses it once per version.
         Method::GetRunningTasks => {
             let request = decode(encoding, body)?;
-            return state.running_tasks.encoded(service, request, ctx, encoding);
+            return state
+                .running_tasks
+                .encoded(service, request, ctx, encoding, call.accepts)
+                .await;
         }
-    };
-    encoded.map(Bytes::from)
+    }?;
+    let (compression, payload) = compression::compress_answer(Bytes::from(encoded), call.accepts);
+    Ok(EncodedAnswer {
+        payload,
+        compression,
+    })
 }

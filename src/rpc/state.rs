@@ -10,7 +10,10 @@ use std::{
 
 use axum::http::{HeaderMap, HeaderValue};
 
-use super::{AccessKind, running_tasks::RunningTasksAnswers};
+use super::{
+    AccessKind,
+    running_tasks::{self, RunningTasksAnswers},
+};
 use crate::{
     dashboard::{self, Dashboard},
     edge::{BodyBudget, EdgeSettings},
@@ -31,6 +34,9 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub struct HttpSettings {
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Largest `GetRunningTasks` answer (its encoding, before compression);
+    /// a longer list is cut.
+    pub max_running_tasks_bytes: usize,
     /// Peers whose `X-Forwarded-For` is believed. Empty: the socket address is the caller.
     pub trusted_proxies: Vec<IpAddr>,
     /// Who may read the dashboard, `/api/v1/*` and `/inspect/*` (default: nobody).
@@ -48,6 +54,7 @@ impl Default for HttpSettings {
     fn default() -> Self {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_running_tasks_bytes: running_tasks::DEFAULT_MAX_ANSWER_BYTES,
             trusted_proxies: Vec::new(),
             inspect: dashboard::InspectAccess::Closed,
             edge: EdgeSettings::default(),
@@ -106,7 +113,8 @@ pub struct AppParts {
     /// The global budget of buffered request bytes, beyond each
     /// connection's own allowance, on every protocol.
     pub body_budget: BodyBudget,
-    /// `GetRunningTasks` answers, encoded once per list and encoding.
+    /// `GetRunningTasks` answers, encoded once per list, encoding and
+    /// compression.
     pub running_tasks: RunningTasksAnswers,
     /// Access lines of failed and slow calls, one a second per kind.
     pub access_lines: RateLimit<AccessKind>,
@@ -152,8 +160,8 @@ impl AppState {
             peer_protocols,
             body_budget: BodyBudget::new(settings.edge.max_buffered_body_bytes),
             service: SchedulerService::new(engine),
+            running_tasks: RunningTasksAnswers::new(settings.max_running_tasks_bytes),
             settings,
-            running_tasks: RunningTasksAnswers::default(),
             access_lines: RateLimit::default(),
             readiness: leadership.readiness().clone(),
             leadership,

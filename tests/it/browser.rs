@@ -393,6 +393,11 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
         "grants total, from the overview's requesters"
     );
     assert_eq!(cell_text(dom, requester, "refused").as_deref(), Some("0"));
+    assert_eq!(
+        cell_text(dom, requester, "capRefusals").as_deref(),
+        Some("0"),
+        "no waiter cap bit"
+    );
 
     let status = attribute_of(dom, r#"id="status""#, "class").unwrap_or_default();
     assert!(

@@ -282,20 +282,18 @@ async fn another_machine_can_neither_renew_nor_free_a_grant() {
     server.stop().await;
 }
 
-/// Starts a long poll from `from` on its own connection; returns once the
+/// Starts long poll `seq_no` on a daemon's `connection`; returns once the
 /// engine counts `queued` waiters.
-async fn long_poll_from(server: &Server, from: &str, queued: usize) -> Connection {
-    let mut connection = Connection::open_from(server.addr, Some(ip(from))).await;
+async fn long_poll_on(server: &Server, connection: &mut Connection, seq_no: u64, queued: usize) {
     connection
         .send(&daemon_request(
             Method::WaitForStartingTask,
-            1,
+            seq_no,
             &wait_request(8000, 1, 0).encode_to_vec(),
             None,
         ))
         .await;
     assert!(eventually(|| server.engine.snapshot().totals.waiters == queued).await);
-    connection
 }
 
 /// The id of the one grant `machine` holds, once it holds one.
@@ -323,12 +321,14 @@ async fn a_freed_slot_goes_to_the_machine_served_least_recently() {
     let server = Server::start().await;
     register_servant(&server, 8335, 1).await;
     let held = acquire(&server, 1, 0).await.grants[0].task_grant_id;
-    // A build queues five long polls, then a colleague's machine one.
-    let mut build = Vec::new();
+    // A build queues five long polls on its daemon's connection, then a
+    // colleague's daemon one.
+    let mut build = Connection::open_from(server.addr, Some(ip("127.0.0.11"))).await;
     for queued in 1..=5 {
-        build.push(long_poll_from(&server, "127.0.0.11", queued).await);
+        long_poll_on(&server, &mut build, queued as u64, queued).await;
     }
-    let mut colleague = long_poll_from(&server, "127.0.0.12", 6).await;
+    let mut colleague = Connection::open_from(server.addr, Some(ip("127.0.0.12"))).await;
+    long_poll_on(&server, &mut colleague, 1, 6).await;
     let free = |id: u64| pb::FreeTaskRequest {
         token: USER_TOKEN.into(),
         task_grant_ids: vec![id],
@@ -410,9 +410,11 @@ async fn the_overview_lists_requesters() {
             "ip": "127.0.0.1",
             "grantsHeld": 2,
             "waiting": 0,
+            "waitingRequesters": 0,
             "grantsTotal": "2",
             "grantsPerSecond": null,
-            "refusedTotal": "0"
+            "refusedTotal": "0",
+            "waitCapRefusals": "0"
         }])
     );
     server.stop().await;

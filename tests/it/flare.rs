@@ -226,12 +226,18 @@ async fn framework_errors_are_answered_and_the_connection_stays_usable() {
         (9, 5)
     );
 
-    let gzip = RpcMeta {
-        compression_algorithm: Some(2),
+    // 0 is the framework's "unknown" compression: no algorithm to inflate
+    // with (the algorithms it defines are tests/it/compression.rs').
+    let unknown_compression = RpcMeta {
+        compression_algorithm: Some(0),
         ..request_meta(10, &format!("{SERVICE}.GetConfig"), 2000)
     };
     connection
-        .send(&flare_frame(&gzip, &config.encode_to_vec(), &[]))
+        .send(&flare_frame(
+            &unknown_compression,
+            &config.encode_to_vec(),
+            &[],
+        ))
         .await;
     let compressed = connection.read_flare().await;
     assert_eq!(
@@ -252,6 +258,31 @@ async fn framework_errors_are_answered_and_the_connection_stays_usable() {
     assert_eq!((answered.meta.correlation_id, answered.status()), (11, 0));
     let reply = pb::GetConfigResponse::decode(answered.payload.clone()).unwrap();
     assert!(!reply.serving_daemon_token.is_empty());
+    server.stop().await;
+}
+
+/// The original's server drops a frame whose meta has no `request_meta`
+/// ("Corrupted message") and reads on; so does this one.
+#[tokio::test]
+async fn a_frame_without_request_meta_is_dropped_and_the_connection_kept() {
+    let server = Server::start().await;
+    let mut connection = Connection::open(server.addr).await;
+    let config = pb::GetConfigRequest {
+        token: USER_TOKEN.into(),
+    };
+    let no_request = RpcMeta {
+        request_meta: None,
+        ..request_meta(5, &format!("{SERVICE}.GetConfig"), 2000)
+    };
+    connection
+        .send(&flare_frame(&no_request, &config.encode_to_vec(), b"att"))
+        .await;
+    let answered = connection.flare_call(6, Method::GetConfig, &config).await;
+    assert_eq!(
+        (answered.meta.correlation_id, answered.status()),
+        (6, 0),
+        "the dropped frame got no answer, the next call its own"
+    );
     server.stop().await;
 }
 

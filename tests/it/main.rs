@@ -1,6 +1,7 @@
 //! Integration tests: the real server on real sockets, one test binary.
 
 mod browser;
+mod compression;
 mod connect_tools;
 mod daemons;
 mod dashboard;
@@ -18,6 +19,7 @@ mod grpc_web;
 mod health;
 mod logging;
 mod long_poll;
+mod office;
 mod openapi_clients;
 mod openapi_contract;
 mod openapi_document;

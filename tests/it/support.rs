@@ -242,6 +242,24 @@ pub fn flare_request(id: u64, method: Method, timeout_ms: u64, payload: &[u8]) -
     out.to_vec()
 }
 
+/// The same frame from a caller that takes only uncompressed answers: the
+/// largest answers the scheduler sends (an attacker's choice).
+#[allow(dead_code, reason = "used by the memory tests, which share this file")]
+pub fn flare_request_uncompressed(
+    id: u64,
+    method: Method,
+    timeout_ms: u64,
+    payload: &[u8],
+) -> Vec<u8> {
+    let meta = wire::request_meta_accepting(
+        id,
+        method.full_name().to_owned(),
+        Duration::from_millis(timeout_ms),
+        wire::compression::ACCEPT_UNCOMPRESSED,
+    );
+    flare_frame(&meta, payload, &[])
+}
+
 /// One flare frame of any meta (a test's odd one), with `attachment`.
 pub fn flare_frame(meta: &RpcMeta, payload: &[u8], attachment: &[u8]) -> Vec<u8> {
     let mut out = BytesMut::new();

@@ -284,10 +284,10 @@ async fn ipv6_servants_and_delegates_work() {
 #[tokio::test]
 async fn over_the_in_flight_cap_http_pb_is_answered_overloaded_and_connection_close_holds() {
     use yadcc_scheduler::edge::MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
-    // Every long poll waits (none is refused for its machine's share), so
+    // Every long poll waits (none is refused for its requester's share), so
     // the calls in flight reach the cap.
     let mut config = engine_config();
-    config.limits.max_waiters_per_machine = 2 * MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
+    config.limits.max_waiters_per_requester = 2 * MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
     let server = Server::start_with(config, HttpSettings::default(), "127.0.0.1:0").await;
     crate::fixtures::take_the_only_slot(&server, 1).await;
     let mut connection = Connection::open(server.addr).await;

@@ -15,7 +15,7 @@ use yadcc_scheduler::sim::client::connect;
 
 use crate::{
     cluster::{ATTACKER, ip},
-    support::{Method, SERVICE, daemon_request, flare_request},
+    support::{Method, SERVICE, daemon_request, flare_request_uncompressed},
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -70,7 +70,9 @@ impl Attack {
         match self {
             Attack::FlareUnread => {
                 let calls: Vec<u8> = (0..2000)
-                    .flat_map(|id| flare_request(id, Method::GetRunningTasks, 10_000, &[]))
+                    .flat_map(|id| {
+                        flare_request_uncompressed(id, Method::GetRunningTasks, 10_000, &[])
+                    })
                     .collect();
                 unread(&mut held, addr, 4, calls);
             }

@@ -12,8 +12,8 @@ use prost::Message;
 use yadcc_scheduler::{pb, sim::process};
 
 use crate::support::{
-    Binary, Connection, DIGEST, Method, SERVANT_TOKEN, USER_TOKEN, flare_request, heartbeat,
-    servant_location,
+    Binary, Connection, DIGEST, Method, SERVANT_TOKEN, USER_TOKEN, flare_request_uncompressed,
+    heartbeat, servant_location,
 };
 
 /// Servants, each running the most tasks one heartbeat may report.
@@ -48,7 +48,9 @@ pub async fn scheduler_with_running_tasks() -> Binary {
     let mut call = async |connection: &mut Connection, method, message: Vec<u8>| {
         next_id += 1;
         connection
-            .send(&flare_request(next_id, method, 30_000, &message))
+            .send(&flare_request_uncompressed(
+                next_id, method, 30_000, &message,
+            ))
             .await;
         let answer = connection.read_flare().await;
         assert_eq!(answer.status(), 0, "{method:?}: {}", answer.description());

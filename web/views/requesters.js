@@ -39,6 +39,17 @@ const columns = [
       toggleClass(c, 'warn', total !== null && total > 0n);
     },
   },
+  {
+    id: 'capRefusals', label: 'Refused at cap', numeric: true, w: 116,
+    title: 'Long polls answered “no quota” at once since start because a waiter cap was full',
+    sort: (r) => decKey(r.waitCapRefusals),
+    sig: (r) => str(r.waitCapRefusals),
+    render: (c, r) => {
+      const total = big(r.waitCapRefusals);
+      c.textContent = fmtBig(r.waitCapRefusals);
+      toggleClass(c, 'warn', total !== null && total > 0n);
+    },
+  },
 ];
 
 export const requestersPanel = {

@@ -5,15 +5,21 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 
-use crate::pb::flare::rpc::{MethodType, RpcMeta};
+use crate::{
+    pb::flare::rpc::{MethodType, RpcMeta},
+    rpc::compression::Algorithm,
+};
 
 /// The first four bytes of every frame (and so of every connection).
 pub const MAGIC: [u8; 4] = *b"CPRF";
 /// Bytes before the meta.
 pub const HEADER_LEN: usize = 16;
-/// The framework's limit on meta + payload + attachment; a larger frame
-/// closes the connection, as the original server does.
-pub const MAX_FRAME_BODY: usize = crate::pb::DAEMON_MAX_MESSAGE_BYTES;
+/// The limit on what the scheduler reads: meta + payload + attachment of a
+/// request frame, the payload counted inflated when it is compressed. The
+/// framework's default (`flare_rpc_server_max_packet_size`), which the
+/// original scheduler keeps; a larger frame closes the connection, as there.
+/// Answers have no such limit: stock daemons raise theirs to 512 MiB.
+pub const MAX_FRAME_BODY: usize = 4 << 20;
 
 /// The sizes a frame header announces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +75,10 @@ pub struct RequestMeta {
     method_name: Bytes,
     /// `request_meta.timeout`, in milliseconds.
     pub timeout: Option<u32>,
+    /// `request_meta.acceptable_compression_algorithms`: bit `n` for
+    /// algorithm number `n`.
+    pub acceptable_compression_algorithms: Option<u64>,
+    /// How the payload is compressed (the meta's `compression_algorithm`).
     pub compression_algorithm: Option<i32>,
 }
 
@@ -128,7 +138,11 @@ pub fn decode_request_meta(meta: Bytes) -> Result<RequestMeta, MetaError> {
                         (4, WireType::Varint) => {
                             decoded.timeout = Some(decode_varint(&mut request)? as u32)
                         }
-                        (2 | 4, _) => return Err(MetaError::WireType(tag)),
+                        (6, WireType::Varint) => {
+                            decoded.acceptable_compression_algorithms =
+                                Some(decode_varint(&mut request)?)
+                        }
+                        (2 | 4 | 6, _) => return Err(MetaError::WireType(tag)),
                         _ => skip_field(wire_type, tag, &mut request, DecodeContext::default())?,
                     }
                 }
@@ -167,17 +181,24 @@ pub fn encode(meta: &RpcMeta, payload: &[u8]) -> Bytes {
 /// with its description and no payload. The payload follows the head on the
 /// wire and is not copied here: it may be shared by every caller.
 /// `method_type` is always 1 and `status` is always on the wire, even when 0
-/// (proto2 `required`).
+/// (proto2 `required`). A payload compressed with `compression` says so as
+/// the original's server does: `compression_algorithm` and
+/// `attachment_compressed` (there is no attachment, but the framework sets
+/// both together).
 ///
 /// Written field by field into one buffer, in the order prost writes
 /// [`RpcMeta`] (a test holds the two equal): every call pays for its
 /// answer's meta, and building the message, sizing it and encoding it again
 /// cost about as much as the rest of the frame.
-pub fn response_head(correlation_id: u64, outcome: Result<usize, (i32, &str)>) -> Bytes {
+pub fn response_head(
+    correlation_id: u64,
+    outcome: Result<usize, (i32, &str)>,
+    compression: Option<Algorithm>,
+) -> Bytes {
     use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
-    let (status, description, payload_len) = match outcome {
-        Ok(payload_len) => (0, None, payload_len),
-        Err((status, description)) => (status, Some(description), 0),
+    let (status, description, payload_len, compression) = match outcome {
+        Ok(payload_len) => (0, None, payload_len, compression.map(|a| a.wire() as u64)),
+        Err((status, description)) => (status, Some(description), 0, None),
     };
     // int32 on the wire: a negative status is sign-extended to 64 bits.
     let status = i64::from(status) as u64;
@@ -187,13 +208,16 @@ pub fn response_head(correlation_id: u64, outcome: Result<usize, (i32, &str)>) -
     });
     let response_meta_len = 1 + encoded_len_varint(status) + description_len;
     let method_type = MethodType::Single as u64;
+    // Fields 9 and 10: a key byte and a one-byte value each.
+    let compression_len = compression.map_or(0, |_| 4);
     let meta_size = 1
         + encoded_len_varint(correlation_id)
         + 1
         + encoded_len_varint(response_meta_len as u64)
         + response_meta_len
         + 1
-        + encoded_len_varint(method_type);
+        + encoded_len_varint(method_type)
+        + compression_len;
     let mut head = BytesMut::with_capacity(HEADER_LEN + meta_size);
     head.put_slice(&MAGIC);
     // Both are bounded far below u32::MAX: answers are encoded scheduler messages.
@@ -213,6 +237,12 @@ pub fn response_head(correlation_id: u64, outcome: Result<usize, (i32, &str)>) -
     }
     encode_key(7, WireType::Varint, &mut head);
     encode_varint(method_type, &mut head);
+    if let Some(algorithm) = compression {
+        encode_key(9, WireType::Varint, &mut head);
+        encode_varint(algorithm, &mut head);
+        encode_key(10, WireType::Varint, &mut head);
+        encode_varint(1, &mut head);
+    }
     head.freeze()
 }
 
@@ -226,8 +256,12 @@ mod tests {
     }
 
     /// The whole answer frame: its head, then the payload.
-    fn response(correlation_id: u64, outcome: Result<&[u8], (i32, &str)>) -> Vec<u8> {
-        let head = response_head(correlation_id, outcome.map(<[u8]>::len));
+    fn response(
+        correlation_id: u64,
+        outcome: Result<&[u8], (i32, &str)>,
+        compression: Option<Algorithm>,
+    ) -> Vec<u8> {
+        let head = response_head(correlation_id, outcome.map(<[u8]>::len), compression);
         [&head[..], outcome.unwrap_or_default()].concat()
     }
 
@@ -284,14 +318,18 @@ mod tests {
         // flare-wire.md calls it "55 bytes"; its listing is 63: the 16-byte
         // header, 8 bytes of meta and the 39-byte (0x27) payload.
         assert_eq!(expected.len(), 16 + 8 + 0x27);
-        assert_eq!(&response(1, Ok(&payload))[..], expected);
+        assert_eq!(&response(1, Ok(&payload), None)[..], expected);
     }
 
     /// What prost writes for the same answer: the reference `response` must match.
-    fn response_by_prost(correlation_id: u64, outcome: Result<&[u8], (i32, &str)>) -> Vec<u8> {
-        let (status, description, payload) = match outcome {
-            Ok(payload) => (0, None, payload),
-            Err((status, description)) => (status, Some(description.to_owned()), &[][..]),
+    fn response_by_prost(
+        correlation_id: u64,
+        outcome: Result<&[u8], (i32, &str)>,
+        compression: Option<Algorithm>,
+    ) -> Vec<u8> {
+        let (status, description, payload, compression) = match outcome {
+            Ok(payload) => (0, None, payload, compression),
+            Err((status, description)) => (status, Some(description.to_owned()), &[][..], None),
         };
         let meta = RpcMeta {
             correlation_id,
@@ -301,6 +339,8 @@ mod tests {
                 description,
                 trace_forcibly_sampled: None,
             }),
+            compression_algorithm: compression.map(Algorithm::wire),
+            attachment_compressed: compression.map(|_| true),
             ..RpcMeta::default()
         };
         encode(&meta, payload).to_vec()
@@ -318,13 +358,23 @@ mod tests {
             Err((i32::MIN, &long)),
             Err((i32::MAX, "x")),
         ];
-        for id in [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX] {
+        let compressions = [
+            None,
+            Some(Algorithm::Gzip),
+            Some(Algorithm::Lz4Frame),
+            Some(Algorithm::Snappy),
+            Some(Algorithm::Zstd),
+        ];
+        for (id, compression) in [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX]
+            .into_iter()
+            .flat_map(|id| compressions.map(|compression| (id, compression)))
+        {
             for outcome in outcomes {
-                let ours = response(id, outcome);
+                let ours = response(id, outcome, compression);
                 assert_eq!(
                     &ours[..],
-                    response_by_prost(id, outcome),
-                    "{id} {outcome:?}"
+                    response_by_prost(id, outcome, compression),
+                    "{id} {outcome:?} {compression:?}"
                 );
                 let header = FrameHeader::parse(ours[..HEADER_LEN].try_into().unwrap()).unwrap();
                 let meta =
@@ -351,6 +401,10 @@ mod tests {
             "{bytes:02x?}"
         );
         assert_eq!(ours.timeout, request.and_then(|request| request.timeout));
+        assert_eq!(
+            ours.acceptable_compression_algorithms,
+            request.and_then(|request| request.acceptable_compression_algorithms)
+        );
         assert_eq!(ours.compression_algorithm, prost.compression_algorithm);
     }
 
@@ -429,7 +483,7 @@ mod tests {
     #[test]
     fn the_smallest_success_is_the_documented_bytes() {
         assert_eq!(
-            &response(1, Ok(&[]))[..],
+            &response(1, Ok(&[]), None)[..],
             [
                 0x43, 0x50, 0x52, 0x46, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x08, 0x01, 0x32,
                 0x02, 0x08, 0x00, 0x38, 0x01

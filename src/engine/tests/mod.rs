@@ -96,10 +96,20 @@ fn req_from(requester: &str) -> GrantRequest {
     }
 }
 
+/// A one-grant request from daemon connection `connection` of the machine
+/// (or office) at `requester`.
+fn req_on(requester: &str, connection: u64) -> GrantRequest {
+    GrantRequest {
+        connection: Some(connection),
+        ..req_from(requester)
+    }
+}
+
 fn req() -> GrantRequest {
     GrantRequest {
         token: USER.into(),
         requester_ip: ip(HOME),
+        connection: None,
         wait: Duration::ZERO,
         answer_within: None,
         environment: ENV.to_owned(),
@@ -140,6 +150,30 @@ fn spawn_wait(
 ) -> tokio::task::JoinHandle<Result<Vec<Grant>, Rejection>> {
     let s = s.clone();
     tokio::spawn(async move { s.wait_for_starting_task(r).await })
+}
+
+/// `n` queued calls of `r` (waiting 10 s) on tasks of their own, each
+/// sending `label` and its answer to `answers` when answered: the order in
+/// which queued callers are served.
+fn spawn_labelled<L: Copy + Send + 'static>(
+    s: &Scheduler,
+    answers: &tokio::sync::mpsc::UnboundedSender<(L, Result<Vec<Grant>, Rejection>)>,
+    label: L,
+    r: GrantRequest,
+    n: usize,
+) {
+    for _ in 0..n {
+        let s = s.clone();
+        let answers = answers.clone();
+        let r = GrantRequest {
+            wait: secs(10),
+            answer_within: None,
+            ..r.clone()
+        };
+        tokio::spawn(async move {
+            let _ = answers.send((label, s.wait_for_starting_task(r).await));
+        });
+    }
 }
 
 fn free_one(s: &Scheduler, id: u64) {

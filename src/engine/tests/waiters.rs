@@ -401,22 +401,7 @@ async fn a_freed_slot_goes_to_the_machine_served_least_recently() {
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
     let mut held = (grant_one(&s, req_from("10.3.3.3")).await, "10.3.3.3");
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let queue = |machine: &'static str, n: usize| {
-        for _ in 0..n {
-            let s = s.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let r = s
-                    .wait_for_starting_task(GrantRequest {
-                        wait: secs(10),
-                        answer_within: None,
-                        ..req_from(machine)
-                    })
-                    .await;
-                let _ = tx.send((machine, r));
-            });
-        }
-    };
+    let queue = |machine: &'static str, n| spawn_labelled(&s, &tx, machine, req_from(machine), n);
     // One machine queues 40 long polls, then a colleague's machine one.
     queue("10.1.1.1", 40);
     settle().await;
@@ -436,10 +421,10 @@ async fn a_freed_slot_goes_to_the_machine_served_least_recently() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn one_machine_s_waiters_are_capped() {
+async fn one_requesters_waiters_are_capped() {
     let s = Scheduler::new(Config {
         limits: Limits {
-            max_waiters_per_machine: 2,
+            max_waiters_per_requester: 2,
             ..Limits::default()
         },
         ..config()
@@ -479,9 +464,132 @@ async fn one_machine_s_waiters_are_capped() {
             .unwrap()
     };
     assert_eq!(by_ip("10.1.1.1").waiting, 2);
+    assert_eq!(by_ip("10.1.1.1").wait_cap_refusals, 1, "the cap bit");
     assert_eq!(by_ip("10.2.2.2").waiting, 1);
+    assert_eq!(by_ip("10.2.2.2").wait_cap_refusals, 0);
     assert_eq!(by_ip(HOME).grants_held, 1);
     assert_eq!(by_ip(HOME).grants_total, 1);
+    let counters = s.totals().1;
+    assert_eq!(
+        (
+            counters.wait_refused_requester_cap,
+            counters.wait_refused_total_cap
+        ),
+        (1, 0)
+    );
+}
+
+/// Daemons behind one NAT address are requesters of their own, one per
+/// connection: each has its own cap, and the total cap still holds.
+#[tokio::test(start_paused = true)]
+async fn each_daemon_connection_has_its_own_waiter_cap_under_the_total() {
+    let s = Scheduler::new(Config {
+        limits: Limits {
+            max_waiters_per_requester: 2,
+            max_waiters: 6,
+            ..Limits::default()
+        },
+        ..config()
+    });
+    s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
+    let _held = grant_one(&s, req()).await;
+    let waiting = |r: GrantRequest| GrantRequest {
+        wait: secs(10),
+        answer_within: None,
+        ..r
+    };
+    let mut queued = Vec::new();
+    // Two connections of one office address, two long polls each, and a
+    // JSON caller from the same address (its own requester).
+    for r in [
+        req_on("10.5.5.5", 1),
+        req_on("10.5.5.5", 1),
+        req_on("10.5.5.5", 2),
+        req_on("10.5.5.5", 2),
+        req_from("10.5.5.5"),
+    ] {
+        queued.push(spawn_wait(&s, waiting(r)));
+        settle().await;
+    }
+    assert_eq!(s.snapshot().totals.waiters, 5, "none refused by a cap");
+    let office = |s: &Scheduler| {
+        s.snapshot()
+            .requesters
+            .into_iter()
+            .find(|r| r.ip == ip("10.5.5.5"))
+            .unwrap()
+    };
+    assert_eq!(office(&s).waiting, 5);
+    assert_eq!(office(&s).waiting_requesters, 3);
+    assert_eq!(office(&s).wait_cap_refusals, 0);
+
+    // A third call on connection 1: its own cap.
+    let refused = s.wait_for_starting_task(waiting(req_on("10.5.5.5", 1)));
+    assert_eq!(refused.await.unwrap_err(), Rejection::NoQuotaAvailable);
+    // A new connection queues, up to the total; then the total is full.
+    queued.push(spawn_wait(&s, waiting(req_on("10.5.5.5", 3))));
+    settle().await;
+    assert_eq!(s.snapshot().totals.waiters, 6);
+    let refused = s.wait_for_starting_task(waiting(req_on("10.5.5.5", 4)));
+    assert_eq!(refused.await.unwrap_err(), Rejection::NoQuotaAvailable);
+    let counters = s.totals().1;
+    assert_eq!(
+        (
+            counters.wait_refused_requester_cap,
+            counters.wait_refused_total_cap
+        ),
+        (1, 1)
+    );
+    assert_eq!(office(&s).wait_cap_refusals, 2);
+    assert_eq!(office(&s).waiting_requesters, 4);
+    assert_eq!(s.snapshot().totals.waiters, 6);
+}
+
+/// Rule "fair shares per requester": behind one address, a daemon's
+/// connection with one long poll takes turns with another's forty.
+#[tokio::test(start_paused = true)]
+async fn daemons_behind_one_address_take_turns_by_connection() {
+    let s = Scheduler::new(config());
+    s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
+    let mut held = grant_one(&s, req_from("10.3.3.3")).await;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let queue =
+        |connection: u64, n| spawn_labelled(&s, &tx, connection, req_on("10.5.5.5", connection), n);
+    queue(1, 40);
+    settle().await;
+    queue(2, 1);
+    settle().await;
+    let mut order = Vec::new();
+    let mut owner = "10.3.3.3";
+    for _ in 0..3 {
+        s.free(USER, ip(owner), &[held.id]).unwrap();
+        let (connection, r) = rx.recv().await.unwrap();
+        held = r.unwrap()[0];
+        owner = "10.5.5.5";
+        order.push(connection);
+    }
+    assert_eq!(order, [1, 2, 1], "the single poll did not wait for forty");
+}
+
+/// Rule "grant ownership" stays with the address and token: a grant
+/// received on one of a daemon's connections is renewed and freed on the
+/// other.
+#[tokio::test(start_paused = true)]
+async fn a_grant_is_the_address_s_whatever_the_connection_it_came_on() {
+    let s = Scheduler::new(config());
+    s.heartbeat(hb("10.0.0.1:8335", 2)).unwrap();
+    let g = grant_one(&s, req_on("10.5.5.5", 7)).await;
+    let renewed = s.keep_alive(USER, ip("10.5.5.5"), &[g.id], secs(10));
+    assert_eq!(renewed.unwrap(), vec![true]);
+    s.free(USER, ip("10.5.5.5"), &[g.id]).unwrap();
+    assert_eq!(s.totals().0.grants, 0);
+    let office = s
+        .snapshot()
+        .requesters
+        .into_iter()
+        .find(|r| r.ip == ip("10.5.5.5"))
+        .unwrap();
+    assert_eq!((office.grants_total, office.refused_total), (1, 0));
 }
 
 #[tokio::test(start_paused = true)]
