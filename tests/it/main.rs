@@ -32,5 +32,6 @@ mod protocols;
 mod restart;
 mod sim;
 mod support;
+mod timeouts;
 mod tools;
 mod wire;
