@@ -483,9 +483,16 @@ async fn the_dashboard_stays_light_with_a_thousand_servants() {
     .expect("chromium task");
     assert!(run.console.is_empty(), "{:#?}", run.console);
     let dom = run.stdout;
+    // What the page said about its connection, should the data be missing.
+    let connection = format!(
+        "status {:?}, banner {:?}",
+        text_after_tag(&dom, r#"id="status""#),
+        text_after_tag(&dom, r#"id="banner-text""#)
+    );
     assert_eq!(
         text_after_tag(&dom, r#"id="servants-info""#).as_deref(),
-        Some("1,000 servants")
+        Some("1,000 servants"),
+        "{connection}"
     );
     assert_eq!(
         attribute_of(&dom, r#"data-metric="servantsUp""#, "data-value").as_deref(),

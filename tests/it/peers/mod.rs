@@ -89,6 +89,9 @@ pub fn scheduler(lan: &Lan) -> crate::support::Binary {
             // Other builds on a shared machine must not make the servant
             // too short of memory to be given a task.
             "--servant_min_memory_for_accepting_new_task=1G",
+            // The test reads which daemon calls were answered from the
+            // access log: every call, not only the failed and slow ones.
+            "--access_log=all",
         ],
         rust_log: "info",
         ..Launch::default()
