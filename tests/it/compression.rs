@@ -76,6 +76,11 @@ fn inflate(algorithm: i32, payload: &[u8]) -> Vec<u8> {
 
 /// A request frame of call `id`, its payload compressed with `compression`
 /// (as the meta says) and the answer's compressions `accepts`.
+/// The deadline each call carries. These tests are about what an answer
+/// holds, not how soon it comes: building and compressing a 64,000-task list
+/// in a debug build on a busy 2-core machine takes seconds.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
 fn request(
     id: u64,
     method: Method,
@@ -83,8 +88,7 @@ fn request(
     compression: Option<i32>,
     accepts: u64,
 ) -> Vec<u8> {
-    let mut meta =
-        wire::daemon_request_meta(id, method.full_name().to_owned(), Duration::from_secs(2));
+    let mut meta = wire::daemon_request_meta(id, method.full_name().to_owned(), CALL_TIMEOUT);
     if let Some(request) = meta.request_meta.as_mut() {
         request.acceptable_compression_algorithms = Some(accepts);
     }
@@ -315,11 +319,8 @@ async fn a_compression_bomb_or_broken_data_is_refused_and_the_connection_kept() 
     // inflated.
     let zeros = vec![0u8; 8 << 20];
     let bomb_meta = {
-        let mut meta = wire::daemon_request_meta(
-            1,
-            Method::GetConfig.full_name().to_owned(),
-            Duration::from_secs(2),
-        );
+        let mut meta =
+            wire::daemon_request_meta(1, Method::GetConfig.full_name().to_owned(), CALL_TIMEOUT);
         meta.compression_algorithm = Some(ZSTD);
         meta
     };
