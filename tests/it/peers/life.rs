@@ -100,55 +100,70 @@ async fn pump(
             Ok(0) | Err(_) => break,
             Ok(read) => read,
         };
+        // Recorded before it is forwarded: the answer to a request may
+        // otherwise come back, on the other pump, before the request is
+        // recorded, and look like an answer to no call.
+        buffer.extend_from_slice(&chunk[..read]);
+        let parsed = frames(&mut buffer);
+        record(&recording, parsed, &mut buffer, connection, requests);
         if to.write_all(&chunk[..read]).await.is_err() {
             break;
         }
-        buffer.extend_from_slice(&chunk[..read]);
-        let parsed = frames(&mut buffer);
-        let mut recording = recording.lock().unwrap();
-        match parsed {
-            Err(error) => {
-                recording.garbled.push(error);
-                buffer.clear();
-            }
-            Ok(parsed) => {
-                for (meta, payload) in parsed {
-                    if requests {
-                        let method = meta.request_meta.as_ref().and_then(|request| {
-                            Method::ALL
-                                .into_iter()
-                                .find(|method| method.full_name() == request.method_name)
-                        });
-                        recording.exchanges.push(Exchange {
-                            connection,
-                            id: meta.correlation_id,
-                            method,
-                            request: payload,
-                            answer: None,
-                        });
-                    } else {
-                        let answer = Answer {
-                            status: meta.response_meta.as_ref().map_or(-1, |meta| meta.status),
-                            compressed: meta
-                                .compression_algorithm
-                                .is_some_and(|algorithm| algorithm > 1),
-                            payload,
-                            at: Instant::now(),
-                        };
-                        match recording.exchanges.iter_mut().rev().find(|exchange| {
-                            exchange.connection == connection && exchange.id == meta.correlation_id
-                        }) {
-                            Some(exchange) => exchange.answer = Some(answer),
-                            None => recording
-                                .garbled
-                                .push(format!("an answer to no call: {}", meta.correlation_id)),
-                        }
+    }
+    let _ = to.shutdown().await;
+}
+
+/// Records the frames one pump read: requests as new exchanges, answers
+/// into the exchange they answer.
+fn record(
+    recording: &Shared,
+    parsed: Result<Vec<(RpcMeta, Bytes)>, String>,
+    buffer: &mut BytesMut,
+    connection: usize,
+    requests: bool,
+) {
+    let mut recording = recording.lock().unwrap();
+    match parsed {
+        Err(error) => {
+            recording.garbled.push(error);
+            buffer.clear();
+        }
+        Ok(parsed) => {
+            for (meta, payload) in parsed {
+                if requests {
+                    let method = meta.request_meta.as_ref().and_then(|request| {
+                        Method::ALL
+                            .into_iter()
+                            .find(|method| method.full_name() == request.method_name)
+                    });
+                    recording.exchanges.push(Exchange {
+                        connection,
+                        id: meta.correlation_id,
+                        method,
+                        request: payload,
+                        answer: None,
+                    });
+                } else {
+                    let answer = Answer {
+                        status: meta.response_meta.as_ref().map_or(-1, |meta| meta.status),
+                        compressed: meta
+                            .compression_algorithm
+                            .is_some_and(|algorithm| algorithm > 1),
+                        payload,
+                        at: Instant::now(),
+                    };
+                    match recording.exchanges.iter_mut().rev().find(|exchange| {
+                        exchange.connection == connection && exchange.id == meta.correlation_id
+                    }) {
+                        Some(exchange) => exchange.answer = Some(answer),
+                        None => recording
+                            .garbled
+                            .push(format!("an answer to no call: {}", meta.correlation_id)),
                     }
                 }
             }
         }
     }
-    let _ = to.shutdown().await;
 }
 
 /// A proxy on `listener` to `upstream`, recording both directions.
