@@ -59,7 +59,7 @@
 //! engine                          the scheduling rules
 //! edge protocol grammar readiness build_info logging  leaves: limits, labels, grammars, readiness, the build, log limits
 //! sim                             the simulated daemons: generated types only
-//! pb                              generated types, Method, Encoding
+//! pb                              generated types, Method, Encoding, the framework's compression formats
 //! ```
 //!
 //! Inside the engine (`src/engine/`): `mod.rs` is the cheap-to-clone handle;

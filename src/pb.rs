@@ -10,6 +10,8 @@ use prost_reflect::{DescriptorPool, MethodDescriptor};
 
 /// Package `yadcc` (`env_desc.proto`).
 #[allow(clippy::all, clippy::pedantic, missing_docs, rust_2018_idioms)]
+pub mod compression;
+
 pub mod yadcc {
     include!(concat!(env!("OUT_DIR"), "/yadcc.rs"));
     include!(concat!(env!("OUT_DIR"), "/yadcc.serde.rs"));

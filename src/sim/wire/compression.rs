@@ -4,11 +4,9 @@
 //! and inflates an answer whose meta names one; the simulator does the same,
 //! and the tests compress requests with [`Compression::compress`].
 
-use std::io::{self, Read, Write};
-
 use bytes::Bytes;
 
-use crate::pb::flare::rpc::CompressionAlgorithm;
+use crate::pb::{compression::Algorithm, flare::rpc::CompressionAlgorithm};
 
 /// How a message travels: as it is, or compressed with one algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -74,28 +72,23 @@ impl Compression {
         }
     }
 
+    /// The framework's codec for it; none for an uncompressed message.
+    fn codec(self) -> Option<Algorithm> {
+        match self {
+            Compression::None => None,
+            Compression::Gzip => Some(Algorithm::Gzip),
+            Compression::Lz4Frame => Some(Algorithm::Lz4Frame),
+            Compression::Snappy => Some(Algorithm::Snappy),
+            Compression::Zstd => Some(Algorithm::Zstd),
+        }
+    }
+
     /// `message` compressed as the framework does (for tests and fake servers).
     pub fn compress(self, message: &[u8]) -> Vec<u8> {
-        let written = match self {
-            Compression::None => Ok(message.to_vec()),
-            Compression::Gzip => {
-                let mut encoder =
-                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-                encoder.write_all(message).and_then(|()| encoder.finish())
-            }
-            Compression::Lz4Frame => {
-                let mut encoder = lz4_flex::frame::FrameEncoder::new(Vec::new());
-                encoder
-                    .write_all(message)
-                    .and_then(|()| encoder.finish().map_err(io::Error::other))
-            }
-            Compression::Snappy => snap::raw::Encoder::new()
-                .compress_vec(message)
-                .map_err(io::Error::other),
-            Compression::Zstd => zstd::stream::encode_all(message, 0),
-        };
-        // Compressing into memory fails only on exhausted memory.
-        written.unwrap_or_else(|error| panic!("{} compression failed: {error}", self.label()))
+        match self.codec() {
+            Some(algorithm) => algorithm.compress(message),
+            None => message.to_vec(),
+        }
     }
 
     /// A message that came with this compression, inflated as a daemon does
@@ -111,39 +104,13 @@ impl Compression {
     /// Inflates `compressed`; an error if it is not a whole message of this
     /// algorithm or inflates beyond `limit` bytes.
     pub fn inflate(self, compressed: &[u8], limit: usize) -> Result<Vec<u8>, String> {
-        let too_large = || format!("inflates beyond {limit} bytes");
-        let mut inflated = Vec::new();
-        // One byte past the limit tells "exactly at it" from "beyond".
-        let bound = limit as u64 + 1;
-        let read = match self {
-            Compression::None => {
-                inflated.extend_from_slice(compressed);
-                Ok(compressed.len())
-            }
-            Compression::Gzip => flate2::read::GzDecoder::new(compressed)
-                .take(bound)
-                .read_to_end(&mut inflated),
-            Compression::Lz4Frame => lz4_flex::frame::FrameDecoder::new(compressed)
-                .take(bound)
-                .read_to_end(&mut inflated),
-            Compression::Snappy => {
-                let size = snap::raw::decompress_len(compressed).map_err(|e| e.to_string())?;
-                if size > limit {
-                    return Err(too_large());
-                }
-                inflated = snap::raw::Decoder::new()
-                    .decompress_vec(compressed)
-                    .map_err(|error| format!("snappy: {error}"))?;
-                Ok(inflated.len())
-            }
-            Compression::Zstd => zstd::stream::read::Decoder::new(compressed)
-                .and_then(|decoder| decoder.take(bound).read_to_end(&mut inflated)),
-        };
-        read.map_err(|error| format!("{}: {error}", self.label()))?;
-        if inflated.len() > limit {
-            return Err(too_large());
+        match self.codec() {
+            Some(algorithm) => algorithm
+                .inflate(compressed, limit)
+                .map_err(|error| error.to_string()),
+            None if compressed.len() > limit => Err(format!("inflates beyond {limit} bytes")),
+            None => Ok(compressed.to_vec()),
         }
-        Ok(inflated)
     }
 }
 
