@@ -78,14 +78,15 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     warn_about_open_doors(&settings);
     let mut engine_config = settings.engine.clone();
     // With a hot standby, the engine grants only while elected.
-    let leadership = if settings.ha.is_some() {
-        let fence = GrantFence::closed();
+    let fence = settings.ha.is_some().then(GrantFence::closed);
+    if let Some(fence) = &fence {
         engine_config.grant_fence = fence.clone();
-        Leadership::elected(fence)
-    } else {
-        Leadership::solo()
-    };
+    }
     let engine = Scheduler::new(engine_config);
+    let leadership = match fence {
+        Some(fence) => Leadership::elected(engine.clone(), fence),
+        None => Leadership::solo(),
+    };
     // Connections cost descriptors; the connection cap is derived from this.
     match edge::raise_fd_limit() {
         Ok(limit) => tracing::info!("file-descriptor limit: {limit}"),
@@ -114,7 +115,7 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     let demo = settings.demo.then(|| start_demo(&settings, local));
     let election = settings.ha.clone().map(|mut ha| {
         ha.instance = ha::instance_name(local);
-        Election::start(ha, leadership, engine.clone())
+        Election::start(ha, leadership)
     });
     net::serve(
         listener,

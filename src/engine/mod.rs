@@ -358,4 +358,12 @@ impl Scheduler {
     pub fn restart(&self) {
         self.shared().restart();
     }
+
+    /// Rule "taking over": the grant fence just opened (this instance won
+    /// the election); calls queued while it was closed are served now
+    /// rather than at the next heartbeat, and those whose environment no
+    /// servant has offered meanwhile are answered as at admission.
+    pub fn serve_waiters(&self) {
+        self.shared().with_state(|st, now| st.serve_all(now));
+    }
 }

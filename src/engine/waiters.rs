@@ -81,6 +81,10 @@ impl State {
             {
                 id
             }
+            // Rule "taking over": an instance that may not grant yet cannot
+            // tell an environment nobody offers from one whose servants have
+            // not reported to it yet; the call waits for the fence to open.
+            _ if immediate > 0 && !self.fence.allows(now) => self.envs.intern(&req.environment).1,
             _ => return Err(self.unavailable(&req.environment, immediate)),
         };
         let order = GrantOrder {
@@ -98,6 +102,7 @@ impl State {
         }
         if self.shutting_down || req.wait.is_zero() {
             self.waiters.count_no_quota();
+            self.envs.drop_if_unused(env);
             return Err(Rejection::NoQuotaAvailable);
         }
         if self
@@ -106,6 +111,7 @@ impl State {
         {
             self.requesters.refused_at_cap(requester);
             self.waiters.count_no_quota();
+            self.envs.drop_if_unused(env);
             return Err(Rejection::NoQuotaAvailable);
         }
         let (tx, rx) = oneshot::channel();
@@ -285,6 +291,25 @@ impl State {
                 let answer = self.unavailable(&name, w.order.immediate);
                 let _ = w.tx.send(Err(answer));
             }
+        }
+    }
+
+    /// Rule "taking over", once the fence opened: queued calls whose
+    /// environment nobody offers are answered as at admission, the others
+    /// get what is free now.
+    pub(crate) fn serve_all(&mut self, now: Instant) {
+        let queued: Vec<EnvId> = self
+            .envs
+            .ids()
+            .into_iter()
+            .filter(|&id| self.envs.get(id).is_some_and(|e| !e.queue().is_empty()))
+            .collect();
+        for &id in &queued {
+            self.fail_unavailable(id);
+        }
+        self.serve(queued.clone(), now);
+        for id in queued {
+            self.envs.drop_if_unused(id);
         }
     }
 

@@ -30,7 +30,6 @@ use super::{
         },
     },
 };
-use crate::engine::Scheduler;
 
 /// Target of the election's log lines.
 pub const LOG: &str = "yadcc_scheduler::ha";
@@ -57,9 +56,9 @@ pub struct Election {
 }
 
 impl Election {
-    /// Campaigns for `leadership` on etcd until resigned. On every win
-    /// `engine` restarts before it serves.
-    pub fn start(settings: HaSettings, leadership: Leadership, engine: Scheduler) -> Election {
+    /// Campaigns for `leadership` on etcd until resigned; each win is
+    /// [`Leadership::lead`]'s to act on.
+    pub fn start(settings: HaSettings, leadership: Leadership) -> Election {
         let (stop, stopping) = watch::channel(false);
         tracing::info!(
             target: LOG,
@@ -69,7 +68,7 @@ impl Election {
             settings.endpoints.join(","),
             settings.lease_ttl.as_secs()
         );
-        let task = tokio::spawn(run(settings, leadership, engine, stopping));
+        let task = tokio::spawn(run(settings, leadership, stopping));
         Election { stop, task }
     }
 
@@ -93,26 +92,13 @@ enum Ended {
     Failed(String),
 }
 
-async fn run(
-    settings: HaSettings,
-    leadership: Leadership,
-    engine: Scheduler,
-    mut stop: watch::Receiver<bool>,
-) {
+async fn run(settings: HaSettings, leadership: Leadership, mut stop: watch::Receiver<bool>) {
     let mut endpoint = 0;
     // A lease of an earlier term that was not given back.
     let mut stale_lease = None;
     loop {
         let url = &settings.endpoints[endpoint % settings.endpoints.len()];
-        let ended = term(
-            &settings,
-            &leadership,
-            &engine,
-            &mut stop,
-            url,
-            &mut stale_lease,
-        )
-        .await;
+        let ended = term(&settings, &leadership, &mut stop, url, &mut stale_lease).await;
         let was_leading = leadership.role().is_leader();
         leadership.stand_by(None);
         match ended {
@@ -179,7 +165,6 @@ async fn connect(url: &str) -> Result<Channel, String> {
 async fn term(
     settings: &HaSettings,
     leadership: &Leadership,
-    engine: &Scheduler,
     stop: &mut watch::Receiver<bool>,
     url: &str,
     stale_lease: &mut Option<i64>,
@@ -293,7 +278,6 @@ async fn term(
                 if !ours || Instant::now() >= lease_until {
                     return Ended::LeaseLost("won a campaign whose lease may have expired".to_owned());
                 }
-                engine.restart();
                 leadership.lead(lease_until);
                 leading = Some(key);
             }

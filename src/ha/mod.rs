@@ -14,20 +14,33 @@
 //!   earliest (sent + TTL, less a margin); the engine checks it on every
 //!   placement, so a leader that cannot renew, or was paused past its lease,
 //!   stops granting before etcd can let another instance win;
-//! - on losing, stop serving at once.
+//! - on losing, stop serving at once;
+//! - taking over: the load balancer sends daemons to a standby only when no
+//!   instance is ready (`scripts/deploy/haproxy.cfg`'s backup servers), and
+//!   for the seconds until the dead leader's lease runs out nobody can
+//!   grant. A standby that daemons reach, and whose elected leader does not
+//!   answer its `/readyz` ([`probe`]), serves them as a restarted scheduler
+//!   in its adoption window that may not grant yet: heartbeats, renewals,
+//!   frees, the token and the task list are answered, and
+//!   `WaitForStartingTask` waits for the fence (an unknown environment too:
+//!   its servants may not have reported yet). When it wins, it keeps what
+//!   it learnt and grants at once; when the leader answers again, it closes
+//!   those connections, as any standby does. So daemons see only the calls
+//!   in flight on the dead leader fail, not every call of the failover.
 //!
 //! The rest of the server sees [`Leadership`] only: whether this instance
-//! serves now (the call core refuses RPCs otherwise), a way to run a daemon
-//! connection only while it leads (the listener closes them on losing, so
-//! daemons reconnect through the load balancer), the role and the leader's
-//! name for `/readyz`, the dashboard and the metrics ([`HaStats`]); and it
-//! sets the server's one [`Readiness`] (what `/readyz` and the gRPC health
-//! service report): not ready while standing by. Without
-//! `--ha_etcd_endpoints` it is [`Leadership::solo`]: always serving, no
-//! clock read, no task.
+//! serves now (the call core refuses RPCs otherwise), whether a daemon
+//! connection is served and until when (the listener closes them when this
+//! instance stops leading or taking over, so daemons reconnect through the
+//! load balancer), the role and the leader's name for `/readyz`, the
+//! dashboard and the metrics ([`HaStats`]); and it sets the server's one
+//! [`Readiness`] (what `/readyz` and the gRPC health service report): not
+//! ready unless leading. Without `--ha_etcd_endpoints` it is
+//! [`Leadership::solo`]: always serving, no clock read, no task.
 
 pub mod election;
 mod etcd;
+pub mod probe;
 
 use std::{
     future::Future,
@@ -42,7 +55,7 @@ use prometheus_client::metrics::{
 use tokio::{sync::watch, time::Instant};
 
 use crate::{
-    engine::GrantFence,
+    engine::{GrantFence, Scheduler},
     readiness::{NotReady, Readiness},
 };
 
@@ -91,8 +104,14 @@ pub fn instance_name(local: std::net::SocketAddr) -> String {
 pub enum Role {
     /// Serves: the only scheduler, or the elected one.
     Leader,
-    /// Does not serve; `leader` is the elected instance's name, if known.
-    Standby { leader: Option<String> },
+    /// Does not lead; `leader` is the elected instance's name, if known.
+    /// `taking_over`: daemons reached this instance while that leader did
+    /// not answer, and are served without grants until it leads or the
+    /// leader answers again.
+    Standby {
+        leader: Option<String>,
+        taking_over: bool,
+    },
 }
 
 impl Role {
@@ -100,12 +119,46 @@ impl Role {
         matches!(self, Role::Leader)
     }
 
+    /// A standby with no leader known, not taking over.
+    pub fn standby() -> Role {
+        Role::Standby {
+            leader: None,
+            taking_over: false,
+        }
+    }
+
+    /// Whether daemon connections are served: leading or taking over.
+    pub fn serves_daemons(&self) -> bool {
+        matches!(
+            self,
+            Role::Leader
+                | Role::Standby {
+                    taking_over: true,
+                    ..
+                }
+        )
+    }
+
     /// For people: `/readyz`, the dashboard, refused calls.
     pub fn describe(&self) -> String {
         match self {
             Role::Leader => "leader".to_owned(),
-            Role::Standby { leader: Some(name) } => format!("standby, leader is {name}"),
-            Role::Standby { leader: None } => "standby, no leader elected".to_owned(),
+            Role::Standby {
+                leader: Some(name),
+                taking_over: false,
+            } => format!("standby, leader is {name}"),
+            Role::Standby {
+                leader: None,
+                taking_over: false,
+            } => "standby, no leader elected".to_owned(),
+            Role::Standby {
+                leader: Some(name),
+                taking_over: true,
+            } => format!("standby taking over, leader {name} does not answer"),
+            Role::Standby {
+                leader: None,
+                taking_over: true,
+            } => "standby taking over, no leader elected".to_owned(),
         }
     }
 }
@@ -147,6 +200,11 @@ pub struct Leadership(Arc<Inner>);
 
 #[derive(Debug)]
 struct Inner {
+    /// Restarted when a takeover begins, or on a win without one; None
+    /// for [`Leadership::solo`].
+    engine: Option<Scheduler>,
+    /// One probe of the leader at a time; what it found, and when.
+    probed: tokio::sync::Mutex<Option<(Instant, bool)>>,
     fence: GrantFence,
     role: watch::Sender<Role>,
     /// The one readiness (`/readyz`, gRPC health): not ready while standing by.
@@ -159,6 +217,8 @@ impl Leadership {
     /// The only scheduler: leads for good.
     pub fn solo() -> Self {
         Leadership(Arc::new(Inner {
+            engine: None,
+            probed: tokio::sync::Mutex::new(None),
             fence: GrantFence::open(),
             role: watch::Sender::new(Role::Leader),
             readiness: Readiness::new(),
@@ -167,14 +227,16 @@ impl Leadership {
     }
 
     /// One of several, a standby until [`election`] says otherwise; `fence`
-    /// is the engine's ([`crate::engine::Config::grant_fence`]), closed.
-    pub fn elected(fence: GrantFence) -> Self {
+    /// is `engine`'s ([`crate::engine::Config::grant_fence`]), closed.
+    pub fn elected(engine: Scheduler, fence: GrantFence) -> Self {
         fence.close();
         let readiness = Readiness::new();
         readiness.set_not_ready(NotReady::Standby);
         Leadership(Arc::new(Inner {
+            engine: Some(engine),
+            probed: tokio::sync::Mutex::new(None),
             fence,
-            role: watch::Sender::new(Role::Standby { leader: None }),
+            role: watch::Sender::new(Role::standby()),
             readiness,
             stats: Some(HaStats::new()),
         }))
@@ -187,19 +249,21 @@ impl Leadership {
         self.0.fence.allows(Instant::now())
     }
 
-    /// Why calls are not served now (None: they are).
+    /// Why calls are not served now (None: they are, by the leader or by a
+    /// standby taking over, whose fence keeps it from granting).
     pub fn refusal(&self) -> Option<String> {
         if self.is_serving() {
             return None;
         }
         let role = self.role();
-        // The fence closed before the election task noticed.
-        let role = if role.is_leader() {
-            Role::Standby { leader: None }
-        } else {
-            role
-        };
-        Some(role.describe())
+        match role {
+            Role::Standby {
+                taking_over: true, ..
+            } => None,
+            // The fence closed before the election task noticed.
+            Role::Leader => Some(Role::standby().describe()),
+            role => Some(role.describe()),
+        }
     }
 
     /// The role as the election last set it.
@@ -211,7 +275,7 @@ impl Leadership {
     /// even before the election task noticed.
     pub fn current(&self) -> Role {
         match self.role() {
-            Role::Leader if !self.is_serving() => Role::Standby { leader: None },
+            Role::Leader if !self.is_serving() => Role::standby(),
             role => role,
         }
     }
@@ -232,26 +296,137 @@ impl Leadership {
         self.0.stats.as_ref()
     }
 
+    /// Whether a daemon connection that just reached this instance is
+    /// served: yes while leading; a standby takes over when the leader it
+    /// knows of does not answer its `/readyz` (or none is known), and
+    /// otherwise closes it, so the daemon reconnects through the balancer.
+    pub async fn admits_daemons(&self) -> bool {
+        if self.is_serving() {
+            return true;
+        }
+        let leader = match self.role() {
+            Role::Leader => return false,
+            Role::Standby {
+                taking_over: true, ..
+            } => return true,
+            Role::Standby { leader, .. } => leader,
+        };
+        if self.leader_answers(leader.as_deref()).await {
+            return false;
+        }
+        self.take_over();
+        self.role().serves_daemons()
+    }
+
+    /// Whether `leader` answers its `/readyz`, asked at most once per
+    /// [`probe::PROBE_TIMEOUT`]: a burst of reconnecting daemons probes once.
+    async fn leader_answers(&self, leader: Option<&str>) -> bool {
+        let Some(leader) = leader else {
+            return false;
+        };
+        let mut probed = self.0.probed.lock().await;
+        if let Some((at, ready)) = *probed
+            && at.elapsed() < probe::PROBE_TIMEOUT
+        {
+            return ready;
+        }
+        let ready = probe::is_ready(leader).await;
+        *probed = Some((Instant::now(), ready));
+        ready
+    }
+
+    /// Starts taking over, once: a fresh engine (adoption window open from
+    /// now), and a watch that ends the takeover when the leader answers.
+    fn take_over(&self) {
+        let Some(engine) = &self.0.engine else {
+            return;
+        };
+        let began = self.0.role.send_if_modified(|role| match role {
+            Role::Standby { taking_over, .. } if !*taking_over => {
+                // Under the role's lock: no connection is served from the
+                // stale state, and a win cannot slip in between.
+                engine.restart();
+                *taking_over = true;
+                true
+            }
+            _ => false,
+        });
+        if began {
+            tracing::warn!(target: election::LOG, "now {}", self.role().describe());
+            tokio::spawn(self.clone().end_takeover_when_the_leader_answers());
+        }
+    }
+
+    async fn end_takeover_when_the_leader_answers(self) {
+        loop {
+            tokio::time::sleep(probe::PROBE_TIMEOUT).await;
+            let leader = match self.role() {
+                Role::Standby {
+                    taking_over: true,
+                    leader,
+                } => leader,
+                // Won (the takeover became leadership), or already ended.
+                _ => return,
+            };
+            if self.leader_answers(leader.as_deref()).await {
+                let ended = self.0.role.send_if_modified(|role| match role {
+                    Role::Standby { taking_over, .. } if *taking_over => {
+                        *taking_over = false;
+                        true
+                    }
+                    _ => false,
+                });
+                if ended {
+                    tracing::info!(target: election::LOG, "now {}", self.role().describe());
+                }
+                return;
+            }
+        }
+    }
+
     /// Runs `work` (a daemon connection) until it ends or this instance
-    /// stops leading, whichever is first: a standby holds no daemon
-    /// connection, so their clients reconnect through the load balancer.
-    pub async fn while_leading(&self, work: impl Future<Output = ()>) {
+    /// neither leads nor takes over any more, whichever is first: a standby
+    /// holds no daemon connection of its own accord, so their clients
+    /// reconnect through the load balancer.
+    pub async fn while_serving_daemons(&self, work: impl Future<Output = ()>) {
         if self.0.stats.is_none() {
             return work.await;
         }
         let mut role = self.subscribe();
         tokio::select! {
             () = work => {}
-            _ = role.wait_for(|role| !role.is_leader()) => {}
+            _ = role.wait_for(|role| !role.serves_daemons()) => {}
         }
     }
 
-    /// Leads until the fence's `deadline` (see [`election`]).
+    /// Leads until the fence's `deadline` (see [`election`]): after a
+    /// takeover with what it learnt, otherwise as a restarted scheduler;
+    /// calls that waited for the fence are served at once.
     fn lead(&self, deadline: Instant) {
-        self.0.fence.open_until(deadline);
-        self.set_role(Role::Leader);
+        let mut took_over = false;
+        // Under the role's lock, so no takeover begins in between.
+        self.update_role(|now| {
+            took_over = matches!(
+                now,
+                Role::Standby {
+                    taking_over: true,
+                    ..
+                }
+            );
+            if !took_over && let Some(engine) = &self.0.engine {
+                engine.restart();
+            }
+            self.0.fence.open_until(deadline);
+            Role::Leader
+        });
+        if let Some(engine) = &self.0.engine {
+            engine.serve_waiters();
+        }
         if let Some(stats) = &self.0.stats {
             stats.elections_won.inc();
+        }
+        if took_over {
+            tracing::info!(target: election::LOG, "took over: kept what daemons reported meanwhile");
         }
     }
 
@@ -262,14 +437,26 @@ impl Leadership {
         }
     }
 
-    /// Stops granting at once, then says so.
+    /// Stops granting at once, then says so. A takeover goes on (it ends
+    /// when the leader answers); a leader that steps down takes none.
     fn stand_by(&self, leader: Option<String>) {
         self.0.fence.close();
-        self.set_role(Role::Standby { leader });
+        self.update_role(|now| Role::Standby {
+            leader,
+            taking_over: matches!(
+                now,
+                Role::Standby {
+                    taking_over: true,
+                    ..
+                }
+            ),
+        });
     }
 
-    fn set_role(&self, role: Role) {
+    /// Replaces the role with what `next` makes of it, atomically.
+    fn update_role(&self, next: impl FnOnce(&Role) -> Role) {
         let changed = self.0.role.send_if_modified(|now| {
+            let role = next(now);
             let change = now.is_leader() != role.is_leader();
             let modified = *now != role;
             *now = role;
@@ -293,63 +480,4 @@ impl Leadership {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn a_solo_scheduler_always_serves() {
-        let solo = Leadership::solo();
-        assert!(solo.is_serving());
-        assert_eq!(solo.refusal(), None);
-        assert!(solo.stats().is_none());
-        let mut ran = false;
-        solo.while_leading(async { ran = true }).await;
-        assert!(ran);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_elected_instance_serves_only_while_its_lease_certainly_runs() {
-        let fence = GrantFence::closed();
-        let leadership = Leadership::elected(fence);
-        assert!(!leadership.is_serving());
-        assert_eq!(
-            leadership.refusal().as_deref(),
-            Some("standby, no leader elected")
-        );
-        assert_eq!(leadership.readiness().current(), Err(NotReady::Standby));
-        leadership.lead(Instant::now() + Duration::from_secs(2));
-        assert!(leadership.is_serving());
-        assert_eq!(leadership.readiness().current(), Ok(()));
-        assert_eq!(leadership.stats().unwrap().elections_won.get(), 1);
-        // Paused past the deadline: not serving, before anyone noticed.
-        tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(leadership.role().is_leader());
-        assert!(!leadership.is_serving());
-        assert_eq!(leadership.current(), Role::Standby { leader: None });
-        leadership.stand_by(Some("b:8336".to_owned()));
-        assert_eq!(leadership.readiness().current(), Err(NotReady::Standby));
-        assert_eq!(
-            leadership.refusal().as_deref(),
-            Some("standby, leader is b:8336")
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_daemon_connection_ends_when_leadership_is_lost() {
-        let leadership = Leadership::elected(GrantFence::closed());
-        leadership.lead(Instant::now() + Duration::from_secs(60));
-        let held = {
-            let leadership = leadership.clone();
-            tokio::spawn(async move {
-                leadership.while_leading(std::future::pending::<()>()).await;
-            })
-        };
-        tokio::task::yield_now().await;
-        assert!(!held.is_finished());
-        leadership.stand_by(None);
-        tokio::time::timeout(Duration::from_secs(1), held)
-            .await
-            .expect("closed at once")
-            .unwrap();
-    }
-}
+mod tests;

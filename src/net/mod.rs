@@ -271,23 +271,24 @@ async fn serve_connection(
         Ok(None) | Err(_) => return,
     };
     let state = shared.state.clone();
-    // A hot standby closes daemon connections at once, and those it held
-    // when it stopped leading: daemons reconnect through the load balancer.
+    // A hot standby closes daemon connections at once unless it takes over
+    // from a leader that does not answer, and those it held when it stopped
+    // leading or taking over: daemons reconnect through the load balancer.
     let leadership = &state.leadership;
-    if protocol != Sniffed::Hyper && !leadership.is_serving() {
+    if protocol != Sniffed::Hyper && !leadership.admits_daemons().await {
         return;
     }
     match protocol {
         Sniffed::Flare => {
             let _open = state.metrics.connection_opened(CallProtocol::Flare);
             let serve = daemon::serve(Flare, state.clone(), stream, peer, first, stopping);
-            leadership.while_leading(serve).await;
+            leadership.while_serving_daemons(serve).await;
         }
         Sniffed::DaemonHttp => {
             let _open = state.metrics.connection_opened(CallProtocol::HttpPb);
             let framing = HttpPb::new(shared.router.clone());
             let serve = daemon::serve(framing, state.clone(), stream, peer, first, stopping);
-            leadership.while_leading(serve).await;
+            leadership.while_serving_daemons(serve).await;
         }
         Sniffed::Hyper => {
             let _open = state.metrics.connection_opened(CallProtocol::Http);

@@ -181,6 +181,9 @@ struct Failover {
     to_ready: Duration,
     report: String,
     running_at_kill: usize,
+    /// Calls the dead leader's connections failed when they broke: those in
+    /// flight at the kill (and any sent before the daemon saw the close).
+    in_flight_at_kill: usize,
     errors_before_kill: u64,
     errors_around_failover: u64,
     errors_once_settled: u64,
@@ -261,6 +264,7 @@ fn kill_the_leader_under_load(
     let running_at_kill = cluster.running_tasks();
     let errors_before_kill = stats.total_errors();
     let grants_before = stats.events.grants_received.load(Relaxed);
+    let held_by_the_leader = cluster.open_connections();
     let killed_at = Instant::now();
     leader.kill_9();
     let (mut to_first_grant, mut to_ready) = (None, None);
@@ -279,11 +283,18 @@ fn kill_the_leader_under_load(
     std::thread::sleep(settle);
     let errors_at_end = stats.total_errors();
     runtime.block_on(cluster.stop());
+    // What the dead leader's connections held when they broke: the calls in
+    // flight at the kill, and any a daemon sent before it saw the close.
+    let in_flight_at_kill = held_by_the_leader
+        .iter()
+        .map(|connection| connection.calls_failed_on_close())
+        .sum();
     Failover {
         to_first_grant,
         to_ready,
         report: stats.report().to_string(),
         running_at_kill,
+        in_flight_at_kill,
         errors_before_kill,
         errors_around_failover: errors_at_settled - errors_before_kill,
         errors_once_settled: errors_at_end - errors_at_settled,
@@ -320,11 +331,13 @@ fn kill_9_the_leader_under_load_through_haproxy_and_the_standby_grants_within_5_
     let report = &outcome.report;
     eprintln!("{report}");
     eprintln!(
-        "failover: granting {:?} and ready {:?} after the kill; {} running at the kill; \
-         {} calls failed around it, {} once settled; {} tasks killed, {} renewals refused",
+        "failover: granting {:?} and ready {:?} after the kill; {} running and {} calls in \
+         flight at the kill; {} calls failed around it, {} once settled; {} tasks killed, \
+         {} renewals refused",
         outcome.to_first_grant,
         outcome.to_ready,
         outcome.running_at_kill,
+        outcome.in_flight_at_kill,
         outcome.errors_around_failover,
         outcome.errors_once_settled,
         outcome.tasks_killed,
@@ -338,6 +351,14 @@ fn kill_9_the_leader_under_load_through_haproxy_and_the_standby_grants_within_5_
     assert!(outcome.running_at_kill >= 10, "{report}");
     assert!(outcome.grants_after > 0, "{report}");
     assert_eq!(outcome.errors_before_kill, 0, "{report}");
+    // Only what the dead leader held fails: later calls reach the standby,
+    // which takes them over until it leads.
+    assert!(
+        outcome.errors_around_failover <= outcome.in_flight_at_kill as u64,
+        "{} calls failed around the failover, {} were in flight at the kill\n{report}",
+        outcome.errors_around_failover,
+        outcome.in_flight_at_kill
+    );
     assert_eq!(outcome.tasks_killed, 0, "{report}");
     assert_eq!(outcome.renewals_refused, 0, "{report}");
     assert_eq!(
@@ -488,9 +509,12 @@ fn failover_time_over_10_runs() {
             false,
         );
         println!(
-            "run {run}: first grant {:.2} s after the kill, ready {:.2} s; {} tasks killed, {} renewals refused",
+            "run {run}: first grant {:.2} s after the kill, ready {:.2} s; {} calls failed \
+             ({} in flight at the kill); {} tasks killed, {} renewals refused",
             outcome.to_first_grant.as_secs_f64(),
             outcome.to_ready.as_secs_f64(),
+            outcome.errors_around_failover,
+            outcome.in_flight_at_kill,
             outcome.tasks_killed,
             outcome.renewals_refused
         );

@@ -77,3 +77,54 @@ async fn a_new_leader_forgets_its_old_term_and_adopts_what_servants_report() {
         vec![true]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn while_the_fence_is_closed_an_unknown_environment_waits_for_its_servants() {
+    let fence = GrantFence::closed();
+    let s = Scheduler::new(fenced(&fence));
+    // Taking over: a delegate asks before any servant reported here.
+    let early = spawn_wait(&s, req_wait(secs(5)));
+    let mut nobody = req_wait(secs(5));
+    nobody.environment = "nobody-offers-this".to_owned();
+    let unoffered = spawn_wait(&s, nobody);
+    // A prefetch-only call is answered as ever: it never waits.
+    let mut prefetch = req_wait(secs(5));
+    (prefetch.immediate, prefetch.prefetch) = (0, 1);
+    assert_eq!(
+        s.wait_for_starting_task(prefetch).await.unwrap_err(),
+        Rejection::NoQuotaAvailable
+    );
+    settle().await;
+    assert!(
+        !early.is_finished() && !unoffered.is_finished(),
+        "both wait"
+    );
+    // The servant reports; still nothing is placed while closed.
+    s.heartbeat(hb("10.0.0.1:8335", 2)).unwrap();
+    settle().await;
+    assert!(!early.is_finished(), "no grant while the fence is closed");
+    // Won: the fence opens and the queue is served at once.
+    fence.open_until(Instant::now() + secs(3));
+    s.serve_waiters();
+    settle().await;
+    assert_eq!(early.await.unwrap().unwrap().len(), 1);
+    assert!(matches!(
+        unoffered.await.unwrap().unwrap_err(),
+        Rejection::EnvironmentNotAvailable { .. }
+    ));
+    // With the fence open, the rule is the original's again: at once.
+    let mut later = req_wait(secs(5));
+    later.environment = "nobody-offers-this".to_owned();
+    assert!(matches!(
+        s.wait_for_starting_task(later).await.unwrap_err(),
+        Rejection::EnvironmentNotAvailable { .. }
+    ));
+    // The unoffered environment's slot went with its last waiter.
+    let environments = s.snapshot().environments;
+    assert!(
+        environments
+            .iter()
+            .all(|e| e.digest != "nobody-offers-this"),
+        "{environments:?}"
+    );
+}

@@ -237,6 +237,11 @@ impl Endpoint {
             .unwrap_or_else(|_| Err(CallError::Io("connection closed".to_owned())))
     }
 
+    /// Its shared connections (flare, http+pb) now; none for JSON.
+    pub fn open_connections(&self) -> Vec<Arc<Mux>> {
+        lock(&self.inner.pool).muxes.clone()
+    }
+
     /// Sends a call of `rpc` carrying `payload` (the binary request; JSON
     /// endpoints convert it) without waiting: `then` runs with the answer, or
     /// with the error or timeout that ended the call, exactly once. Records

@@ -68,6 +68,8 @@ struct Shared {
     last_sent_ms: AtomicU64,
     opened: Instant,
     broken: AtomicBool,
+    /// Calls that were waiting when it broke.
+    failed_on_close: AtomicUsize,
     next_id: AtomicU64,
     protocol: Protocol,
     requests: Arc<FlareRequests>,
@@ -98,6 +100,7 @@ impl Shared {
             self.in_flight.store(0, Relaxed);
             pending.drain().map(|(_, call)| call).collect()
         };
+        self.failed_on_close.fetch_add(waiting.len(), Relaxed);
         for call in waiting {
             (call.then)(Err(error.clone()));
         }
@@ -164,6 +167,7 @@ impl Mux {
             last_sent_ms: AtomicU64::new(0),
             opened: Instant::now(),
             broken: AtomicBool::new(false),
+            failed_on_close: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             protocol,
             requests,
@@ -179,6 +183,11 @@ impl Mux {
     /// Calls in flight on this connection.
     pub fn in_flight(&self) -> usize {
         self.shared.in_flight.load(Relaxed)
+    }
+
+    /// Calls that were in flight on it when it broke (0 while it works).
+    pub fn calls_failed_on_close(&self) -> usize {
+        self.shared.failed_on_close.load(Relaxed)
     }
 
     /// When the last call was sent on it (or it opened).
