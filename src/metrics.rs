@@ -370,6 +370,12 @@ impl Collector for LeadershipCollector {
             "1 while this instance is the elected leader and its lease certainly runs, else 0",
             i64::from(self.0.is_serving()),
         )?;
+        write_gauge(
+            &mut encoder,
+            "taking_over",
+            "1 while this standby serves daemons whose leader does not answer (it grants nothing until it wins), else 0",
+            i64::from(!self.0.is_serving() && self.0.role().serves_daemons()),
+        )?;
         write_counter(
             &mut encoder,
             "elections_won",

@@ -201,7 +201,7 @@ pub struct Connection {
     pub reader: Reader,
     /// Where calls send their encoded answers, in the order they finish.
     pub answers: Answers,
-    writer: JoinHandle<()>,
+    writer: WriterTask,
     in_flight: InFlight,
     calls: JoinSet<()>,
     idle_timeout: Duration,
@@ -271,7 +271,7 @@ impl Connection {
             stopping,
             reader: Reader::new(read, already_read, budget),
             answers,
-            writer,
+            writer: WriterTask(Some(writer)),
             in_flight: InFlight::default(),
             calls: JoinSet::new(),
             idle_timeout,
@@ -383,7 +383,7 @@ impl Connection {
         while calls.join_next().await.is_some() {}
         answers.outbox.lock().finishing = true;
         answers.outbox.work.notify_one();
-        let _ = writer.await;
+        writer.join().await;
         // Every other holder of the write side is gone: close it, so the
         // caller reads the answers and then the end of the stream.
         if let Ok(outbox) = Arc::try_unwrap(answers.outbox) {
@@ -530,6 +530,32 @@ impl Answers {
 impl Queue {
     fn over_bound(&self) -> bool {
         self.bytes > answer_queue_bound(self.largest)
+    }
+}
+
+/// The writer task, stopped when the connection is dropped unfinished (a
+/// standby closing the daemon connections it held): it owns the socket's
+/// write side, so the socket would otherwise stay open, unserved.
+struct WriterTask(Option<JoinHandle<()>>);
+
+impl WriterTask {
+    fn abort(&self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+
+    /// Waits for it to write what is queued.
+    async fn join(mut self) {
+        if let Some(task) = self.0.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for WriterTask {
+    fn drop(&mut self) {
+        self.abort();
     }
 }
 

@@ -207,6 +207,10 @@ struct Inner {
     probed: tokio::sync::Mutex<Option<(Instant, bool)>>,
     fence: GrantFence,
     role: watch::Sender<Role>,
+    /// Moves on every change that ends the daemon connections held (from
+    /// leading or taking over to neither), so none misses one that a new
+    /// takeover follows at once.
+    closings: watch::Sender<u64>,
     /// The one readiness (`/readyz`, gRPC health): not ready while standing by.
     readiness: Readiness,
     /// None for [`Leadership::solo`].
@@ -221,6 +225,7 @@ impl Leadership {
             probed: tokio::sync::Mutex::new(None),
             fence: GrantFence::open(),
             role: watch::Sender::new(Role::Leader),
+            closings: watch::Sender::new(0),
             readiness: Readiness::new(),
             stats: None,
         }))
@@ -237,6 +242,7 @@ impl Leadership {
             probed: tokio::sync::Mutex::new(None),
             fence,
             role: watch::Sender::new(Role::standby()),
+            closings: watch::Sender::new(0),
             readiness,
             stats: Some(HaStats::new()),
         }))
@@ -377,6 +383,7 @@ impl Leadership {
                     _ => false,
                 });
                 if ended {
+                    self.0.closings.send_modify(|n| *n += 1);
                     tracing::info!(target: election::LOG, "now {}", self.role().describe());
                 }
                 return;
@@ -392,10 +399,14 @@ impl Leadership {
         if self.0.stats.is_none() {
             return work.await;
         }
-        let mut role = self.subscribe();
+        let mut closings = self.0.closings.subscribe();
+        // Admitted a moment ago; the change may have come in between.
+        if !self.role().serves_daemons() {
+            return;
+        }
         tokio::select! {
             () = work => {}
-            _ = role.wait_for(|role| !role.serves_daemons()) => {}
+            _ = closings.changed() => {}
         }
     }
 
@@ -455,8 +466,10 @@ impl Leadership {
 
     /// Replaces the role with what `next` makes of it, atomically.
     fn update_role(&self, next: impl FnOnce(&Role) -> Role) {
+        let mut closing = false;
         let changed = self.0.role.send_if_modified(|now| {
             let role = next(now);
+            closing = now.serves_daemons() && !role.serves_daemons();
             let change = now.is_leader() != role.is_leader();
             let modified = *now != role;
             *now = role;
@@ -468,6 +481,9 @@ impl Leadership {
             }
             modified
         });
+        if closing {
+            self.0.closings.send_modify(|n| *n += 1);
+        }
         if self.role().is_leader() {
             self.0.readiness.clear(NotReady::Standby);
         } else {

@@ -188,3 +188,20 @@ async fn a_takeover_ends_when_the_leader_answers_again() {
     assert!(!leadership.role().serves_daemons());
     assert!(leadership.refusal().is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_connection_held_as_leader_ends_even_if_a_takeover_follows_at_once() {
+    let (leadership, _engine) = elected();
+    leadership.lead(Instant::now() + Duration::from_secs(60));
+    let held = hold_connection(&leadership);
+    tokio::task::yield_now().await;
+    // Stepped down, and before the connection's task ran, a daemon that
+    // reached this instance started a takeover (no leader known).
+    leadership.stand_by(None);
+    assert!(leadership.admits_daemons().await);
+    assert!(leadership.role().serves_daemons());
+    tokio::time::timeout(Duration::from_secs(1), held)
+        .await
+        .expect("the leader's connection closed")
+        .unwrap();
+}

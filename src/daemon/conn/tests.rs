@@ -135,3 +135,15 @@ async fn a_caller_that_stops_reading_is_cut_off_after_the_write_timeout() {
         Err(Broken)
     );
 }
+
+#[tokio::test]
+async fn a_connection_dropped_unfinished_closes_its_socket() {
+    // What a standby does to the daemon connections it held: drops them.
+    let (connection, mut caller, _stop) = pair(Duration::from_secs(10)).await;
+    drop(connection);
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), caller.read_to_end(&mut rest))
+        .await
+        .expect("the caller sees the end of the stream, not silence");
+    assert_eq!(read.unwrap(), 0);
+}
