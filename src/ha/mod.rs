@@ -292,11 +292,6 @@ impl Leadership {
         &self.0.readiness
     }
 
-    /// Sees every later change of role.
-    pub fn subscribe(&self) -> watch::Receiver<Role> {
-        self.0.role.subscribe()
-    }
-
     /// The election's figures; None without an election.
     pub fn stats(&self) -> Option<&HaStats> {
         self.0.stats.as_ref()
@@ -347,18 +342,24 @@ impl Leadership {
         let Some(engine) = &self.0.engine else {
             return;
         };
-        let began = self.0.role.send_if_modified(|role| match role {
-            Role::Standby { taking_over, .. } if !*taking_over => {
+        let mut began = false;
+        self.update_role(|now| match now {
+            Role::Standby {
+                leader,
+                taking_over: false,
+            } => {
                 // Under the role's lock: no connection is served from the
                 // stale state, and a win cannot slip in between.
                 engine.restart();
-                *taking_over = true;
-                true
+                began = true;
+                Role::Standby {
+                    leader: leader.clone(),
+                    taking_over: true,
+                }
             }
-            _ => false,
+            other => other.clone(),
         });
         if began {
-            tracing::warn!(target: election::LOG, "now {}", self.role().describe());
             tokio::spawn(self.clone().end_takeover_when_the_leader_answers());
         }
     }
@@ -375,17 +376,16 @@ impl Leadership {
                 _ => return,
             };
             if self.leader_answers(leader.as_deref()).await {
-                let ended = self.0.role.send_if_modified(|role| match role {
-                    Role::Standby { taking_over, .. } if *taking_over => {
-                        *taking_over = false;
-                        true
-                    }
-                    _ => false,
+                self.update_role(|now| match now {
+                    Role::Standby {
+                        leader,
+                        taking_over: true,
+                    } => Role::Standby {
+                        leader: leader.clone(),
+                        taking_over: false,
+                    },
+                    other => other.clone(),
                 });
-                if ended {
-                    self.0.closings.send_modify(|n| *n += 1);
-                    tracing::info!(target: election::LOG, "now {}", self.role().describe());
-                }
                 return;
             }
         }
