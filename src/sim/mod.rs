@@ -484,17 +484,6 @@ impl Cluster {
         self.daemons.registry.running()
     }
 
-    /// Every daemon's shared connections now: what a scheduler that dies
-    /// now holds ([`client::Mux::calls_failed_on_close`] counts what each
-    /// of them failed when it broke).
-    pub fn open_connections(&self) -> Vec<Arc<client::Mux>> {
-        self.daemons
-            .machines
-            .iter()
-            .flat_map(|daemon| daemon.endpoint.open_connections())
-            .collect()
-    }
-
     /// True once the delegates were started.
     pub fn delegates_started(&self) -> bool {
         self.delegates_started.load(Relaxed)

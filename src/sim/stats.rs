@@ -288,12 +288,25 @@ impl Events {
     }
 }
 
+/// A connection that broke with calls still waiting on it.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLoss {
+    pub opened: Instant,
+    pub lost: Instant,
+    /// The calls it failed.
+    pub calls: usize,
+}
+
+/// Connection losses kept at most: a run that loses more keeps the first.
+const MAX_CONNECTION_LOSSES: usize = 100_000;
+
 /// Everything one simulator run measured.
 #[derive(Debug)]
 pub struct Stats {
     calls: [CallStats; 7],
     pub events: Events,
     since: Mutex<Instant>,
+    connection_losses: Mutex<Vec<ConnectionLoss>>,
 }
 
 impl Default for Stats {
@@ -302,6 +315,7 @@ impl Default for Stats {
             calls: Default::default(),
             events: Events::default(),
             since: Mutex::new(Instant::now()),
+            connection_losses: Mutex::default(),
         }
     }
 }
@@ -338,6 +352,25 @@ impl Stats {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         *errors.entry(kind.to_owned()).or_default() += 1;
+    }
+
+    /// A connection broke with calls waiting on it: which calls a server
+    /// that died took with it, told apart from later failures by time.
+    pub fn record_connection_loss(&self, loss: ConnectionLoss) {
+        let mut losses = self
+            .connection_losses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if losses.len() < MAX_CONNECTION_LOSSES {
+            losses.push(loss);
+        }
+    }
+
+    pub fn connection_losses(&self) -> Vec<ConnectionLoss> {
+        self.connection_losses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Bucket counts of every call's latency added up, and the number of

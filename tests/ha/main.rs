@@ -198,6 +198,8 @@ struct Failover {
 }
 
 const MACHINES: usize = 30;
+/// From a daemon's connect to its connection's reader (see `in_flight_at_kill`).
+const HANDOFF: Duration = Duration::from_millis(20);
 /// Load before the kill, once every servant has registered.
 const LOAD_BEFORE_KILL: Duration = Duration::from_secs(4);
 
@@ -269,17 +271,13 @@ fn kill_the_leader_under_load(
     let running_at_kill = cluster.running_tasks();
     let errors_before_kill = stats.total_errors();
     let grants_before = stats.events.grants_received.load(Relaxed);
-    let mut held_by_the_leader = cluster.open_connections();
     let killed_at = Instant::now();
     leader.kill_9();
     // Reaped: its sockets are gone. A daemon that connected a moment before
     // may have been put by HAProxy on one of them (accepted by the dying
-    // leader's kernel, then reset): those connections are the leader's too.
-    // Any opened later meets a refused port and is retried on the standby.
-    std::thread::sleep(Duration::from_millis(20));
-    held_by_the_leader.extend(cluster.open_connections());
-    held_by_the_leader.sort_by_key(std::sync::Arc::as_ptr);
-    held_by_the_leader.dedup_by(|a, b| std::sync::Arc::ptr_eq(a, b));
+    // leader's kernel, then reset): such connections are the leader's too.
+    // One opened later meets a refused port and is retried on the standby.
+    let reaped_at = Instant::now();
     let (mut to_first_grant, mut to_ready) = (None, None);
     let mut took_over = false;
     wait_until(FAILOVER_LIMIT * 2, "the standby grants", || {
@@ -301,9 +299,13 @@ fn kill_the_leader_under_load(
     runtime.block_on(cluster.stop());
     // What the dead leader's connections held when they broke: the calls in
     // flight at the kill, and any a daemon sent before it saw the close.
-    let in_flight_at_kill = held_by_the_leader
+    // Connections opened up to the reaping, and the moment it takes the
+    // load generator to hand a connected socket to its reader, may be his.
+    let in_flight_at_kill = stats
+        .connection_losses()
         .iter()
-        .map(|connection| connection.calls_failed_on_close())
+        .filter(|loss| loss.lost >= killed_at && loss.opened <= reaped_at + HANDOFF)
+        .map(|loss| loss.calls)
         .sum();
     Failover {
         to_first_grant,

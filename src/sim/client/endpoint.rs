@@ -237,11 +237,6 @@ impl Endpoint {
             .unwrap_or_else(|_| Err(CallError::Io("connection closed".to_owned())))
     }
 
-    /// Its shared connections (flare, http+pb) now; none for JSON.
-    pub fn open_connections(&self) -> Vec<Arc<Mux>> {
-        lock(&self.inner.pool).muxes.clone()
-    }
-
     /// Sends a call of `rpc` carrying `payload` (the binary request; JSON
     /// endpoints convert it) without waiting: `then` runs with the answer, or
     /// with the error or timeout that ended the call, exactly once. Records
@@ -356,7 +351,12 @@ impl Endpoint {
                 let queued = std::mem::take(&mut pool.queued);
                 let opened = match connected {
                     Ok(stream) => {
-                        let mux = Mux::start(stream, inner.protocol, inner.requests.clone());
+                        let mux = Mux::start(
+                            stream,
+                            inner.protocol,
+                            inner.requests.clone(),
+                            inner.stats.clone(),
+                        );
                         let mux = Arc::new(mux);
                         pool.muxes.push(mux.clone());
                         inner.stats.events.connections_opened.fetch_add(1, Relaxed);

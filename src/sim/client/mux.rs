@@ -31,7 +31,10 @@ use tokio::{
 use super::{CallError, Reply, fill, lock};
 use crate::{
     pb::Method,
-    sim::wire::{self, Compression, FlareRequests, Outcome, Protocol},
+    sim::{
+        stats::{ConnectionLoss, Stats},
+        wire::{self, Compression, FlareRequests, Outcome, Protocol},
+    },
 };
 
 /// What happens with a call's answer, or with the error that ended it. It
@@ -68,8 +71,8 @@ struct Shared {
     last_sent_ms: AtomicU64,
     opened: Instant,
     broken: AtomicBool,
-    /// Calls that were waiting when it broke.
-    failed_on_close: AtomicUsize,
+    /// Where a loss with calls waiting is recorded.
+    stats: Arc<Stats>,
     next_id: AtomicU64,
     protocol: Protocol,
     requests: Arc<FlareRequests>,
@@ -100,7 +103,13 @@ impl Shared {
             self.in_flight.store(0, Relaxed);
             pending.drain().map(|(_, call)| call).collect()
         };
-        self.failed_on_close.fetch_add(waiting.len(), Relaxed);
+        if !waiting.is_empty() {
+            self.stats.record_connection_loss(ConnectionLoss {
+                opened: self.opened.into_std(),
+                lost: std::time::Instant::now(),
+                calls: waiting.len(),
+            });
+        }
         for call in waiting {
             (call.then)(Err(error.clone()));
         }
@@ -153,7 +162,12 @@ impl Drop for Mux {
 
 impl Mux {
     /// Starts the reader of `stream`; flare requests are framed by `requests`.
-    pub fn start(stream: TcpStream, protocol: Protocol, requests: Arc<FlareRequests>) -> Mux {
+    pub fn start(
+        stream: TcpStream,
+        protocol: Protocol,
+        requests: Arc<FlareRequests>,
+        stats: Arc<Stats>,
+    ) -> Mux {
         let (read, write) = stream.into_split();
         let shared = Arc::new(Shared {
             write,
@@ -167,7 +181,7 @@ impl Mux {
             last_sent_ms: AtomicU64::new(0),
             opened: Instant::now(),
             broken: AtomicBool::new(false),
-            failed_on_close: AtomicUsize::new(0),
+            stats,
             next_id: AtomicU64::new(1),
             protocol,
             requests,
@@ -183,11 +197,6 @@ impl Mux {
     /// Calls in flight on this connection.
     pub fn in_flight(&self) -> usize {
         self.shared.in_flight.load(Relaxed)
-    }
-
-    /// Calls that were in flight on it when it broke (0 while it works).
-    pub fn calls_failed_on_close(&self) -> usize {
-        self.shared.failed_on_close.load(Relaxed)
     }
 
     /// When the last call was sent on it (or it opened).
@@ -402,7 +411,13 @@ mod tests {
 
     async fn connected(addr: std::net::SocketAddr, protocol: Protocol) -> Mux {
         let requests = Arc::new(FlareRequests::new(DAEMON_ACCEPTABLE_COMPRESSION));
-        Mux::start(connect(None, addr).await.unwrap(), protocol, requests)
+        let stats = Arc::new(Stats::default());
+        Mux::start(
+            connect(None, addr).await.unwrap(),
+            protocol,
+            requests,
+            stats,
+        )
     }
 
     /// A server that answers the second request before the first: the
