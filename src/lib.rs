@@ -130,11 +130,13 @@
 //!   `build.rs`; `--version` prints them too).
 //! - [`ha`] (`src/ha/`): the hot standby. `election.rs` campaigns on etcd
 //!   (etcd's own election and lease services, stubs from `proto/etcd/` in
-//!   `etcd.rs`) and, on winning, restarts the engine and opens its
-//!   [`engine::GrantFence`] until the lease could expire; `mod.rs` is the
-//!   narrow side the rest sees, [`ha::Leadership`]: whether this instance
-//!   serves (the call core refuses RPCs otherwise, [`net`] closes daemon
-//!   connections), the role for `/readyz`, the dashboard and the metrics.
+//!   `etcd.rs`) and, on winning, opens the engine's [`engine::GrantFence`]
+//!   until the lease could expire; `mod.rs` is the narrow side the rest
+//!   sees, [`ha::Leadership`]: whether this instance serves (the call core
+//!   refuses RPCs otherwise), whether a daemon connection is admitted and
+//!   until when ([`net`] closes them), the takeover of daemons whose leader
+//!   does not answer (`probe.rs` asks its `/readyz`), the engine's restarts,
+//!   the role for `/readyz`, the dashboard and the metrics.
 //!   [`net::proxy`] reads the PROXY header a balancer in front of it sends.
 //! - [`config`]: the command line (`src/main.rs` starts and stops the server):
 //!   `server.rs` (the scheduler's flags), `demo.rs` (`--demo`, and with the

@@ -56,8 +56,8 @@ pub struct Election {
 }
 
 impl Election {
-    /// Campaigns for `leadership` on etcd until resigned; each win is
-    /// [`Leadership::lead`]'s to act on.
+    /// Campaigns for `leadership` on etcd until resigned; `leadership`
+    /// acts on each win (restarting the engine unless it was taking over).
     pub fn start(settings: HaSettings, leadership: Leadership) -> Election {
         let (stop, stopping) = watch::channel(false);
         tracing::info!(
