@@ -374,7 +374,7 @@ impl Collector for LeadershipCollector {
             &mut encoder,
             "taking_over",
             "1 while this standby serves daemons whose leader does not answer (it grants nothing until it wins), else 0",
-            i64::from(!self.0.is_serving() && self.0.role().serves_daemons()),
+            i64::from(self.0.role().is_taking_over()),
         )?;
         write_counter(
             &mut encoder,

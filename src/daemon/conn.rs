@@ -366,8 +366,7 @@ impl Connection {
     /// The stream cannot be trusted any more, or its answers cannot be
     /// written: close without answering, and stop the calls in flight.
     pub fn abandon(self) {
-        self.writer.abort();
-        // Dropping `calls` aborts them.
+        // Dropping stops the writer (`WriterTask`) and the calls (`JoinSet`).
     }
 
     /// Lets the calls in flight finish and their answers go out, then gives

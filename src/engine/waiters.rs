@@ -304,13 +304,14 @@ impl State {
             .into_iter()
             .filter(|&id| self.envs.get(id).is_some_and(|e| !e.queue().is_empty()))
             .collect();
-        for &id in &queued {
-            self.fail_unavailable(id);
-        }
-        self.serve(queued.clone(), now);
-        for id in queued {
-            self.envs.drop_if_unused(id);
-        }
+        // As after any index change: fail what nobody offers, serve the
+        // rest, drop the slots left unused.
+        let fx = Effects {
+            serve: queued.clone(),
+            lost: queued.clone(),
+            left: queued,
+        };
+        self.apply(fx, now);
     }
 
     /// Takes a request out of its queue; false if it was already answered.

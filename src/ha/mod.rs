@@ -127,16 +127,20 @@ impl Role {
         }
     }
 
-    /// Whether daemon connections are served: leading or taking over.
-    pub fn serves_daemons(&self) -> bool {
+    /// A standby serving daemons whose leader does not answer.
+    pub fn is_taking_over(&self) -> bool {
         matches!(
             self,
-            Role::Leader
-                | Role::Standby {
-                    taking_over: true,
-                    ..
-                }
+            Role::Standby {
+                taking_over: true,
+                ..
+            }
         )
+    }
+
+    /// Whether daemon connections are served: leading or taking over.
+    pub fn serves_daemons(&self) -> bool {
+        self.is_leader() || self.is_taking_over()
     }
 
     /// For people: `/readyz`, the dashboard, refused calls.
@@ -261,11 +265,8 @@ impl Leadership {
         if self.is_serving() {
             return None;
         }
-        let role = self.role();
-        match role {
-            Role::Standby {
-                taking_over: true, ..
-            } => None,
+        match self.role() {
+            role if role.is_taking_over() => None,
             // The fence closed before the election task noticed.
             Role::Leader => Some(Role::standby().describe()),
             role => Some(role.describe()),
@@ -307,9 +308,7 @@ impl Leadership {
         }
         let leader = match self.role() {
             Role::Leader => return false,
-            Role::Standby {
-                taking_over: true, ..
-            } => return true,
+            role if role.is_taking_over() => return true,
             Role::Standby { leader, .. } => leader,
         };
         if self.leader_answers(leader.as_deref()).await {
@@ -342,26 +341,32 @@ impl Leadership {
         let Some(engine) = &self.0.engine else {
             return;
         };
-        let mut began = false;
+        // Under the role's lock: no connection is served from the stale
+        // state, and a win cannot slip in between.
+        if self.switch_takeover(true, || engine.restart()) {
+            tokio::spawn(self.clone().end_takeover_when_the_leader_answers());
+        }
+    }
+
+    /// Turns taking over on or off, if it is not so already (a leader
+    /// never is); `on_switch` runs under the role's lock when it does.
+    fn switch_takeover(&self, on: bool, on_switch: impl FnOnce()) -> bool {
+        let mut switched = false;
         self.update_role(|now| match now {
             Role::Standby {
                 leader,
-                taking_over: false,
-            } => {
-                // Under the role's lock: no connection is served from the
-                // stale state, and a win cannot slip in between.
-                engine.restart();
-                began = true;
+                taking_over,
+            } if *taking_over != on => {
+                on_switch();
+                switched = true;
                 Role::Standby {
                     leader: leader.clone(),
-                    taking_over: true,
+                    taking_over: on,
                 }
             }
             other => other.clone(),
         });
-        if began {
-            tokio::spawn(self.clone().end_takeover_when_the_leader_answers());
-        }
+        switched
     }
 
     async fn end_takeover_when_the_leader_answers(self) {
@@ -376,16 +381,7 @@ impl Leadership {
                 _ => return,
             };
             if self.leader_answers(leader.as_deref()).await {
-                self.update_role(|now| match now {
-                    Role::Standby {
-                        leader,
-                        taking_over: true,
-                    } => Role::Standby {
-                        leader: leader.clone(),
-                        taking_over: false,
-                    },
-                    other => other.clone(),
-                });
+                self.switch_takeover(false, || {});
                 return;
             }
         }
@@ -417,13 +413,7 @@ impl Leadership {
         let mut took_over = false;
         // Under the role's lock, so no takeover begins in between.
         self.update_role(|now| {
-            took_over = matches!(
-                now,
-                Role::Standby {
-                    taking_over: true,
-                    ..
-                }
-            );
+            took_over = now.is_taking_over();
             if !took_over && let Some(engine) = &self.0.engine {
                 engine.restart();
             }
@@ -454,13 +444,7 @@ impl Leadership {
         self.0.fence.close();
         self.update_role(|now| Role::Standby {
             leader,
-            taking_over: matches!(
-                now,
-                Role::Standby {
-                    taking_over: true,
-                    ..
-                }
-            ),
+            taking_over: now.is_taking_over(),
         });
     }
 
