@@ -12,7 +12,11 @@ use std::{env, fs, path::PathBuf, process::Command};
 use prost::Message;
 
 const PROTO_ROOT: &str = "proto";
-const PROTO_FILES: &[&str] = &["yadcc/api/env_desc.proto", "yadcc/api/scheduler.proto"];
+const PROTO_FILES: &[&str] = &[
+    "yadcc/api/env_desc.proto",
+    "yadcc/api/scheduler.proto",
+    "yadcc/api/admin.proto",
+];
 /// The daemons' framework framing (binary `flare://` protocol). Kept out of the
 /// exported descriptor set: it is transport, not API, so neither the OpenAPI
 /// document nor reflection lists it, and it has no JSON mapping.

@@ -38,6 +38,9 @@ const HEARTBEAT: &str = "yadcc.scheduler.HeartbeatRequest";
 const WAIT: &str = "yadcc.scheduler.WaitForStartingTaskRequest";
 const KEEP_ALIVE: &str = "yadcc.scheduler.KeepTaskAliveRequest";
 const FREE: &str = "yadcc.scheduler.FreeTaskRequest";
+const CORDON: &str = "yadcc.scheduler.CordonServantRequest";
+const UNCORDON: &str = "yadcc.scheduler.UncordonServantRequest";
+const DRAIN: &str = "yadcc.scheduler.DrainServantRequest";
 
 /// Every field rule the server enforces, with the bounds of `limits`.
 pub fn field_rules(limits: &Limits) -> Vec<FieldRule> {
@@ -110,6 +113,23 @@ pub fn field_rules(limits: &Limits) -> Vec<FieldRule> {
             FREE,
             &["task_grant_ids"],
             Rule::MaxItems(limits.max_ids_per_request),
+        ),
+        // The operators name a servant as it reports itself.
+        rule(CORDON, &["location"], Rule::Required),
+        rule(CORDON, &["location"], Rule::Location),
+        rule(
+            CORDON,
+            &["reason"],
+            Rule::MaxLength(limits.max_cordon_reason_chars),
+        ),
+        rule(UNCORDON, &["location"], Rule::Required),
+        rule(UNCORDON, &["location"], Rule::Location),
+        rule(DRAIN, &["location"], Rule::Required),
+        rule(DRAIN, &["location"], Rule::Location),
+        rule(
+            DRAIN,
+            &["reason"],
+            Rule::MaxLength(limits.max_cordon_reason_chars),
         ),
     ]
 }

@@ -53,7 +53,8 @@
 //! openapi                         the document, built from the descriptors
 //! http                            HTTP protocols: seam, dialects, gRPC, reflection, health
 //! rpc                             the call core: dispatch, state, errors, codecs
-//! service dashboard metrics       the six RPCs; beside the path: people, Prometheus
+//! service dashboard metrics       the RPCs; beside the path: people, Prometheus
+//! admin                           operators' actions: credentials, audit, saved state
 //! ha                              hot standby: leadership elected on etcd, fencing
 //! contract                        what requests must satisfy, as data
 //! engine                          the scheduling rules
@@ -177,6 +178,7 @@
 //! engine benchmarks in `benches/`; `scripts/schemathesis.sh` tests the
 //! OpenAPI document against a live server.
 
+pub mod admin;
 pub mod build_info;
 pub mod config;
 pub mod contract;

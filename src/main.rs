@@ -1,12 +1,14 @@
 //! `yadcc-scheduler`: parse the command line, start the engine and the HTTP
 //! server, and shut down gracefully on SIGINT/SIGTERM.
 
-use std::{net::SocketAddr, process::ExitCode, time::Duration};
+use std::{net::SocketAddr, process::ExitCode, sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 use yadcc_scheduler::{
-    AppState, app,
+    AppState,
+    admin::{self, Admin, Store},
+    app,
     config::{Cli, Settings, server::LogFormat},
     dashboard::InspectAccess,
     edge,
@@ -92,8 +94,13 @@ async fn run(settings: Settings) -> std::io::Result<()> {
         Ok(limit) => tracing::info!("file-descriptor limit: {limit}"),
         Err(error) => tracing::warn!("cannot raise the file-descriptor limit: {error}"),
     }
-    let state =
-        AppState::with_leadership(engine.clone(), settings.http.clone(), leadership.clone());
+    let admin = start_admin(&settings, &engine, &leadership).await?;
+    let state = AppState::with_admin(
+        engine.clone(),
+        settings.http.clone(),
+        leadership.clone(),
+        admin,
+    );
     let listener = bind_when_free(settings.listen).await.map_err(|error| {
         std::io::Error::new(
             error.kind(),
@@ -124,6 +131,58 @@ async fn run(settings: Settings) -> std::io::Result<()> {
         shutdown_signal(engine, demo, election),
     )
     .await
+}
+
+/// The operators' side: where their state lasts, what the last run left
+/// there (`--state_file`, read before anything is served; with a hot standby
+/// each win reads etcd instead), and what the log says about it.
+async fn start_admin(
+    settings: &Settings,
+    engine: &Scheduler,
+    leadership: &Leadership,
+) -> std::io::Result<Admin> {
+    let store = match (&settings.ha, &settings.state_file) {
+        (Some(_), _) => Store::Etcd(leadership.clone()),
+        (None, Some(path)) => Store::File(path.clone()),
+        (None, None) => Store::Memory,
+    };
+    let admin = Admin::new(
+        settings.admin_tokens.clone(),
+        engine.clone(),
+        leadership.clone(),
+        store,
+    );
+    if let Some(path) = &settings.state_file {
+        let saved = admin::store::read_file(path).map_err(std::io::Error::other)?;
+        admin.restore(saved);
+        // Written at once: a file that cannot be written stops the start,
+        // not the first action.
+        admin
+            .store()
+            .save(&admin.state())
+            .await
+            .map_err(|error| std::io::Error::other(format!("--state_file: {error}")))?;
+    }
+    if settings.ha.is_some() {
+        leadership.keep_saved_state(Arc::new(admin.clone()));
+    }
+    let cordoned = engine.cordons().len();
+    if admin.tokens().is_closed() {
+        tracing::info!(
+            "the admin API is closed: pass --admin_tokens=TOKEN to cordon and drain servants"
+        );
+    } else {
+        tracing::info!(
+            "the admin API takes {} token(s) (fingerprints {}); cordons and the audit list are kept {}",
+            admin.tokens().fingerprints().len(),
+            admin.tokens().fingerprints().join(", "),
+            admin.store().describe()
+        );
+    }
+    if cordoned > 0 {
+        tracing::info!("{cordoned} servant location(s) cordoned, as the state file says");
+    }
+    Ok(admin)
 }
 
 /// The baseline of benchmark P1 (`yadcc-loadgen heartbeat-rate`): what the HTTP stack

@@ -1,7 +1,8 @@
 //! The six RPCs, transport-neutral: protobuf request in, protobuf response or
 //! a scheduler [`RpcStatus`] out. This is the only place that translates
 //! between wire messages and the engine's domain types, and the only place that
-//! maps engine outcomes to the seed's `Status` codes.
+//! maps engine outcomes to the seed's `Status` codes. The operators' service
+//! is [`admin`]'s.
 
 use std::{net::IpAddr, time::Duration};
 
@@ -13,6 +14,7 @@ use crate::{
     pb::{self, Method},
 };
 
+pub mod admin;
 mod redacted_debug;
 
 /// A scheduler-level failure: one of the seed's `Status` codes and a message
@@ -78,6 +80,13 @@ pub fn failure_statuses(method: Method) -> &'static [pb::Status] {
         Method::KeepTaskAlive | Method::FreeTask => &[AccessDenied, InvalidArgument],
         // Open to anyone and without arguments to refuse.
         Method::GetRunningTasks => &[],
+        // The operators' service: a token other than an admin token (no
+        // token at all is `ErrorKind::Unauthenticated`, 401, with the same
+        // status).
+        Method::CordonServant | Method::UncordonServant | Method::DrainServant => {
+            &[AccessDenied, InvalidArgument]
+        }
+        Method::ListServantStates | Method::ListAuditEvents => &[AccessDenied],
     }
 }
 

@@ -68,6 +68,21 @@ pub struct ServerFlags {
     #[arg(long, hide_env_values = true)]
     pub inspect_credential: Option<Redacted<String>>,
 
+    /// Comma-separated tokens of the operators who may cordon, drain and
+    /// uncordon servants (`yadcc.scheduler.AdminService`, sent as
+    /// `Authorization: Bearer TOKEN`). Apart from the daemons' tokens (none
+    /// may be one of them) and from --inspect_credential. Without it the
+    /// admin API is closed.
+    #[arg(long, hide_env_values = true)]
+    pub admin_tokens: Option<Redacted<String>>,
+
+    /// Where the operators' cordons and audit list last across restarts
+    /// (JSON, replaced atomically at each action, read at start). Without
+    /// it, and without a hot standby (which keeps them in etcd), a restart
+    /// forgets them.
+    #[arg(long)]
+    pub state_file: Option<std::path::PathBuf>,
+
     /// Open the dashboard, `/api/v1/*` and `/inspect/*` to anyone who can
     /// reach the port, without a credential (the original's flag; for
     /// debugging or a trusted network).

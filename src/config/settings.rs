@@ -5,6 +5,7 @@ use std::{net::SocketAddr, time::Duration};
 
 use super::Cli;
 use crate::{
+    admin::AdminTokens,
     dashboard::InspectAccess,
     edge::{self, EdgeSettings},
     engine::{self, Redacted},
@@ -86,6 +87,10 @@ pub struct Settings {
     pub ha: Option<HaSettings>,
     /// What the demo's simulated daemons speak.
     pub demo_protocol: crate::sim::Protocol,
+    /// Who may act on the farm (`--admin_tokens`; closed when empty).
+    pub admin_tokens: AdminTokens,
+    /// Where the operators' state lasts without a hot standby (`--state_file`).
+    pub state_file: Option<std::path::PathBuf>,
     /// Mount the benchmark's bare route.
     #[cfg(feature = "bench-route")]
     pub bench_bare_route: bool,
@@ -149,6 +154,38 @@ impl Cli {
         })
     }
 
+    /// `--admin_tokens`, checked: not empty when given, and none of them a
+    /// daemon's token (a daemon could act on the farm otherwise).
+    fn admin_tokens(
+        &self,
+        user: &engine::TokenSet,
+        servant: &engine::TokenSet,
+    ) -> Result<AdminTokens, String> {
+        let Some(flag) = &self.server.admin_tokens else {
+            return Ok(AdminTokens::default());
+        };
+        let tokens: Vec<&str> = flag.split(',').filter(|token| !token.is_empty()).collect();
+        if tokens.is_empty() {
+            return Err(
+                "--admin_tokens is empty: list at least one token, or leave the flag \
+                 out (the admin API is then closed)"
+                    .to_owned(),
+            );
+        }
+        let listed =
+            |set: &engine::TokenSet, token: &str| !set.accepts_anyone() && set.accepts_token(token);
+        if tokens
+            .iter()
+            .any(|token| listed(user, token) || listed(servant, token))
+        {
+            return Err("--admin_tokens: a token is also a daemon's token \
+                 (--acceptable_user_tokens or --acceptable_servant_tokens): operators need \
+                 tokens of their own"
+                .to_owned());
+        }
+        Ok(AdminTokens::new(tokens))
+    }
+
     /// The `--ha_*` flags, checked; None without `--ha_etcd_endpoints`.
     fn ha_settings(&self) -> Result<Option<HaSettings>, String> {
         let flags = &self.server;
@@ -210,7 +247,15 @@ impl Cli {
     /// Checks the flags and turns them into settings. Errors say what to pass.
     pub fn settings(&self) -> Result<Settings, String> {
         let (user_tokens, servant_tokens) = self.token_sets()?;
+        let admin_tokens = self.admin_tokens(&user_tokens, &servant_tokens)?;
         let ha = self.ha_settings()?;
+        if ha.is_some() && self.server.state_file.is_some() {
+            return Err(
+                "--state_file is for a single scheduler: with --ha_etcd_endpoints the \
+                 operators' state lasts in etcd, where every instance reads it"
+                    .to_owned(),
+            );
+        }
         if let Some(credential) = &self.server.inspect_credential
             && !credential.is_empty()
             && !credential.contains(':')
@@ -309,6 +354,8 @@ impl Cli {
             ha,
             demo: self.sim.demo,
             demo_protocol: self.sim.protocol,
+            admin_tokens,
+            state_file: self.server.state_file.clone(),
             #[cfg(feature = "bench-route")]
             bench_bare_route: self.sim.bench_bare_route,
         })

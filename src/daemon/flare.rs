@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     edge::Reservation,
-    pb::{Encoding, Method, SCHEDULER_SERVICE},
+    pb::{Encoding, Method, SCHEDULER_SERVICE, Service},
     protocol::CallProtocol,
     rpc::{
         self,
@@ -216,15 +216,19 @@ fn call_of(peer: SocketAddr, meta: &RequestMeta) -> rpc::Call {
 
 /// The method a request names, or the framework's error for it.
 fn method_of(meta: &RequestMeta) -> Result<Method, ApiError> {
-    // Every daemon call names this service: match its bytes first, and spell
-    // the name out only for an error.
+    // Every daemon call names the scheduler's service: match its bytes
+    // first, and spell the name out only for an error. The operators'
+    // service is not served on the daemons' binary protocol (it carries no
+    // `Authorization`): its methods are unknown here, as any other's.
     let known = meta
         .method_name()
         .strip_prefix(SCHEDULER_SERVICE.as_bytes())
         .and_then(|rest| rest.strip_prefix(b"."))
         .and_then(|method| {
-            Method::ALL
-                .into_iter()
+            Service::Scheduler
+                .methods()
+                .iter()
+                .copied()
                 .find(|known| known.name().as_bytes() == method)
         });
     known.ok_or_else(|| unknown_method(&String::from_utf8_lossy(meta.method_name())))

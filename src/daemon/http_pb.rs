@@ -226,7 +226,7 @@ async fn read_request(
     // connection is closed (its body was not read).
     let refused = |error: ApiError, reply: DialectAnswer| {
         Ok(Incoming::Call(Request {
-            call: checked.call,
+            call: checked.call.clone(),
             method: Err(error),
             body: Bytes::new(),
             budget: None,

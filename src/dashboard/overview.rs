@@ -84,6 +84,7 @@ impl Dashboard {
                 .map(|servant| ServantRow::new(servant, now))
                 .collect(),
             grants: snapshot.grants.iter().map(GrantRow::from).collect(),
+            cordons: snapshot.cordons.iter().map(CordonRow::from).collect(),
             running_tasks: self
                 .engine
                 .running_tasks()
@@ -161,6 +162,9 @@ pub struct Overview {
     /// Servants in registration order.
     pub servants: Vec<ServantRow>,
     pub grants: Vec<GrantRow>,
+    /// Servant locations operators took out of rotation (registered or
+    /// not), by location.
+    pub cordons: Vec<CordonRow>,
     /// Tasks as the servants reported them in their latest heartbeat.
     pub running_tasks: Vec<RunningTaskRow>,
     pub environments: Vec<EnvironmentRow>,
@@ -268,6 +272,8 @@ pub struct ServantRow {
     pub expires_at_ms: u64,
     /// Sent its last heartbeat (`next_heartbeat_in_ms = 0`).
     pub leaving: bool,
+    /// Taken out of rotation by an operator: no new task goes there.
+    pub cordon: Option<CordonRow>,
 }
 
 impl ServantRow {
@@ -301,6 +307,41 @@ impl ServantRow {
             ),
             expires_at_ms: unix_millis(now + servant.expires_in),
             leaving: servant.leaving,
+            cordon: servant.cordon.as_ref().map(CordonRow::from),
+        }
+    }
+}
+
+/// A location an operator cordoned or drained.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CordonRow {
+    /// As the servant reports it.
+    pub location: String,
+    /// `cordoned`, `draining` (tasks still run there) or `drained`.
+    #[schema(pattern = "^(cordoned|draining|drained)$")]
+    pub state: &'static str,
+    pub reason: String,
+    /// Who acted (`token:` and the admin token's fingerprint).
+    pub by: String,
+    /// When, in milliseconds since the Unix epoch.
+    pub since_ms: u64,
+    /// Grants there (zombies included).
+    pub running: u32,
+    /// Whether a servant is registered there now.
+    pub registered: bool,
+}
+
+impl From<&engine::CordonView> for CordonRow {
+    fn from(view: &engine::CordonView) -> Self {
+        Self {
+            location: view.location.to_string(),
+            state: view.state.label(),
+            reason: view.cordon.reason.clone(),
+            by: view.cordon.by.clone(),
+            since_ms: view.cordon.since_unix_ms,
+            running: view.running,
+            registered: view.registered,
         }
     }
 }

@@ -118,6 +118,11 @@ pub struct Limits {
     /// The same, per renewing machine (IP) (8192: far more grants than one
     /// delegate holds), so one machine cannot use up the total.
     pub max_adoption_early_renewals_per_machine: usize,
+    /// Most locations cordoned at once (1000); a cordon of another one is
+    /// `InvalidArgument`. Bounds the state saved at each action.
+    pub max_cordons: usize,
+    /// Longest reason of a cordon or drain, in characters (200).
+    pub max_cordon_reason_chars: usize,
 }
 
 impl Default for Limits {
@@ -139,6 +144,8 @@ impl Default for Limits {
             max_adoption_early_frees: 1 << 20,
             max_adoption_early_renewals: 1 << 20,
             max_adoption_early_renewals_per_machine: 8192,
+            max_cordons: 1000,
+            max_cordon_reason_chars: 200,
         }
     }
 }

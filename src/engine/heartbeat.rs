@@ -110,6 +110,7 @@ impl State {
                 total_memory: hb.total_memory,
                 memory_available: hb.memory_available,
                 leaving,
+                cordoned: self.cordons.covering(reported, observed).is_some(),
                 expires_at: later(now, hb.next_heartbeat_in),
             },
         );

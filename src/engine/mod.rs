@@ -32,6 +32,8 @@
 //!   grant counters (owner: `Grants`).
 //! - `fence`: until when this instance may grant ([`GrantFence`]; always,
 //!   unless it is one of two elected on etcd).
+//! - `cordons`: the locations operators took out of rotation (owner:
+//!   `Cordons`; [`Cordon`], [`CordonView`]).
 //! - `state`: the owners behind the lock, deadlines and the expiry sweep.
 //! - `shared`: the lock, the user-token check, the expiry task.
 //! - `lifecycle`: the placement rule, the one grant creation
@@ -41,15 +43,19 @@
 //!   (reports, adoption, reaping), removing a servant.
 //! - `waiters`: admission of `WaitForStartingTask`, the fair serving pass,
 //!   timeouts, cancellation, shutdown.
+//! - `cordoning`: a cordon applied to the servants it covers, and the
+//!   cordons as people see them.
 //! - `snapshot`: totals, counters and the inspection snapshot.
 
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 mod adoption;
 mod config;
+mod cordoning;
+mod cordons;
 mod envs;
 mod fence;
 mod grants;
@@ -70,6 +76,7 @@ mod waiters;
 mod tests;
 
 pub use config::{Config, Limits};
+pub use cordons::{Cordon, CordonState, CordonView};
 pub use fence::GrantFence;
 pub use tokens::{Redacted, TokenSet};
 pub use types::{
@@ -105,6 +112,13 @@ impl fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scheduler").finish_non_exhaustive()
     }
+}
+
+/// Rule "location", for a location an operator names (as the servant
+/// reports it); an IPv4-mapped IPv6 address is the IPv4 one.
+pub fn check_location(location: &str) -> Result<SocketAddr, Rejection> {
+    let parsed = heartbeat::parse_location(location)?;
+    Ok(SocketAddr::new(parsed.ip().to_canonical(), parsed.port()))
 }
 
 /// Rule "limits": a duration field over its limit is `InvalidArgument` naming
@@ -357,6 +371,67 @@ impl Scheduler {
     /// instance held as an earlier leader is stale: the other one granted since.
     pub fn restart(&self) {
         self.shared().restart();
+    }
+
+    /// Rule "cordon": the location and reason of a cordon or drain, checked
+    /// (rule "location", the reason's length and characters, the number of
+    /// cordons) before anything is saved or changed.
+    pub fn check_cordon(&self, location: &str, reason: &str) -> Result<SocketAddr, Rejection> {
+        let sh = self.shared();
+        let location = check_location(location)?;
+        let limit = sh.limits.max_cordon_reason_chars;
+        if reason.len() > limit && reason.chars().count() > limit {
+            return Err(Rejection::InvalidArgument(format!(
+                "reason is {} characters long, more than the {limit} character limit",
+                reason.chars().count()
+            )));
+        }
+        if reason.chars().any(char::is_control) {
+            return Err(Rejection::InvalidArgument(
+                "reason must be one line without control characters".to_owned(),
+            ));
+        }
+        let most = sh.limits.max_cordons;
+        let full =
+            sh.with_state(|st, _| st.cordons.get(location).is_none() && st.cordons.len() >= most);
+        if full {
+            return Err(Rejection::InvalidArgument(format!(
+                "{most} locations are cordoned already, the limit: uncordon some first"
+            )));
+        }
+        Ok(location)
+    }
+
+    /// Rule "cordon": no new grant goes to the servants at `location` (now
+    /// or when they register); their tasks go on. Replaces what was set
+    /// there. Check it first ([`Scheduler::check_cordon`]).
+    pub fn cordon(&self, location: SocketAddr, cordon: Cordon) -> CordonView {
+        self.shared().with_state(|st, now| {
+            st.cordon(location, cordon, now);
+            st.cordon_views()
+                .into_iter()
+                .find(|view| view.location == location)
+                .expect("the cordon just set")
+        })
+    }
+
+    /// Puts the servants at `location` back into rotation; false if it was
+    /// not cordoned.
+    pub fn uncordon(&self, location: SocketAddr) -> bool {
+        self.shared()
+            .with_state(|st, now| st.uncordon(location, now))
+    }
+
+    /// Every cordon, with the tasks still running under it, by location.
+    pub fn cordons(&self) -> Vec<CordonView> {
+        self.shared().with_state(|st, _| st.cordon_views())
+    }
+
+    /// Replaces every cordon with `entries` (a saved state, read when this
+    /// instance starts or starts to lead).
+    pub fn replace_cordons(&self, entries: Vec<(SocketAddr, Cordon)>) {
+        self.shared()
+            .with_state(|st, now| st.replace_cordons(entries, now));
     }
 
     /// Rule "taking over": the grant fence just opened (this instance won

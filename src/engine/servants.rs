@@ -49,6 +49,8 @@ pub(crate) struct Servant {
     discovered_at: Instant,
     expires_at: Instant,
     leaving: bool,
+    /// Rule "cordon": an operator took it out of rotation (no free slot).
+    cordoned: bool,
     /// Its presence as of the last change (the true one).
     indexed: Presence,
 }
@@ -78,6 +80,7 @@ impl Servant {
             discovered_at: now,
             expires_at: now,
             leaving: false,
+            cordoned: false,
             indexed: Presence::ABSENT,
         }
     }
@@ -100,10 +103,16 @@ impl Servant {
             .min(self.num_processors.saturating_sub(foreign_load))
     }
 
-    /// The servant's entries in the environment indexes, from its current fields.
+    /// The servant's entries in the environment indexes, from its current
+    /// fields. A cordoned servant has no free slot (rule "cordon"), and
+    /// keeps its environments available.
     fn presence(&self) -> Presence {
         let granted = self.granted();
-        let available = self.capacity_available();
+        let available = if self.cordoned {
+            granted.min(self.capacity_available())
+        } else {
+            self.capacity_available()
+        };
         let place = (available > granted).then(|| {
             PlaceKey::new(
                 tier(self.priority, granted, self.num_processors),
@@ -146,6 +155,16 @@ impl Servant {
     /// Where the scheduler sees it: peer IP + reported port; its identity.
     pub(crate) fn observed(&self) -> SocketAddr {
         self.observed
+    }
+
+    /// The location it reports (differs from [`Servant::observed`] behind NAT).
+    pub(crate) fn reported(&self) -> SocketAddr {
+        self.reported
+    }
+
+    /// Whether an operator took it out of rotation (rule "cordon").
+    pub(crate) fn is_cordoned(&self) -> bool {
+        self.cordoned
     }
 
     /// Daemon version.
@@ -198,6 +217,7 @@ impl Servant {
             discovered_ago: now.saturating_duration_since(self.discovered_at),
             expires_in: self.expires_at.saturating_duration_since(now),
             leaving: self.leaving,
+            cordon: None,
         }
     }
 }
@@ -214,6 +234,8 @@ pub(crate) struct ServantReport {
     pub total_memory: u64,
     pub memory_available: u64,
     pub leaving: bool,
+    /// Rule "cordon": whether its location is cordoned.
+    pub cordoned: bool,
     pub expires_at: Instant,
 }
 
@@ -394,6 +416,7 @@ impl Servants {
         s.memory_available = report.memory_available;
         s.memory_ok = report.total_memory == 0 || report.memory_available >= min_memory;
         s.leaving = report.leaving;
+        s.cordoned = report.cordoned;
         s.expires_at = report.expires_at;
         self.deadlines.remove(&(previous_expiry, key));
         self.deadlines.insert((report.expires_at, key));
@@ -415,6 +438,25 @@ impl Servants {
         if let Some(s) = self.by_key.get_mut(&key) {
             let (old, new) = s.repose();
             sync(envs, &mut s.envs, old, new, fx);
+        }
+    }
+
+    /// Sets every servant's cordon flag to what `covered(reported,
+    /// observed)` says, moving those that change in the indexes. O(servants):
+    /// operators' actions only, never a daemon's call.
+    pub(crate) fn recordon(
+        &mut self,
+        covered: impl Fn(SocketAddr, SocketAddr) -> bool,
+        envs: &mut Envs,
+        fx: &mut Effects,
+    ) {
+        for s in self.by_key.values_mut() {
+            let cordoned = covered(s.reported, s.observed);
+            if s.cordoned != cordoned {
+                s.cordoned = cordoned;
+                let (old, new) = s.repose();
+                sync(envs, &mut s.envs, old, new, fx);
+            }
         }
     }
 

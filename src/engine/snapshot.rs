@@ -18,8 +18,13 @@ impl State {
             ..ClusterTotals::default()
         };
         for s in self.servants.iter() {
-            let available = s.capacity_available();
             let running = s.granted();
+            // Rule "cordon": a cordoned servant's free slots take no task.
+            let available = if s.is_cordoned() {
+                running.min(s.capacity_available())
+            } else {
+                s.capacity_available()
+            };
             totals.servants_up += 1;
             totals.servants_accepting += usize::from(s.max_tasks() > 0);
             totals.capacity += u64::from(s.max_tasks());
@@ -68,9 +73,25 @@ impl State {
             }
         }
 
+        let cordons = self.cordon_views();
+        let mut servants = self.servants.views(&self.envs, now);
+        if !cordons.is_empty() {
+            for view in &mut servants {
+                let covering = self
+                    .cordons
+                    .covering(view.reported_location, view.observed_location);
+                view.cordon = covering.and_then(|location| {
+                    cordons
+                        .iter()
+                        .find(|cordon| cordon.location == location)
+                        .cloned()
+                });
+            }
+        }
         Snapshot {
             uptime: now.saturating_duration_since(self.start),
-            servants: self.servants.views(&self.envs, now),
+            servants,
+            cordons,
             grants: self.grants.views(now),
             environments,
             requesters: self.requesters.views(),

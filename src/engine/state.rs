@@ -6,6 +6,7 @@
 use tokio::time::Instant;
 
 use super::config::Config;
+use super::cordons::Cordons;
 use super::envs::{Effects, Envs};
 use super::fence::GrantFence;
 use super::grants::Grants;
@@ -34,6 +35,8 @@ pub(crate) struct State {
     pub(super) tokens: TokenRing,
     /// Checked by every placement (rule "fencing").
     pub(super) fence: GrantFence,
+    /// Locations operators took out of rotation (rule "cordon").
+    pub(super) cordons: Cordons,
     pub(super) shutting_down: bool,
     /// Set when the last `Scheduler` handle is dropped: the expiry task ends.
     stopped: bool,
@@ -61,6 +64,7 @@ impl State {
                 now,
             ),
             fence: config.grant_fence.clone(),
+            cordons: Cordons::default(),
             shutting_down: false,
             stopped: false,
             wake_expiry: false,
@@ -70,10 +74,13 @@ impl State {
     /// Rule "leadership": the state a restarted instance would start with,
     /// replacing this one, which is answered and returned (drop it outside
     /// the lock). Call numbers keep counting, so a wait guard of the old
-    /// state never matches a call of the new one.
+    /// state never matches a call of the new one. The cordons stay: they
+    /// are the operators', not what daemons told this instance (a new
+    /// leader replaces them with the saved ones).
     pub(crate) fn restart(&mut self, config: &Config, now: Instant) -> State {
         let mut fresh = State::new(config, now);
         fresh.waiters.continue_after(&self.waiters);
+        fresh.cordons = std::mem::take(&mut self.cordons);
         fresh.shutting_down = self.shutting_down;
         fresh.stopped = self.stopped;
         fresh.wake_expiry = true;

@@ -4,6 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use super::cordons::CordonView;
 use super::types::{NotAcceptingReason, ServantPriority};
 
 /// A point-in-time copy of the engine for people and metrics. Plain data: the
@@ -21,6 +22,8 @@ pub struct Snapshot {
     /// Requesting machines (holding or waiting for grants, or seen
     /// recently), sorted by IP.
     pub requesters: Vec<RequesterView>,
+    /// Cordoned locations (registered or not), by location.
+    pub cordons: Vec<CordonView>,
     /// Sums over the cluster.
     pub totals: ClusterTotals,
     /// Event counters since start.
@@ -74,6 +77,8 @@ pub struct ServantView {
     pub expires_in: Duration,
     /// It sent `next_heartbeat_in = 0`.
     pub leaving: bool,
+    /// The cordon that covers it, if an operator took it out of rotation.
+    pub cordon: Option<CordonView>,
 }
 
 /// One grant.

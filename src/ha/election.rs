@@ -29,6 +29,7 @@ use super::{
             election_client::ElectionClient,
         },
     },
+    saved_state::{self, LeaderTerm},
 };
 
 /// Target of the election's log lines.
@@ -174,7 +175,7 @@ async fn term(
         Err(why) => return Ended::Failed(why),
     };
     let mut lease = LeaseClient::new(channel.clone());
-    let mut election = ElectionClient::new(channel);
+    let mut election = ElectionClient::new(channel.clone());
     if let Some(id) = *stale_lease {
         // Its key would hold the election until its TTL ran out.
         if let Ok(Ok(_)) =
@@ -275,9 +276,20 @@ async fn term(
                 let named = timeout(CALL_TIMEOUT, election.leader(LeaderRequest { name: name.clone() })).await;
                 let ours = matches!(&named, Ok(Ok(answer))
                     if answer.get_ref().kv.as_ref().is_some_and(|kv| kv.key == key.key && kv.lease == lease_id));
+                // What the leader before saved, restored before any grant:
+                // a failover never undoes an operator's action.
+                let term = LeaderTerm {
+                    channel: channel.clone(),
+                    leader: key.clone(),
+                    key: saved_state::key(&settings.election_name),
+                };
+                if ours && let Err(why) = restore_saved_state(leadership, &term).await {
+                    return Ended::Failed(format!("won, but cannot restore the saved state: {why}"));
+                }
                 if !ours || Instant::now() >= lease_until {
                     return Ended::LeaseLost("won a campaign whose lease may have expired".to_owned());
                 }
+                leadership.set_term(Some(term));
                 leadership.lead(lease_until);
                 leading = Some(key);
             }
@@ -290,6 +302,21 @@ async fn term(
             },
         }
     }
+}
+
+/// Reads the saved state and hands it to the keeper, if there is one.
+async fn restore_saved_state(leadership: &Leadership, term: &LeaderTerm) -> Result<(), String> {
+    let Some(keeper) = leadership.keeper() else {
+        return Ok(());
+    };
+    let saved = saved_state::read(term.channel.clone(), term.key.clone()).await?;
+    keeper.restore_saved(saved.as_deref())?;
+    tracing::info!(
+        target: LOG,
+        "restored the saved state ({} bytes)",
+        saved.map_or(0, |saved| saved.len())
+    );
+    Ok(())
 }
 
 /// Keeps the lease alive: a renewal every `every` on one `LeaseKeepAlive`

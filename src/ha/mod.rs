@@ -41,10 +41,11 @@
 pub mod election;
 mod etcd;
 pub mod probe;
+pub mod saved_state;
 
 use std::{
     future::Future,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex, OnceLock, PoisonError},
     time::Duration,
 };
 
@@ -54,10 +55,13 @@ use prometheus_client::metrics::{
 };
 use tokio::{sync::watch, time::Instant};
 
+pub use saved_state::SavedStateKeeper;
+
 use crate::{
     engine::{GrantFence, Scheduler},
     readiness::{NotReady, Readiness},
 };
+use saved_state::LeaderTerm;
 
 /// Default `--ha_election_name`: the etcd election (a key prefix) both
 /// instances campaign in.
@@ -219,6 +223,10 @@ struct Inner {
     readiness: Readiness,
     /// None for [`Leadership::solo`].
     stats: Option<HaStats>,
+    /// Restores the saved state on every win ([`saved_state`]).
+    keeper: OnceLock<Arc<dyn SavedStateKeeper>>,
+    /// While leading: how to write the saved state.
+    term: Mutex<Option<LeaderTerm>>,
 }
 
 impl Leadership {
@@ -232,6 +240,8 @@ impl Leadership {
             closings: watch::Sender::new(0),
             readiness: Readiness::new(),
             stats: None,
+            keeper: OnceLock::new(),
+            term: Mutex::new(None),
         }))
     }
 
@@ -249,6 +259,8 @@ impl Leadership {
             closings: watch::Sender::new(0),
             readiness,
             stats: Some(HaStats::new()),
+            keeper: OnceLock::new(),
+            term: Mutex::new(None),
         }))
     }
 
@@ -291,6 +303,35 @@ impl Leadership {
     /// leading (and not shutting down).
     pub fn readiness(&self) -> &Readiness {
         &self.0.readiness
+    }
+
+    /// Who restores the saved state each time this instance starts to lead
+    /// (once, before the election starts).
+    pub fn keep_saved_state(&self, keeper: Arc<dyn SavedStateKeeper>) {
+        let _ = self.0.keeper.set(keeper);
+    }
+
+    fn keeper(&self) -> Option<&Arc<dyn SavedStateKeeper>> {
+        self.0.keeper.get()
+    }
+
+    /// Writes the saved state to etcd, if this instance still leads the
+    /// election when etcd applies it ([`saved_state::write`]).
+    pub async fn save_state(&self, value: Vec<u8>) -> Result<(), String> {
+        let term = self
+            .0
+            .term
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match term {
+            Some(term) => saved_state::write(term, value).await,
+            None => Err("this instance does not lead the election".to_owned()),
+        }
+    }
+
+    fn set_term(&self, term: Option<LeaderTerm>) {
+        *self.0.term.lock().unwrap_or_else(PoisonError::into_inner) = term;
     }
 
     /// The election's figures; None without an election.
@@ -442,6 +483,7 @@ impl Leadership {
     /// when the leader answers); a leader that steps down takes none.
     fn stand_by(&self, leader: Option<String>) {
         self.0.fence.close();
+        self.set_term(None);
         self.update_role(|now| Role::Standby {
             leader,
             taking_over: now.is_taking_over(),

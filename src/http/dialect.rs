@@ -30,7 +30,7 @@ use crate::rpc::{
 };
 use crate::{
     grammar,
-    pb::{Encoding, Method, SCHEDULER_SERVICE},
+    pb::{Encoding, Method, Service},
     protocol::CallProtocol,
 };
 
@@ -45,6 +45,8 @@ pub const RPC_SEQ_NO: HeaderName = HeaderName::from_static("rpc-seqno");
 pub const RPC_TIMEOUT: HeaderName = HeaderName::from_static("rpc-timeout");
 /// Connect deadline, in milliseconds.
 pub const CONNECT_TIMEOUT_MS: HeaderName = HeaderName::from_static("connect-timeout-ms");
+/// The `WWW-Authenticate` of a call of the operators' service without a token.
+pub const BEARER_CHALLENGE: &str = "Bearer realm=\"yadcc-admin\"";
 
 /// Which framing a request used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,15 +81,24 @@ impl Dialect {
 /// so any name it does not know, another service's too, is an unknown
 /// method (10), as there.
 pub fn resolve_full_name(full_name: &str) -> Result<Method, ApiError> {
-    match full_name.rsplit_once('.') {
-        Some((SCHEDULER_SERVICE, method)) => resolve(SCHEDULER_SERVICE, method),
-        _ => Err(ApiError::new(
+    Method::from_full_name(full_name).ok_or_else(|| {
+        ApiError::new(
             ErrorKind::MethodNotFound,
             format!(
-                "Method [{full_name}] is not recognized; this server implements {SCHEDULER_SERVICE}"
+                "Method [{full_name}] is not recognized; this server implements {}",
+                served()
             ),
-        )),
-    }
+        )
+    })
+}
+
+/// The services this server implements, for people.
+fn served() -> String {
+    let names: Vec<&str> = Service::ALL
+        .iter()
+        .map(|service| service.full_name())
+        .collect();
+    names.join(" and ")
 }
 
 /// The `Rpc-SeqNo` to echo: the request's, when it is a sequence number
@@ -116,23 +127,14 @@ fn check_seq_no(value: &HeaderValue) -> Result<(), ApiError> {
         })
 }
 
-pub(super) fn resolve(service: &str, method: &str) -> Result<Method, ApiError> {
-    if service != SCHEDULER_SERVICE {
-        return Err(not_found(ErrorKind::ServiceNotFound, service));
-    }
-    Method::from_name(method).ok_or_else(|| {
+/// A method of `service` on the Connect, gRPC and gRPC-Web path.
+pub(super) fn resolve(service: Service, method: &str) -> Result<Method, ApiError> {
+    service.method(method).ok_or_else(|| {
         ApiError::new(
             ErrorKind::MethodNotFound,
-            format!("{SCHEDULER_SERVICE} has no method {method:?}"),
+            format!("{} has no method {method:?}", service.full_name()),
         )
     })
-}
-
-fn not_found(kind: ErrorKind, name: &str) -> ApiError {
-    ApiError::new(
-        kind,
-        format!("no service {name:?}; this server implements {SCHEDULER_SERVICE}"),
-    )
 }
 
 impl Dialect {
@@ -276,6 +278,12 @@ pub fn error_headers(error: &ApiError) -> HeaderMap {
     }
     if error.kind == ErrorKind::MethodNotAllowed {
         headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
+    }
+    if error.kind == ErrorKind::Unauthenticated {
+        headers.insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(BEARER_CHALLENGE),
+        );
     }
     headers
 }

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use super::access_log::CallLogged;
 use crate::{
+    admin::Credentials,
     edge::{ConnectionBudget, QueuedAnswers},
     grammar,
     pb::{Encoding, Method},
@@ -92,13 +93,14 @@ pub fn check_head<P: RpcProtocol>(
 ) -> CheckedHead<P::Answer> {
     let started = Instant::now();
     let decision = protocol.decide(headers);
-    let call = rpc::Call::new(
+    let mut call = rpc::Call::new(
         decision.protocol,
         decision.encoding,
         state.settings.client_ip(peer, headers),
         decision.timeout.as_ref().ok().copied().flatten(),
         started,
     );
+    call.credentials = Credentials::from_headers(headers);
     let method = (|| {
         if http_method != HttpMethod::POST {
             return Err(ApiError::new(
@@ -127,7 +129,9 @@ pub async fn serve<P: RpcProtocol>(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let head = check_head(state, protocol, &parts.method, method, &parts.headers, peer);
+    let mut head = check_head(state, protocol, &parts.method, method, &parts.headers, peer);
+    head.call.credentials =
+        std::mem::take(&mut head.call.credentials).with_certificate_from(&parts.extensions);
     let queued = parts.extensions.get::<QueuedAnswers>();
     let message = async {
         // A connection whose answers are not being taken (HTTP/2 streams

@@ -32,15 +32,24 @@ use crate::{dashboard, pb};
 /// `into_make_service_with_connect_info::<SocketAddr>()`: handlers read the
 /// peer address.
 pub fn app(state: AppState) -> Router {
-    let rpc = Router::new()
-        .route(
-            &format!("{}{{full_name}}", pb::RPC_PATH_PREFIX),
-            any(rpc_path),
-        )
-        .route(
-            &format!("/{}/{{method}}", pb::SCHEDULER_SERVICE),
-            any(service_path),
-        )
+    let mut rpc = Router::new().route(
+        &format!("{}{{full_name}}", pb::RPC_PATH_PREFIX),
+        any(rpc_path),
+    );
+    for service in pb::Service::ALL {
+        rpc = rpc.route(
+            &format!("/{}/{{method}}", service.full_name()),
+            any(
+                move |State(state): State<AppState>,
+                      ConnectInfo(peer): ConnectInfo<SocketAddr>,
+                      Path(method): Path<String>,
+                      request: Request| {
+                    service_path(state, service, peer, method, request)
+                },
+            ),
+        );
+    }
+    let rpc = rpc
         // The dialect reads the body itself, with the configured limit and a
         // clear error; no compression layer, so answers keep Content-Length.
         .layer(DefaultBodyLimit::disable())
@@ -82,15 +91,16 @@ async fn rpc_path(
     handler::serve(&state, &Dialect::HttpPb.served(), method, peer, request).await
 }
 
-/// `POST /yadcc.scheduler.SchedulerService/<Method>`: Connect, unless the
-/// `Content-Type` says gRPC or gRPC-Web.
+/// `POST /<service>/<Method>` (`/yadcc.scheduler.SchedulerService/Heartbeat`):
+/// Connect, unless the `Content-Type` says gRPC or gRPC-Web.
 async fn service_path(
-    State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(method): Path<String>,
+    state: AppState,
+    service: pb::Service,
+    peer: SocketAddr,
+    method: String,
     request: Request,
 ) -> Response {
-    let method = dialect::resolve(pb::SCHEDULER_SERVICE, &method);
+    let method = dialect::resolve(service, &method);
     if grpc::is_grpc(request.headers()) {
         handler::serve(&state, &Grpc, method, peer, request).await
     } else {
@@ -102,11 +112,12 @@ async fn fallback(request: Request) -> Response {
     let error = ApiError::new(
         ErrorKind::ServiceNotFound,
         format!(
-            "no route for {} {}; RPCs live under {} and /{}/",
+            "no route for {} {}; RPCs live under {} and /{}/ (/{}/ for operators)",
             request.method(),
             request.uri().path(),
             pb::RPC_PATH_PREFIX,
-            pb::SCHEDULER_SERVICE
+            pb::SCHEDULER_SERVICE,
+            pb::ADMIN_SERVICE,
         ),
     );
     if grpc::is_grpc(request.headers()) {

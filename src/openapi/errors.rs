@@ -10,7 +10,7 @@ use super::{
     schemas::schema_ref,
 };
 use crate::{
-    pb::{self, Method},
+    pb::{self, Method, Service},
     rpc::error::ErrorKind,
     service,
 };
@@ -18,16 +18,22 @@ use crate::{
 /// The rows of the error table a call of `method` on its documented route
 /// (right path, POST) can meet.
 pub fn operation_errors(method: Method) -> Vec<ErrorKind> {
+    let admin = method.service() == Service::Admin;
     ErrorKind::ALL
         .into_iter()
         .filter(|kind| match kind {
             ErrorKind::Scheduler(status) => service::failure_statuses(method).contains(status),
+            // Only the operators' service asks for a credential in a header;
+            // only it refuses on a standby taking over, or when its state
+            // cannot be saved.
+            ErrorKind::Unauthenticated => admin,
+            ErrorKind::Overloaded => admin,
             // The documented path and verb are right by construction.
             ErrorKind::MethodNotAllowed
             | ErrorKind::ServiceNotFound
             | ErrorKind::MethodNotFound => false,
-            // Only the daemons' binary protocol meets these.
-            ErrorKind::Overloaded | ErrorKind::CompressionNotSupported => false,
+            // Only the daemons' binary protocol meets this.
+            ErrorKind::CompressionNotSupported => false,
             ErrorKind::DeadlineExceeded
             | ErrorKind::MalformedRequest
             | ErrorKind::UnsupportedMediaType
@@ -106,6 +112,9 @@ pub(super) fn error_table(kinds: &[ErrorKind], with_status: bool) -> String {
 fn transport_meaning(kind: ErrorKind) -> String {
     match kind {
         ErrorKind::Scheduler(status) => format!("Scheduler status {}.", status.as_str_name()),
+        ErrorKind::Unauthenticated => "A call of the operators' service without \
+            `Authorization: Bearer <admin token>` (a wrong token is 403)."
+            .to_owned(),
         ErrorKind::DeadlineExceeded => format!(
             "The caller's deadline (`{RPC_TIMEOUT}` or `{CONNECT_TIMEOUT_MS}`) passed first."
         ),
@@ -125,9 +134,10 @@ fn transport_meaning(kind: ErrorKind) -> String {
         ErrorKind::MethodNotFound => "No such method; under `/rpc/` any name this server does \
             not know, another service's too, as the daemons' framework answers."
             .to_owned(),
-        ErrorKind::Overloaded => {
-            "Too many calls in flight on one daemon connection; retry.".to_owned()
-        }
+        ErrorKind::Overloaded => "Too many calls in flight on one daemon connection; or, for \
+            the operators' service, this instance does not lead or cannot save its state now; \
+            retry."
+            .to_owned(),
         ErrorKind::CompressionNotSupported => {
             "A compressed call of the daemons' binary protocol, or a compressed gRPC message \
              (`grpc-encoding`); send it uncompressed."

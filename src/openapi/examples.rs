@@ -94,6 +94,42 @@ pub const FIELD_EXAMPLES: &[(&str, &str)] = &[
     ),
     ("yadcc.scheduler.KeepTaskAliveResponse.statuses", "[true]"),
     ("yadcc.scheduler.FreeTaskRequest.task_grant_ids", r#"["7"]"#),
+    (
+        "yadcc.scheduler.CordonServantRequest.location",
+        r#""192.0.2.10:8335""#,
+    ),
+    (
+        "yadcc.scheduler.CordonServantRequest.reason",
+        r#""compiler broken after an upgrade""#,
+    ),
+    (
+        "yadcc.scheduler.UncordonServantRequest.location",
+        r#""192.0.2.10:8335""#,
+    ),
+    (
+        "yadcc.scheduler.DrainServantRequest.location",
+        r#""192.0.2.10:8335""#,
+    ),
+    (
+        "yadcc.scheduler.DrainServantRequest.reason",
+        r#""disk replacement on Monday""#,
+    ),
+    (
+        "yadcc.scheduler.ServantState.location",
+        r#""192.0.2.10:8335""#,
+    ),
+    (
+        "yadcc.scheduler.ServantState.who",
+        r#""token:1ec1c26b50d5""#,
+    ),
+    (
+        "yadcc.scheduler.ServantState.since_unix_ms",
+        r#""1767225600000""#,
+    ),
+    ("yadcc.scheduler.AuditEvent.who", r#""token:1ec1c26b50d5""#),
+    ("yadcc.scheduler.AuditEvent.action", r#""DrainServant""#),
+    ("yadcc.scheduler.AuditEvent.peer", r#""192.0.2.99""#),
+    ("yadcc.scheduler.AuditEvent.protocol", r#""connect""#),
 ];
 
 /// The example of a field: the demo's tokens and first compiler for those

@@ -92,9 +92,11 @@ pub const CONNECT_TIMEOUT_MS: &str = "Connect-Timeout-Ms";
 pub const RPC_ERROR_CODE: &str = "Rpc-Error-Code";
 pub const RPC_ERROR_REASON: &str = "Rpc-Error-Reason";
 
-/// Tags of the two route styles, in the order they are listed.
+/// Tags of the two route styles, in the order they are listed, and of the
+/// operators' service (whose operations carry a route style's tag too).
 const TAG_HTTP_PB: &str = "http+pb";
 const TAG_CONNECT: &str = "Connect";
+const TAG_ADMIN: &str = "AdminService";
 
 /// The document as served, rendered once per inspection posture.
 static SPEC_INSPECT_AUTH: LazyLock<String> = LazyLock::new(|| render_for(true));
@@ -157,6 +159,10 @@ pub fn document_for(inspect_auth: bool) -> Value {
             TagBuilder::new()
                 .name(TAG_CONNECT)
                 .description(Some(prose::dialect_description(Dialect::Connect)))
+                .build(),
+            TagBuilder::new()
+                .name(TAG_ADMIN)
+                .description(Some(prose::admin_description()))
                 .build(),
         ]))
         .paths(paths::rpc_paths(&rules))

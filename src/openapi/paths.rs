@@ -17,7 +17,7 @@ use utoipa::openapi::{
 
 use super::{
     CONNECT_TIMEOUT_MS, JSON_MEDIA_TYPE, PROTOBUF_MEDIA_TYPE, RPC_ERROR_CODE, RPC_ERROR_REASON,
-    RPC_SEQ_NO, RPC_TIMEOUT, TAG_CONNECT, TAG_HTTP_PB,
+    RPC_SEQ_NO, RPC_TIMEOUT, TAG_ADMIN, TAG_CONNECT, TAG_HTTP_PB,
     comments::{comment, first_sentence, push_paragraph},
     errors::{error_table, operation_errors},
 };
@@ -25,7 +25,7 @@ use crate::{
     contract::{FieldRule, Rule},
     grammar,
     http::dialect::Dialect,
-    pb::{Encoding, Method},
+    pb::{Encoding, Method, Service},
     rpc::{codec::MEDIA_TYPES, error::ErrorKind},
 };
 
@@ -84,11 +84,14 @@ fn rpc_operation(
         ),
     );
 
-    let mut operation = OperationBuilder::new()
-        .tag(match dialect {
-            Dialect::HttpPb => TAG_HTTP_PB,
-            Dialect::Connect => TAG_CONNECT,
-        })
+    let mut operation = OperationBuilder::new().tag(match dialect {
+        Dialect::HttpPb => TAG_HTTP_PB,
+        Dialect::Connect => TAG_CONNECT,
+    });
+    if rpc.service() == Service::Admin {
+        operation = operation.tag(TAG_ADMIN);
+    }
+    let mut operation = operation
         .summary(Some(summary))
         .description(Some(description))
         .operation_id(Some(operation_id(dialect, rpc)));

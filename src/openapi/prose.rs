@@ -73,6 +73,23 @@ pub(super) fn overview(service: &ServiceDescriptor) -> String {
     text
 }
 
+/// The operators' service: its proto comment, and how to call it.
+pub(super) fn admin_description() -> String {
+    let service = pb::Service::Admin.descriptor();
+    let mut text =
+        comment(service.parent_file_descriptor_proto(), service.path()).unwrap_or_default();
+    push_paragraph(
+        &mut text,
+        format!(
+            "`{0}` is served on both route styles (`POST /rpc/{0}.<Method>`, \
+             `POST /{0}/<Method>`, gRPC and gRPC-Web), not on the daemons' binary \
+             protocol. Its operations carry the `adminToken` security scheme.",
+            service.full_name()
+        ),
+    );
+    text
+}
+
 pub(super) fn dialect_description(dialect: Dialect) -> String {
     let service = pb::SCHEDULER_SERVICE;
     match dialect {

@@ -9,13 +9,17 @@
 use axum::http::StatusCode;
 use serde::Serialize;
 
-use crate::{pb, service::RpcStatus};
+use crate::{admin::AdminError, pb, service::RpcStatus};
 
 /// What went wrong, independent of how it is written on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     /// A scheduler outcome (`Status` of the seed).
     Scheduler(pb::Status),
+    /// The operators' service without a credential: 401, with the status
+    /// of a refused token (`STATUS_ACCESS_DENIED`); a wrong credential is
+    /// `Scheduler(AccessDenied)`, 403.
+    Unauthenticated,
     /// The caller's `Rpc-Timeout` / `Connect-Timeout-Ms` passed.
     DeadlineExceeded,
     /// The body does not decode as the method's request message, or a header is malformed.
@@ -78,6 +82,7 @@ impl ErrorKind {
             ErrorKind::Scheduler(Status::AccessDenied) => {
                 row(StatusCode::FORBIDDEN, 1003, "permission_denied")
             }
+            ErrorKind::Unauthenticated => row(StatusCode::UNAUTHORIZED, 1003, "unauthenticated"),
             ErrorKind::Scheduler(Status::InvalidArgument) => {
                 row(StatusCode::BAD_REQUEST, 1004, "invalid_argument")
             }
@@ -110,7 +115,7 @@ impl ErrorKind {
     }
 
     /// Every kind, for tests and documentation.
-    pub const ALL: [ErrorKind; 17] = [
+    pub const ALL: [ErrorKind; 18] = [
         ErrorKind::Scheduler(pb::Status::NoQuotaAvailable),
         ErrorKind::Scheduler(pb::Status::NotImplemented),
         ErrorKind::Scheduler(pb::Status::AccessDenied),
@@ -118,6 +123,7 @@ impl ErrorKind {
         ErrorKind::Scheduler(pb::Status::VersionTooOld),
         ErrorKind::Scheduler(pb::Status::EnvironmentNotAvailable),
         ErrorKind::Scheduler(pb::Status::Unknown),
+        ErrorKind::Unauthenticated,
         ErrorKind::DeadlineExceeded,
         ErrorKind::MalformedRequest,
         ErrorKind::UnsupportedMediaType,
@@ -132,8 +138,14 @@ impl ErrorKind {
 
     /// The seed's enum name for scheduler outcomes (`STATUS_ACCESS_DENIED`).
     pub fn status_name(self) -> Option<&'static str> {
+        self.status().map(|status| status.as_str_name())
+    }
+
+    /// The scheduler `Status` the outcome carries, if any.
+    pub fn status(self) -> Option<pb::Status> {
         match self {
-            ErrorKind::Scheduler(status) => Some(status.as_str_name()),
+            ErrorKind::Scheduler(status) => Some(status),
+            ErrorKind::Unauthenticated => Some(pb::Status::AccessDenied),
             _ => None,
         }
     }
@@ -192,6 +204,19 @@ impl From<RpcStatus> for ApiError {
     }
 }
 
+impl From<AdminError> for ApiError {
+    fn from(error: AdminError) -> Self {
+        let kind = match &error {
+            AdminError::Unauthenticated(_) => ErrorKind::Unauthenticated,
+            AdminError::Forbidden(_) => ErrorKind::Scheduler(pb::Status::AccessDenied),
+            AdminError::InvalidArgument(_) => ErrorKind::Scheduler(pb::Status::InvalidArgument),
+            // Another instance (the leader), or a moment later, can act.
+            AdminError::NotLeading(_) | AdminError::NotSaved(_) => ErrorKind::Overloaded,
+        };
+        Self::new(kind, error.to_string())
+    }
+}
+
 impl ApiError {
     /// The JSON error body ([`ErrorBody`]), served as `application/json`.
     pub fn json_body(&self) -> Vec<u8> {
@@ -206,7 +231,7 @@ mod tests {
     #[test]
     fn scheduler_codes_are_the_seed_status_numbers() {
         for kind in ErrorKind::ALL {
-            if let ErrorKind::Scheduler(status) = kind
+            if let Some(status) = kind.status()
                 && status != pb::Status::Unknown
             {
                 assert_eq!(kind.wire().rpc_code, status as u32);

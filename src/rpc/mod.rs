@@ -29,9 +29,10 @@ use self::{
     state::AppState,
 };
 use crate::{
+    admin::Credentials,
     logging::{AccessLog, SLOW_CALL},
     metrics::CallEnd,
-    pb::{self, Encoding, Method},
+    pb::{self, Encoding, Method, Service},
     protocol::CallProtocol,
     service::CallContext,
 };
@@ -65,7 +66,7 @@ pub fn body_too_slow(timeout: Duration) -> ApiError {
 }
 
 /// What the transport knows about one call before running it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Call {
     pub protocol: CallProtocol,
     pub encoding: Encoding,
@@ -83,6 +84,9 @@ pub struct Call {
     /// The compressions the caller inflates in an answer (the binary
     /// protocol's `acceptable_compression_algorithms`); none elsewhere.
     pub accepts: Accepted,
+    /// What the caller presents to the operators' service (`Authorization`);
+    /// none on the daemons' binary protocol.
+    pub credentials: Credentials,
 }
 
 /// A call's encoded answer: the payload, compressed with `compression` if
@@ -123,6 +127,7 @@ impl Call {
             started,
             connection: None,
             accepts: Accepted::NONE,
+            credentials: Credentials::NONE,
         }
     }
 }
@@ -182,10 +187,7 @@ pub fn record(state: &AppState, call: &Call, method: Option<Method>, error: Opti
         None => CallEnd::Answered,
         Some(kind) => CallEnd::Failed {
             http_status: kind.wire().http_status.as_u16(),
-            status: match kind {
-                ErrorKind::Scheduler(status) => Some(status),
-                _ => None,
-            },
+            status: kind.status(),
         },
     };
     state
@@ -249,6 +251,9 @@ pub async fn dispatch(
     ctx: &CallContext,
 ) -> Result<EncodedAnswer, ApiError> {
     use codec::{decode, encode};
+    if method.service() == Service::Admin {
+        return dispatch_admin(state, method, call, body).await;
+    }
     let service = &state.service;
     let encoding = call.encoding;
     let encoded = match method {
@@ -274,10 +279,62 @@ pub async fn dispatch(
                 .encoded(service, request, ctx, encoding, call.accepts)
                 .await;
         }
+        Method::CordonServant
+        | Method::UncordonServant
+        | Method::DrainServant
+        | Method::ListServantStates
+        | Method::ListAuditEvents => unreachable!("dispatched to dispatch_admin above"),
     }?;
     let (compression, payload) = compression::compress_answer(Bytes::from(encoded), call.accepts);
     Ok(EncodedAnswer {
         payload,
         compression,
     })
+}
+
+/// The operators' service: the caller is authenticated before its request
+/// is decoded (rule "order of checks"), and its answers are small, never
+/// compressed.
+async fn dispatch_admin(
+    state: &AppState,
+    method: Method,
+    call: &Call,
+    body: &[u8],
+) -> Result<EncodedAnswer, ApiError> {
+    use codec::{decode, encode};
+    let admin = &state.admin;
+    let caller = admin
+        .admin()
+        .authenticate(&call.credentials, call.peer, call.protocol)?;
+    let encoding = call.encoding;
+    let encoded = match method {
+        Method::CordonServant => encode(
+            encoding,
+            &admin
+                .cordon_servant(decode(encoding, body)?, &caller)
+                .await?,
+        ),
+        Method::UncordonServant => encode(
+            encoding,
+            &admin
+                .uncordon_servant(decode(encoding, body)?, &caller)
+                .await?,
+        ),
+        Method::DrainServant => encode(
+            encoding,
+            &admin
+                .drain_servant(decode(encoding, body)?, &caller)
+                .await?,
+        ),
+        Method::ListServantStates => encode(
+            encoding,
+            &admin.list_servant_states(decode(encoding, body)?, &caller),
+        ),
+        Method::ListAuditEvents => encode(
+            encoding,
+            &admin.list_audit_events(decode(encoding, body)?, &caller),
+        ),
+        _ => unreachable!("{method} is the scheduler's"),
+    }?;
+    Ok(EncodedAnswer::plain(Bytes::from(encoded)))
 }

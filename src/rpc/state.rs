@@ -15,6 +15,7 @@ use super::{
     running_tasks::{self, RunningTasksAnswers},
 };
 use crate::{
+    admin::Admin,
     dashboard::{self, Dashboard},
     edge::{BodyBudget, EdgeSettings},
     engine::Scheduler,
@@ -23,7 +24,7 @@ use crate::{
     metrics::Metrics,
     protocol::PeerProtocols,
     readiness::Readiness,
-    service::SchedulerService,
+    service::{SchedulerService, admin::AdminService},
 };
 
 /// Default body limit, the original framework's message size limit.
@@ -97,7 +98,7 @@ impl HttpSettings {
 }
 
 /// Everything a handler may need, behind one `Arc`: axum clones the state
-/// for every request, and one reference count is cheaper than six.
+/// for every request, and one reference count is cheaper than seven.
 #[derive(Debug, Clone)]
 pub struct AppState(Arc<AppParts>);
 
@@ -105,6 +106,8 @@ pub struct AppState(Arc<AppParts>);
 #[derive(Debug)]
 pub struct AppParts {
     pub service: SchedulerService,
+    /// The operators' service (closed unless `--admin_tokens`).
+    pub admin: AdminService,
     pub settings: HttpSettings,
     pub metrics: Metrics,
     pub dashboard: Arc<Dashboard>,
@@ -146,6 +149,17 @@ impl AppState {
         settings: HttpSettings,
         leadership: Leadership,
     ) -> Self {
+        let admin = Admin::closed(engine.clone(), leadership.clone());
+        Self::with_admin(engine, settings, leadership, admin)
+    }
+
+    /// With the operators' side `admin` (over the same engine).
+    pub fn with_admin(
+        engine: Scheduler,
+        settings: HttpSettings,
+        leadership: Leadership,
+        admin: Admin,
+    ) -> Self {
         let peer_protocols = Arc::new(PeerProtocols::default());
         let mut metrics = Metrics::new(engine.clone());
         metrics.register_leadership(&leadership);
@@ -160,6 +174,7 @@ impl AppState {
             peer_protocols,
             body_budget: BodyBudget::new(settings.edge.max_buffered_body_bytes),
             service: SchedulerService::new(engine),
+            admin: AdminService::new(admin),
             running_tasks: RunningTasksAnswers::new(settings.max_running_tasks_bytes),
             settings,
             access_lines: RateLimit::default(),

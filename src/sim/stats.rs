@@ -15,7 +15,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::pb::Method;
+use crate::pb::{Method, Service};
+
+/// The RPCs daemons call: the scheduler's service.
+const DAEMON_METHODS: &[Method] = Service::Scheduler.methods();
 
 /// What the simulator calls: the six RPCs, plus the benchmark's bare route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,11 +43,11 @@ impl Call {
 
     fn index(self) -> usize {
         match self {
-            Call::Rpc(rpc) => Method::ALL
+            Call::Rpc(rpc) => DAEMON_METHODS
                 .iter()
                 .position(|candidate| *candidate == rpc)
                 .unwrap_or(0),
-            Call::Bare => Method::ALL.len(),
+            Call::Bare => DAEMON_METHODS.len(),
         }
     }
 

@@ -98,6 +98,16 @@ fn trigger(kind: ErrorKind, path: &str) -> Option<Vec<u8>> {
                 .as_bytes()
                 .to_vec()
         }
+        // The operators' service without a credential: its path in this
+        // route style.
+        ErrorKind::Unauthenticated => http_request(
+            &format!(
+                "{}ListAuditEvents",
+                path.replace(SERVICE, pb::ADMIN_SERVICE)
+            ),
+            &[("Rpc-SeqNo", "9"), ("Content-Type", "application/json")],
+            b"{}",
+        ),
         // Not reachable by a client: no RPC of this server is unimplemented,
         // and Internal/Unknown are bugs. Their rows are checked in unit tests.
         ErrorKind::Scheduler(Status::NotImplemented | Status::Unknown) | ErrorKind::Internal => {
@@ -163,6 +173,14 @@ async fn every_reachable_error_row_is_what_the_table_says() {
             if kind == ErrorKind::MethodNotAllowed {
                 assert_eq!(response.header("allow"), Some("POST"));
             }
+            if kind == ErrorKind::Unauthenticated {
+                assert_eq!(
+                    response.header("www-authenticate"),
+                    Some("Bearer realm=\"yadcc-admin\""),
+                    "{context}"
+                );
+                assert_eq!(body["status"], "STATUS_ACCESS_DENIED", "{context}");
+            }
             // The original's words, which daemons print, on every protocol.
             let original = match kind {
                 ErrorKind::Scheduler(pb::Status::NoQuotaAvailable) => {
@@ -187,7 +205,7 @@ async fn every_reachable_error_row_is_what_the_table_says() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 2 * 12, "every reachable row on both route styles");
+    assert_eq!(checked, 2 * 13, "every reachable row on both route styles");
     server.stop().await;
 }
 

@@ -11,7 +11,9 @@ use yadcc_scheduler::{
     pb::{self, Method},
 };
 
-use crate::openapi_schema::{client, document, example, for_this_deployment, start_server};
+use crate::openapi_schema::{
+    authorized, client, document, example, for_this_deployment, start_server,
+};
 
 /// The JSON name of each field along `path` (proto names) from `message`.
 fn json_path(message: &str, path: &[&str]) -> Vec<String> {
@@ -56,13 +58,16 @@ async fn outcome(
     path: &str,
     request: &Value,
 ) -> Option<u64> {
-    let response = client
-        .post(format!("http://{addr}{path}"))
-        .header("content-type", openapi::JSON_MEDIA_TYPE)
-        .body(request.to_string())
-        .send()
-        .await
-        .expect("call");
+    let response = authorized(
+        path,
+        client
+            .post(format!("http://{addr}{path}"))
+            .header("content-type", openapi::JSON_MEDIA_TYPE)
+            .body(request.to_string()),
+    )
+    .send()
+    .await
+    .expect("call");
     if response.status().is_success() {
         return None;
     }

@@ -13,7 +13,7 @@ use yadcc_scheduler::{
     pb::{self, Method},
 };
 
-use crate::openapi_schema::{STYLES, client, document, resolve, service, start_server};
+use crate::openapi_schema::{STYLES, client, document, resolve, services, start_server};
 
 /// The one command that rewrites the committed document.
 const REGENERATE: &str = "UPDATE_OPENAPI=1 cargo test --test it openapi";
@@ -54,19 +54,24 @@ fn committed_document_is_current() {
 
 #[test]
 fn the_rpcs_of_the_proto_are_the_routed_rpcs() {
-    let in_proto: Vec<String> = service().methods().map(|m| m.name().to_owned()).collect();
-    let routed: Vec<String> = Method::ALL.iter().map(|m| m.name().to_owned()).collect();
+    let in_proto: Vec<String> = services()
+        .iter()
+        .flat_map(|service| service.methods())
+        .map(|m| m.full_name().to_owned())
+        .collect();
+    let routed: Vec<String> = Method::ALL
+        .iter()
+        .map(|m| m.full_name().to_owned())
+        .collect();
     assert_eq!(
-        in_proto,
-        routed,
-        "the RPCs of {} in the proto must be exactly pb::Method::ALL, in order: a new \
-         RPC needs a Method variant, a dispatch arm and a service method",
-        pb::SCHEDULER_SERVICE
+        in_proto, routed,
+        "the RPCs of the proto's services must be exactly pb::Method::ALL, in order: a new \
+         RPC needs a Method variant, a dispatch arm and a service method"
     );
-    for method in service().methods() {
+    for method in services().iter().flat_map(|service| service.methods()) {
         assert_eq!(
-            Method::from_name(method.name()).map(Method::name),
-            Some(method.name())
+            Method::from_full_name(method.full_name()).map(Method::full_name),
+            Some(method.full_name())
         );
     }
 }
@@ -112,7 +117,10 @@ fn every_rpc_is_documented_once_per_route_style() {
     }
     // Anything else under the RPC prefixes would be an RPC the server lacks.
     for path in paths.keys() {
-        if path.starts_with("/rpc/") || path.starts_with(&format!("/{}/", pb::SCHEDULER_SERVICE)) {
+        let under_a_service = pb::Service::ALL
+            .iter()
+            .any(|service| path.starts_with(&format!("/{}/", service.full_name())));
+        if path.starts_with("/rpc/") || under_a_service {
             assert!(
                 rpc_paths.contains(path),
                 "{path} is not an RPC of the service"
@@ -221,8 +229,9 @@ fn carried_by_the_service() -> (
             .get_enum_by_name("yadcc.scheduler.Status")
             .unwrap(),
     ];
-    let mut pending: Vec<_> = service()
-        .methods()
+    let mut pending: Vec<_> = services()
+        .iter()
+        .flat_map(|service| service.methods())
         .flat_map(|method| [method.input(), method.output()])
         .collect();
     while let Some(message) = pending.pop() {

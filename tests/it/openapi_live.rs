@@ -16,7 +16,7 @@ use yadcc_scheduler::{
 };
 
 use crate::openapi_schema::{
-    STYLES, Schemas, client, document, example, for_this_deployment, start_server,
+    STYLES, Schemas, authorized, client, document, example, for_this_deployment, start_server,
 };
 
 #[tokio::test]
@@ -55,10 +55,13 @@ async fn example_requests_built_from_the_schema_are_accepted() {
                 (openapi::JSON_MEDIA_TYPE, request.to_string().into_bytes()),
                 (openapi::PROTOBUF_MEDIA_TYPE, binary),
             ] {
-                let mut call = client
-                    .post(format!("http://{addr}{path}"))
-                    .header("content-type", media_type)
-                    .body(body);
+                let mut call = authorized(
+                    &path,
+                    client
+                        .post(format!("http://{addr}{path}"))
+                        .header("content-type", media_type)
+                        .body(body),
+                );
                 if dialect == Dialect::HttpPb {
                     call = call.header(openapi::RPC_SEQ_NO, "17");
                 }

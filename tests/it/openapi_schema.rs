@@ -9,8 +9,11 @@ use std::{net::SocketAddr, time::Duration};
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
 use yadcc_scheduler::{
-    AppState, app,
+    AppState,
+    admin::{Admin, AdminTokens, Store},
+    app,
     engine::{Config, Scheduler, TokenSet},
+    ha::Leadership,
     http::dialect::Dialect,
     openapi, pb,
     rpc::state::HttpSettings,
@@ -20,13 +23,32 @@ use yadcc_scheduler::{
 /// (a heartbeat with a servant token gets real capacity).
 pub const TOKEN: &str = "openapi-check-token";
 
+/// The admin token of [`start_server`]'s server.
+pub const ADMIN_TOKEN: &str = "openapi-check-admin-token";
+
+/// `request` with the admin token when `path` is an operation of the
+/// operators' service (which declares the `adminToken` scheme).
+pub fn authorized(path: &str, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    if openapi::security::is_admin_path(path) {
+        request.bearer_auth(ADMIN_TOKEN)
+    } else {
+        request
+    }
+}
+
 /// The route styles every RPC is documented under.
 pub const STYLES: [Dialect; 2] = [Dialect::HttpPb, Dialect::Connect];
 
-pub fn service() -> prost_reflect::ServiceDescriptor {
-    pb::DESCRIPTOR_POOL
-        .get_service_by_name(pb::SCHEDULER_SERVICE)
-        .expect("scheduler service in the descriptor pool")
+/// Every service the server implements, as the descriptor pool has them.
+pub fn services() -> Vec<prost_reflect::ServiceDescriptor> {
+    pb::Service::ALL
+        .iter()
+        .map(|service| {
+            pb::DESCRIPTOR_POOL
+                .get_service_by_name(service.full_name())
+                .expect("every service in the descriptor pool")
+        })
+        .collect()
 }
 
 pub fn document() -> Value {
@@ -42,12 +64,21 @@ pub async fn start_server() -> SocketAddr {
     });
     // `--debugging_no_inspect_auth`: the dashboard and inspection endpoints
     // answer as documented for 200.
-    let state = AppState::new(
+    let leadership = Leadership::solo();
+    let admin = Admin::new(
+        AdminTokens::new([ADMIN_TOKEN]),
+        engine.clone(),
+        leadership.clone(),
+        Store::Memory,
+    );
+    let state = AppState::with_admin(
         engine,
         HttpSettings {
             inspect: yadcc_scheduler::dashboard::InspectAccess::Open,
             ..HttpSettings::default()
         },
+        leadership,
+        admin,
     );
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("local address");

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::*;
 
 mod adoption;
+mod cordons;
 mod expiry;
 mod fencing;
 mod grants;

@@ -33,6 +33,11 @@ pub fn request(rpc: Method, binary: &[u8]) -> Result<Vec<u8>, CallError> {
         Method::KeepTaskAlive => to_json::<pb::KeepTaskAliveRequest>(binary),
         Method::FreeTask => to_json::<pb::FreeTaskRequest>(binary),
         Method::GetRunningTasks => to_json::<pb::GetRunningTasksRequest>(binary),
+        Method::CordonServant => to_json::<pb::CordonServantRequest>(binary),
+        Method::UncordonServant => to_json::<pb::UncordonServantRequest>(binary),
+        Method::DrainServant => to_json::<pb::DrainServantRequest>(binary),
+        Method::ListServantStates => to_json::<pb::ListServantStatesRequest>(binary),
+        Method::ListAuditEvents => to_json::<pb::ListAuditEventsRequest>(binary),
     }
 }
 
@@ -45,6 +50,11 @@ pub fn answer(rpc: Method, json: &[u8]) -> Result<Bytes, CallError> {
         Method::KeepTaskAlive => to_binary::<pb::KeepTaskAliveResponse>(json),
         Method::FreeTask => to_binary::<pb::FreeTaskResponse>(json),
         Method::GetRunningTasks => to_binary::<pb::GetRunningTasksResponse>(json),
+        Method::CordonServant => to_binary::<pb::CordonServantResponse>(json),
+        Method::UncordonServant => to_binary::<pb::UncordonServantResponse>(json),
+        Method::DrainServant => to_binary::<pb::DrainServantResponse>(json),
+        Method::ListServantStates => to_binary::<pb::ListServantStatesResponse>(json),
+        Method::ListAuditEvents => to_binary::<pb::ListAuditEventsResponse>(json),
     }
 }
 

@@ -31,6 +31,12 @@ pub fn client_timeout(rpc: Method) -> Duration {
         Method::KeepTaskAlive | Method::FreeTask => 5,
         // The server may hold it `milliseconds_to_wait` (5 s).
         Method::WaitForStartingTask => 10,
+        // No daemon calls the operators' service; a script's patience.
+        Method::CordonServant
+        | Method::UncordonServant
+        | Method::DrainServant
+        | Method::ListServantStates
+        | Method::ListAuditEvents => 5,
     })
 }
 
