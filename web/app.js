@@ -12,7 +12,8 @@
 // Modules: format.js (numbers, times, sort keys), dom.js, store.js (saved
 // choices), api.js (fetching), table.js (the one table every panel uses),
 // cells.js (shared columns), chart.js and chart-geometry.js (history),
-// views/*.js (one per panel, the cards, the tabs and the connection banner).
+// views/*.js (one per panel, the cards, the tabs, the connection banner and
+// the operators' panel, views/admin.js).
 
 import {
   HISTORY_EVERY_MS, HISTORY_URL, HttpError, OVERVIEW_EVERY_MS, OVERVIEW_URL, fetchJson, isUnauthorized,
@@ -21,6 +22,7 @@ import { createChart } from './chart.js';
 import { setText } from './dom.js';
 import { NF, fmtDuration, isNum, objs, str } from './format.js';
 import { Table } from './table.js';
+import { setUpOperator } from './views/admin.js';
 import { environmentsPanel } from './views/environments.js';
 import { grantsPanel, tasksInfo } from './views/grants.js';
 import { requesterRows, requestersPanel } from './views/requesters.js';
@@ -39,6 +41,7 @@ for (const panel of [servantsPanel, grantsPanel, environmentsPanel, requestersPa
 jumpTo = setUpTabs(tables);
 
 const chart = createChart(document.getElementById('chart'));
+const renderOperator = setUpOperator(document.getElementById('operator'), () => pollOverview());
 const uptimeEl = document.getElementById('uptime');
 const leadershipEl = document.getElementById('leadership');
 const mainEl = document.getElementById('dashboard');
@@ -77,6 +80,7 @@ function renderOverview(d) {
     setText(countEls[name], NF.format(items[name].length));
   }
 
+  renderOperator(d);
   setText(uptimeEl, isNum(d.uptimeSeconds) ? fmtDuration(d.uptimeSeconds * 1000) : '—');
   // Only with a hot standby: this instance's part ("standby, leader is X").
   const role = typeof d.leadership === 'string' ? d.leadership : '';

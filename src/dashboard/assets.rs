@@ -82,6 +82,7 @@ pub const ASSETS: &[Asset] = &web_assets![
     "format.js",
     "store.js",
     "table.js",
+    "views/admin.js",
     "views/environments.js",
     "views/grants.js",
     "views/requesters.js",

@@ -6,6 +6,7 @@
 //! `failover_time_over_10_runs` (ignored; `scripts/bench_failover.sh`) is
 //! the BENCHMARKS.md figure.
 
+mod admin;
 mod deploy;
 mod support;
 

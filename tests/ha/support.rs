@@ -14,6 +14,8 @@ use std::{
 pub const USER_TOKEN: &str = "ha-user-token";
 pub const SERVANT_TOKEN: &str = "ha-servant-token";
 pub const SECRET: &str = "ha-test-secret";
+/// The operators' token of every instance (`--admin_tokens`).
+pub const ADMIN_TOKEN: &str = "ha-admin-token";
 /// The schedulers' `--adoption_window` (the default): long enough for a
 /// delegate's prefetched spare grant, issued by the old leader, to be used.
 pub const ADOPTION_WINDOW: Duration = Duration::from_secs(15);
@@ -218,6 +220,7 @@ impl Scheduler {
                 format!("--acceptable_servant_tokens={SERVANT_TOKEN}"),
                 format!("--serving_daemon_token_secret={SECRET}"),
                 format!("--ha_etcd_endpoints={etcd_url}"),
+                format!("--admin_tokens={ADMIN_TOKEN}"),
                 // HAProxy's PROXY headers name the daemons.
                 "--trusted_proxies=127.0.0.1".to_owned(),
                 "--debugging_no_inspect_auth".to_owned(),

@@ -35,7 +35,7 @@ fn chromium() -> Option<PathBuf> {
 }
 
 /// Chromium, or None (the test skips) outside CI when it is not installed.
-fn chromium_or_skip() -> Option<PathBuf> {
+pub(crate) fn chromium_or_skip() -> Option<PathBuf> {
     let found = chromium();
     if found.is_none() {
         assert!(

@@ -1,6 +1,10 @@
 //! Integration tests: the real server on real sockets, one test binary.
 
+mod admin;
+mod admin_farm;
 mod browser;
+mod browser_operator;
+mod cdp;
 mod compression;
 mod connect_tools;
 mod daemons;

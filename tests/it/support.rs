@@ -117,10 +117,29 @@ impl Server {
 
     pub async fn start_with(config: engine::Config, settings: HttpSettings, bind: &str) -> Server {
         let engine = Scheduler::new(config);
+        let state = AppState::new(engine.clone(), settings);
+        Server::serve(engine, state, bind).await
+    }
+
+    /// A server whose operators' service takes `admin_tokens` (kept in
+    /// memory), its inspection pages open.
+    pub async fn start_with_admin(admin_tokens: &[&str]) -> Server {
+        let engine = Scheduler::new(engine_config());
+        let leadership = yadcc_scheduler::ha::Leadership::solo();
+        let admin = yadcc_scheduler::admin::Admin::new(
+            yadcc_scheduler::admin::AdminTokens::new(admin_tokens.iter().copied()),
+            engine.clone(),
+            leadership.clone(),
+            yadcc_scheduler::admin::Store::Memory,
+        );
+        let state = AppState::with_admin(engine.clone(), open_inspection(), leadership, admin);
+        Server::serve(engine, state, "127.0.0.1:0").await
+    }
+
+    async fn serve(engine: Scheduler, state: AppState, bind: &str) -> Server {
         let listener = TcpListener::bind(bind).await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (shutdown, shutdown_rx) = oneshot::channel::<()>();
-        let state = AppState::new(engine.clone(), settings);
         let readiness = state.readiness.clone();
         let stopping = engine.clone();
         let task = tokio::spawn(async move {

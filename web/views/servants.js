@@ -25,11 +25,18 @@ function reasonLabel(r) {
 
 // The reference scheduler's default --servant_min_memory_for_accepting_new_task.
 const LOW_MEMORY_BYTES = 10n * 1024n * 1024n * 1024n;
-const STATE_RANK = { ok: 0, full: 1, off: 2, leaving: 3 };
+const STATE_RANK = { ok: 0, full: 1, off: 2, leaving: 3, cordoned: 4 };
+const CORDON_LABELS = { cordoned: 'Cordoned', draining: 'Draining', drained: 'Drained' };
 
 // What a servant can do right now, in words.
 function servantState(s) {
   if (s.leaving) return { kind: 'leaving', label: 'Leaving', detail: 'sent its last heartbeat' };
+  // An operator took it out of rotation (views/admin.js acts on it).
+  const c = s.cordon;
+  if (c && typeof c === 'object') {
+    const why = [str(c.reason), c.by ? 'by ' + str(c.by) : ''].filter(Boolean).join(' · ');
+    return { kind: 'cordoned', label: CORDON_LABELS[str(c.state)] || 'Cordoned', detail: why };
+  }
   const r = s.notAcceptingReason;
   if (r && typeof r === 'object') return { kind: 'off', label: reasonLabel(r), detail: str(r.description) };
   if (num(s.maxTasks) <= 0) return { kind: 'off', label: 'No capacity', detail: 'configured to run no task' };
@@ -203,6 +210,7 @@ export const servantsPanel = {
     ['dedicated', 'Dedicated'],
     ['user', 'User'],
     ['leaving', 'Leaving'],
+    ['cordoned', 'Out of rotation'],
   ],
   keyOf: (s) => s.location,
   defaultSort: ['location', 1],
@@ -216,11 +224,12 @@ export const servantsPanel = {
     const kind = servantState(s).kind;
     switch (mode) {
       case 'accepting': return kind === 'ok' || kind === 'full';
-      case 'not-accepting': return kind === 'off' || kind === 'leaving';
+      case 'not-accepting': return kind === 'off' || kind === 'leaving' || kind === 'cordoned';
       case 'busy': return kind === 'full';
       case 'dedicated': return s.priority === 'DEDICATED';
       case 'user': return s.priority !== 'DEDICATED';
       case 'leaving': return !!s.leaving;
+      case 'cordoned': return kind === 'cordoned';
       default: return true;
     }
   },
