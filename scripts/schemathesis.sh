@@ -6,8 +6,10 @@
 # are in the document, so both are tested.
 #
 # The server accepts any token (--insecure_accept_any_token), so the tester
-# reaches the logic behind the token check, and guards /api/v1/ with a basic
-# auth credential that schemathesis is given. Run time is bounded by the
+# reaches the logic behind the token check, guards /api/v1/ with a basic
+# auth credential that schemathesis is given, and takes an admin token for
+# the operators' service, which schemathesis sends as the document's
+# `adminToken` bearer scheme says (scripts/schemathesis.toml). Run time is bounded by the
 # examples per operation: SCHEMATHESIS_MAX_EXAMPLES (default 100), and as a
 # whole by SCHEMATHESIS_TIMEOUT (seconds, default 1200).
 set -euo pipefail
@@ -20,12 +22,18 @@ python=${PYTHON:-$(scripts/python_deps.sh --print)}
 
 cargo build --locked --quiet --bin yadcc-scheduler
 credential="schemathesis:$("$python" -c 'import secrets; print(secrets.token_hex(8))')"
+SCHEMATHESIS_ADMIN_TOKEN=$("$python" -c 'import secrets; print(secrets.token_hex(16))')
+# Each scheme's credential (scripts/schemathesis.toml): one given with
+# `--auth` would go to every operation instead.
+SCHEMATHESIS_USER=${credential%%:*}
+SCHEMATHESIS_PASSWORD=${credential#*:}
+export SCHEMATHESIS_ADMIN_TOKEN SCHEMATHESIS_USER SCHEMATHESIS_PASSWORD
 work=$(mktemp -d)
 servant=""
 scheduler_pid=""
 trap 'kill $servant $scheduler_pid 2>/dev/null || true; rm -rf "$work"' EXIT
-YADCC_INSPECT_CREDENTIAL="$credential" start_scheduler ./target/debug/yadcc-scheduler "$work/scheduler.log" \
-  --insecure_accept_any_token
+YADCC_INSPECT_CREDENTIAL="$credential" YADCC_ADMIN_TOKENS="$SCHEMATHESIS_ADMIN_TOKEN" \
+  start_scheduler ./target/debug/yadcc-scheduler "$work/scheduler.log" --insecure_accept_any_token
 base="http://$scheduler_addr"
 
 # A servant offering the documented example compiler, heartbeating for the
@@ -56,9 +64,9 @@ timeout --kill-after=10 "${SCHEMATHESIS_TIMEOUT:-1200}" \
   "$base/openapi.json" \
   --checks all \
   --max-examples "${SCHEMATHESIS_MAX_EXAMPLES:-100}" \
-  --auth "$credential" \
   --generation-database none \
   --no-color \
+  ${SCHEMATHESIS_INCLUDE:+--include-path-regex "$SCHEMATHESIS_INCLUDE"} \
   ${SCHEMATHESIS_SEED:+--seed "$SCHEMATHESIS_SEED"} || status=$?
 if [ -s "$work/heartbeat-failures" ]; then
   echo "the servant's heartbeats failed during the run, so WaitForStartingTask was not tested as documented:" >&2

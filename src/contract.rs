@@ -23,6 +23,8 @@ pub enum Rule {
     MaxItems(usize),
     /// A string of at most this many characters.
     MaxLength(usize),
+    /// A string on one line ([`crate::grammar::is_one_line`]).
+    OneLine,
 }
 
 /// A rule on one field: `path` leads from `message` (full proto name) to the
@@ -122,6 +124,7 @@ pub fn field_rules(limits: &Limits) -> Vec<FieldRule> {
             &["reason"],
             Rule::MaxLength(limits.max_cordon_reason_chars),
         ),
+        rule(CORDON, &["reason"], Rule::OneLine),
         rule(UNCORDON, &["location"], Rule::Required),
         rule(UNCORDON, &["location"], Rule::Location),
         rule(DRAIN, &["location"], Rule::Required),
@@ -131,6 +134,7 @@ pub fn field_rules(limits: &Limits) -> Vec<FieldRule> {
             &["reason"],
             Rule::MaxLength(limits.max_cordon_reason_chars),
         ),
+        rule(DRAIN, &["reason"], Rule::OneLine),
     ]
 }
 

@@ -64,6 +64,16 @@ pub fn content_length<'a>(
     Ok(length)
 }
 
+/// Text on one line: no control character (Unicode's `Cc`: U+0000 to
+/// U+001F, U+007F to U+009F), so that a log line or a table cell shows it
+/// as given. An operator's reason must be one.
+pub fn is_one_line(text: &str) -> bool {
+    !text.chars().any(char::is_control)
+}
+
+/// [`is_one_line`] as a regular expression (ECMA 262 and Python `re` alike).
+pub const ONE_LINE_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$";
+
 /// A servant's reported location: an IPv4 address and port (`10.0.0.1:8335`)
 /// or a bracketed IPv6 address and port (`[2001:db8::1]:8335`); no zone id
 /// (other machines could not use it). The port is decimal digits, leading
@@ -331,6 +341,25 @@ mod pattern_tests {
 
     use super::*;
 
+    #[test]
+    fn the_one_line_pattern_is_the_one_line_check() {
+        let pattern = Regex::new(ONE_LINE_PATTERN).unwrap();
+        for text in [
+            "",
+            "bad disk",
+            "ünïcödé · 中文",
+            "\u{a0}no-break",
+            "a\nb",
+            "tab\t",
+            "\u{7f}",
+            "c1 \u{85}",
+            "\u{9f}",
+            "\u{0}",
+        ] {
+            assert_eq!(pattern.is_match(text), is_one_line(text), "{text:?}");
+        }
+        assert!(!is_one_line("a\u{9f}") && is_one_line("a\u{a0}"));
+    }
     #[test]
     fn integer_patterns_match_exactly_the_range() {
         let small = Regex::new(&integer_pattern(0, 30000)).unwrap();

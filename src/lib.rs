@@ -21,7 +21,8 @@
 //!        -> rpc::codec      bytes <-> prost message (binary protobuf, proto3 JSON;
 //!                           rpc::json reads JSON in one pass into binary protobuf)
 //!        -> service         prost message <-> engine domain types; scheduler `Status`
-//!        -> engine          servants, grants, waiters, tokens, expiry (no HTTP, no protobuf)
+//!                           (service::admin: the operators' service -> admin)
+//!        -> engine          servants, grants, waiters, tokens, expiry, cordons (no HTTP, no protobuf)
 //! ```
 //!
 //! The call core ([`rpc`]) is below every transport and imports none of
@@ -74,13 +75,15 @@
 //! requesters, their count and the waiter caps, `WaitQueues`),
 //! `requesters.rs` (owners by address and token, turns by requester: a
 //! daemon's connection or an address, figures per address), `adoption.rs`
-//! (the window after start), `tokens.rs`
+//! (the window after start), `cordons.rs` (the locations operators took
+//! out of rotation), `tokens.rs`
 //! (token sets and the flag's splitting rule, `Redacted`, serving-daemon
 //! ring). The rules that change several owners are `impl State` blocks:
 //! `lifecycle.rs` (placement rule, the one grant creation and the one
 //! removal, renew, free by the owner only, zombies), `heartbeat.rs`
 //! (admission, reports, adoption, servant removal), `waiters.rs` (admission,
-//! serving, timeouts, cancellation), `snapshot.rs` (totals, inspection).
+//! serving, timeouts, cancellation), `cordoning.rs` (a cordon applied to the
+//! servants it covers), `snapshot.rs` (totals, inspection).
 //! `types.rs`, `views.rs` and `config.rs` hold the plain types. The rules
 //! the comments cite by name are listed in `RULES.md`, each with the
 //! function that holds it. Tests by topic in `tests/`.
@@ -103,8 +106,17 @@
 //!   transports check with it) and the pattern the document states.
 //! - [`pb`]: generated types and the descriptor pool (`build.rs` compiles
 //!   `proto/`), and the names every protocol and the simulator share:
-//!   [`pb::Method`] (each RPC's name, full name, `/rpc/` and Connect paths)
-//!   and [`pb::Encoding`].
+//!   [`pb::Service`] and [`pb::Method`] (each service's RPCs, each RPC's
+//!   name, full name, `/rpc/` and Connect paths, from one table) and
+//!   [`pb::Encoding`].
+//! - [`admin`] (`src/admin/`): the operators' side of
+//!   `yadcc.scheduler.AdminService` (`proto/yadcc/api/admin.proto`, its
+//!   protobuf side in [`service::admin`]): `credentials.rs` (`--admin_tokens`,
+//!   the bearer token, the seam for a client certificate's subject, the
+//!   [`admin::Identity`] the audit names), `audit.rs` (the log line and the
+//!   bounded list), `store.rs` (the saved state: `--state_file`, or etcd
+//!   through [`ha::Leadership::save_state`]); `mod.rs` checks, saves, then
+//!   applies each action on the engine's cordons.
 //! - [`http::reflection`]: gRPC server reflection from that descriptor set;
 //!   [`http::health`]: the gRPC health service, reporting [`readiness`] (the
 //!   one readiness `/readyz` reports, flipped by [`net`] when a shutdown
@@ -124,7 +136,9 @@
 //!   step: `app.js` (entry, polling), `api.js`, `table.js` (the one table
 //!   every panel uses), `cells.js`, `chart.js` and `chart-geometry.js`
 //!   (history), `format.js`, `dom.js`, `store.js`, and `views/` (servants,
-//!   grants, environments, requesters, summary cards, tabs, connection status).
+//!   grants, environments, requesters, summary cards, tabs, connection
+//!   status, and `admin.js`, the operators' panel: cordons, and an
+//!   operator's actions with the token kept in the tab).
 //! - [`metrics`]: Prometheus exposition, classic text or OpenMetrics as the
 //!   scraper asks (`exposition.rs`), the `process_*` series (`process.rs`)
 //!   and the build's version and commit ([`build_info`], embedded by
@@ -137,7 +151,9 @@
 //!   refuses RPCs otherwise), whether a daemon connection is admitted and
 //!   until when ([`net`] closes them), the takeover of daemons whose leader
 //!   does not answer (`probe.rs` asks its `/readyz`), the engine's restarts,
-//!   the role for `/readyz`, the dashboard and the metrics.
+//!   the role for `/readyz`, the dashboard and the metrics;
+//!   `saved_state.rs` the operators' state in etcd beside the election,
+//!   read on every win before the fence opens, written only while leading.
 //!   [`net::proxy`] reads the PROXY header a balancer in front of it sends.
 //! - [`config`]: the command line (`src/main.rs` starts and stops the server):
 //!   `server.rs` (the scheduler's flags), `demo.rs` (`--demo`, and with the
@@ -169,7 +185,9 @@
 //! paused time), issue 22's attacks on the real binary in `tests/memory/`
 //! (a test binary of its own, one attack at a time: peak RSS and a
 //! legitimate daemon's latency), integration tests over real sockets and
-//! real Chromium in `tests/it/` (with `differential.rs`, the JSON mapping
+//! real Chromium in `tests/it/` (`cdp.rs` drives Chromium over DevTools for
+//! `browser_operator.rs`; `admin.rs` and `admin_farm.rs` the operators'
+//! service; with `differential.rs`, the JSON mapping
 //! against Google's protobuf through `scripts/differential.py`, and `openapi_*.rs`, the
 //! document against the code and a live server's answers against the
 //! document's schemas with `jsonschema`, and `peers/`, the original yadcc's

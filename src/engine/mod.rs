@@ -386,7 +386,7 @@ impl Scheduler {
                 reason.chars().count()
             )));
         }
-        if reason.chars().any(char::is_control) {
+        if !crate::grammar::is_one_line(reason) {
             return Err(Rejection::InvalidArgument(
                 "reason must be one line without control characters".to_owned(),
             ));

@@ -329,6 +329,7 @@ fn value_schema(kind: &Kind, own: &[Rule]) -> Value {
                 match rule {
                     Rule::MaxLength(most) => schema["maxLength"] = json!(most),
                     Rule::Location => schema["pattern"] = json!(grammar::location_pattern()),
+                    Rule::OneLine => schema["pattern"] = json!(grammar::ONE_LINE_PATTERN),
                     _ => {}
                 }
             }
@@ -498,6 +499,9 @@ fn field_description(field: &FieldDescriptor, own: &[Rule]) -> String {
                 " At most {most} characters: longer strings are refused \
                  (`STATUS_INVALID_ARGUMENT`)."
             ),
+            Rule::OneLine => " One line: a control character (U+0000 to U+001F, U+007F to \
+                U+009F) is refused (`STATUS_INVALID_ARGUMENT`)."
+                .to_owned(),
         });
     }
     push_paragraph(&mut description, notes);

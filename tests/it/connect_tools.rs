@@ -41,6 +41,11 @@ async fn buf_curl_lists_and_calls_with_its_default_protocol() {
     for method in [
         "yadcc.scheduler.SchedulerService/Heartbeat",
         "yadcc.scheduler.SchedulerService/GetRunningTasks",
+        "yadcc.scheduler.AdminService/CordonServant",
+        "yadcc.scheduler.AdminService/UncordonServant",
+        "yadcc.scheduler.AdminService/DrainServant",
+        "yadcc.scheduler.AdminService/ListServantStates",
+        "yadcc.scheduler.AdminService/ListAuditEvents",
         "grpc.health.v1.Health/Check",
         "grpc.health.v1.Health/Watch",
         "grpc.reflection.v1.ServerReflection/ServerReflectionInfo",

@@ -1,7 +1,9 @@
 //! The OpenAPI document as its consumers use it: Redocly's and Spectral's
 //! linters find nothing wrong, a Python client generated from the served
-//! document calls every RPC on both route styles, and the TypeScript types
-//! generated from it compile under `tsc --strict`. The tools are pinned and
+//! document calls every RPC on both route styles (the operators' service
+//! with its bearer token), and the TypeScript types generated from it
+//! compile under `tsc --strict`, and a TypeScript client built on them
+//! calls the operators' service. The tools are pinned and
 //! installed by scripts/test.sh into target/test-tools.
 
 use std::path::{Path, PathBuf};
@@ -95,7 +97,8 @@ async fn a_generated_python_client_calls_every_rpc_on_both_route_styles() {
     // Node and Python tool chains: seconds of CPU each.
     let _heavy = heavy().await;
     let tools = tools.parent().unwrap().to_owned();
-    let server = Server::start().await;
+    // The admin token tests/openapi/python_client.py acts with.
+    let server = Server::start_with_admin(&["openapi-admin-token"]).await;
     let scratch = ScratchDir::new("openapi-python");
     let mut client = python();
     client
@@ -130,7 +133,7 @@ async fn generated_typescript_types_compile_strictly() {
     };
     // Node and Python tool chains: seconds of CPU each.
     let _heavy = heavy().await;
-    let server = Server::start().await;
+    let server = Server::start_with_admin(&[TYPESCRIPT_ADMIN_TOKEN]).await;
     let scratch = ScratchDir::new("openapi-typescript");
     let mut generate = npm_tool(&generator);
     generate
@@ -143,7 +146,6 @@ async fn generated_typescript_types_compile_strictly() {
         "openapi-typescript: {}",
         said(&output)
     );
-    server.stop().await;
 
     let check = scratch.0.join("typescript_check.ts");
     std::fs::copy(repo().join("tests/openapi/typescript_check.ts"), &check).unwrap();
@@ -161,7 +163,31 @@ async fn generated_typescript_types_compile_strictly() {
     compile.arg(&check);
     let output = run(compile).await;
     assert!(output.status.success(), "tsc --strict: {}", said(&output));
+
+    // A typed client of the operators' service, compiled and run with node
+    // against the server that served the document.
+    let client = scratch.0.join("typescript_admin.ts");
+    std::fs::copy(repo().join("tests/openapi/typescript_admin.ts"), &client).unwrap();
+    let mut compile = npm_tool(&tsc);
+    compile.args(["--strict", "--target", "es2022", "--module", "commonjs"]);
+    compile.arg("--outDir").arg(&scratch.0).arg(&client);
+    let output = run(compile).await;
+    assert!(output.status.success(), "tsc --strict: {}", said(&output));
+    let mut node = tool("node");
+    node.arg(scratch.0.join("typescript_admin.js"))
+        .arg(server.url(""))
+        .arg(TYPESCRIPT_ADMIN_TOKEN);
+    let output = run(node).await;
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("all TypeScript client checks passed"),
+        "the TypeScript client: {}",
+        said(&output)
+    );
+    server.stop().await;
 }
+
+/// The admin token the TypeScript client acts with.
+const TYPESCRIPT_ADMIN_TOKEN: &str = "typescript-admin-token";
 
 /// `PATH` with `first` in front.
 fn path_with(first: &Path) -> std::ffi::OsString {

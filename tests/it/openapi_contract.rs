@@ -120,6 +120,12 @@ async fn every_contract_rule_is_what_the_server_enforces() {
                 (Some(json!("127.0.0.1:065536")), false),
             ],
             Rule::AtMost(most) => vec![(Some(json!(most)), true), (Some(json!(most + 1)), false)],
+            Rule::OneLine => vec![
+                (Some(json!("one line, with ünïcödé")), true),
+                (Some(json!("two\nlines")), false),
+                (Some(json!("a C1 control \u{0085}")), false),
+                (Some(json!("\u{00a0}no-break space is no control")), true),
+            ],
             Rule::MaxLength(most) => vec![
                 (Some(json!("é".repeat(*most))), true),
                 (Some(json!("d".repeat(most + 1))), false),
