@@ -125,24 +125,42 @@ stop_scheduler() {
 trap 'stop_scheduler; rm -f "$scheduler_log"' EXIT
 
 # The original takes only --port=P and binds 0.0.0.0, so its port is picked
-# here just before it starts; should another process take it first, the
-# original exits and the wait below fails loudly instead of measuring
-# something else.
+# here just before it starts, below the kernel's ephemeral range: a probe
+# of a port inside that range can connect to itself (its source port picked
+# equal to the target) and pass with nothing listening. Should another
+# process take the port first, the original exits and launch tries another.
 original_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("0.0.0.0", 0)); print(s.getsockname()[1])'
+  python3 - <<'PICK'
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    port = random.randrange(10000, max(low, 10001))
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            continue
+        print(port)
+        break
+else:
+    raise SystemExit("no free port below the ephemeral range")
+PICK
 }
 
-wait_original_listening() {
-  local port=$1
+# Listening means accepting twice with the process still alive afterwards.
+original_listening() {
+  local port=$1 accepted=0
   for _ in $(seq 100); do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      return 0
+      accepted=$((accepted + 1))
+      if [ "$accepted" -ge 2 ] && kill -0 "$scheduler_pid" 2>/dev/null; then
+        return 0
+      fi
     fi
-    kill -0 "$scheduler_pid" 2>/dev/null || break
+    kill -0 "$scheduler_pid" 2>/dev/null || return 1
     sleep 0.1
   done
-  echo "the original scheduler did not start listening on $port; its log: $out/original.log" >&2
-  exit 1
+  return 1
 }
 
 # A fresh scheduler per run, so runs do not share state: `this` (on a port
@@ -151,12 +169,19 @@ launch() {
   local which=$1 port
   shift
   if [ "$which" = original ]; then
-    port=$(original_port)
-    "$original" --port="$port" --acceptable_user_tokens=u --acceptable_servant_tokens=s \
-      --logtostderr 2>>"$out/original.log" &
-    scheduler_pid=$!
-    scheduler_addr=127.0.0.1:$port
-    wait_original_listening "$port"
+    local attempt
+    for attempt in 1 2 3; do
+      port=$(original_port)
+      "$original" --port="$port" --acceptable_user_tokens=u --acceptable_servant_tokens=s \
+        --logtostderr 2>>"$out/original.log" &
+      scheduler_pid=$!
+      scheduler_addr=127.0.0.1:$port
+      original_listening "$port" && return 0
+      echo "the original scheduler did not start listening on $port (attempt $attempt)" >&2
+      stop_scheduler
+    done
+    echo "the original scheduler never started listening; its log: $out/original.log" >&2
+    exit 1
   else
     start_scheduler "$bin/yadcc-scheduler" "$scheduler_log" \
       --acceptable_user_tokens=u --acceptable_servant_tokens=s "$@"
