@@ -100,6 +100,16 @@ async fn a_closed_admin_api_refuses_every_token() {
     server.stop().await;
 }
 
+/// The actions of a `ListAuditEventsResponse` in proto3 JSON, newest first.
+pub fn audit_actions(events: &Value) -> Vec<&str> {
+    events["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|event| event["action"].as_str().unwrap_or_default())
+        .collect()
+}
+
 /// `ServantState` of a `ListServantStatesResponse` in proto3 JSON, by location.
 fn listed(answer: &Value, location: &str) -> Option<Value> {
     answer["servants"]

@@ -18,7 +18,7 @@ use yadcc_scheduler::{
 };
 
 use crate::{
-    admin::{ADMIN_TOKEN, admin_json},
+    admin::{ADMIN_TOKEN, admin_json, audit_actions},
     support::*,
     tools::ScratchDir,
 };
@@ -234,14 +234,8 @@ async fn cordon_drain_and_uncordon_a_servant_of_a_busy_farm() {
 
     // Every action is in the audit list, newest first, and in the log.
     let events = act(addr, "ListAuditEvents", json!({})).await;
-    let actions: Vec<&str> = events["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|event| event["action"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        actions,
+        audit_actions(&events),
         ["UncordonServant", "DrainServant", "CordonServant"]
     );
     let who = format!("token:{}", fingerprint(ADMIN_TOKEN));

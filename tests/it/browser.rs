@@ -54,6 +54,19 @@ struct ChromiumRun {
     console: Vec<String>,
 }
 
+/// Headless, and nothing the test machine's closed network would refuse
+/// (background connections to Google's hosts).
+pub(crate) const HEADLESS: [&str; 8] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+];
+
 /// Runs Chromium headless against `url` with the extra flags.
 fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> ChromiumRun {
     // One profile per run: tests may run Chromium concurrently.
@@ -61,15 +74,8 @@ fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> ChromiumRun {
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let profile = std::env::temp_dir().join(format!("yadcc-chromium-{}-{run}", std::process::id()));
     let output = bounded(CHROMIUM_LIMIT, binary)
+        .args(HEADLESS)
         .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
             "--hide-scrollbars",
             "--virtual-time-budget=8000",
             // The page's console goes to stderr as `...:CONSOLE:<line>] "<message>", source: <url>`.

@@ -251,14 +251,8 @@ async fn an_operator_cordons_drains_and_uncordons_from_the_dashboard() {
         crate::admin::admin_json(server.addr, "ListAuditEvents", Some(ADMIN_TOKEN), json!({}))
             .await;
     assert_eq!(status, 200);
-    let actions: Vec<&str> = events["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|event| event["action"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        actions,
+        crate::admin::audit_actions(&events),
         ["UncordonServant", "DrainServant", "CordonServant"],
         "every confirmed action, newest first"
     );

@@ -40,15 +40,8 @@ impl Browser {
         let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let profile = std::env::temp_dir().join(format!("yadcc-cdp-{}-{run}", std::process::id()));
         let mut child = Command::new(binary)
+            .args(crate::browser::HEADLESS)
             .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
                 "--remote-debugging-address=127.0.0.1",
                 "--remote-debugging-port=0",
                 "--window-size=1400,1000",

@@ -13,6 +13,7 @@ import { fmtClock, fmtDuration, isNum, objs, str } from '../format.js';
 const TOKEN_KEY = 'yadcc-admin-token';
 const SERVICE = 'rpc/yadcc.scheduler.AdminService.';
 const CALL_TIMEOUT_MS = 10000;
+const MAX_SUGGESTIONS = 500;
 const STATE_LABELS = { cordoned: 'Cordoned', draining: 'Draining', drained: 'Drained' };
 const CONFIRM_TEXT = {
   CordonServant: (loc) => 'Cordon ' + loc + '? No new task will go to it; the tasks it runs go on.',
@@ -260,23 +261,24 @@ export function setUpOperator(root, refresh) {
     const now = isNum(overview.generatedAtMs) ? overview.generatedAtMs : Date.now();
     // Rows (and the buttons in them) are rebuilt only when what they show
     // changed, so a button does not vanish under a pointer every poll.
-    const sig = (token ? 'op|' : '|') + cordons.map((c) => [c.location, c.state, c.reason, c.by, c.sinceMs,
-      c.running, c.registered, isNum(c.sinceMs) ? Math.floor((now - c.sinceMs) / 60000) : ''].join(',')).join(';') +
-      '|' + objs(overview.servants).length;
+    const sig = (token ? 'op|' : '|') +
+      cordons.map((c) => [c.location, c.state, c.reason, c.by, c.sinceMs, c.running, c.registered].join(',')).join(';');
     if (sig === drawn) return;
     drawn = sig;
     const rows = cordons.map((c) => {
       const tr = document.createElement('tr');
       const loc = str(c.location);
       tr.dataset.cordon = loc;
-      const since = isNum(c.sinceMs) ? fmtDuration(Math.max(0, now - c.sinceMs)) + ' ago' : '—';
+      const since = isNum(c.sinceMs) ? fmtClock(c.sinceMs) : '—';
       const state = STATE_LABELS[str(c.state)] || str(c.state);
       const cells = [loc, state + (c.registered ? '' : ' (not registered)'), str(c.reason) || '—', str(c.by),
         since, String(isNum(c.running) ? c.running : 0)];
       cells.forEach((text, i) => {
         const cell = h(i === 0 ? 'th' : 'td', i === 1 ? 'st-' + str(c.state) : '', text);
         if (i === 0) cell.scope = 'row';
-        if (i === 4 && isNum(c.sinceMs)) cell.title = 'since ' + fmtClock(c.sinceMs);
+        if (i === 4 && isNum(c.sinceMs)) {
+          cell.title = new Date(c.sinceMs).toLocaleString() + ' (' + fmtDuration(Math.max(0, now - c.sinceMs)) + ' ago)';
+        }
         tr.append(cell);
       });
       const actions = h('td', 'operator-actions');
@@ -295,14 +297,20 @@ export function setUpOperator(root, refresh) {
     body.replaceChildren(...rows);
     list.hidden = rows.length === 0;
     empty.hidden = rows.length > 0;
-    // The servants the page knows, for the location field.
-    const options = objs(overview.servants).map((s) => {
+  }
+
+  // The servants the page knows, as suggestions for the location field:
+  // filled when an operator goes to type one (a big farm's thousand options
+  // would weigh on every page otherwise), at most MAX_SUGGESTIONS of them.
+  locationEl.addEventListener('focus', () => {
+    const servants = lastOverview ? objs(lastOverview.servants).slice(0, MAX_SUGGESTIONS) : [];
+    known.replaceChildren(...servants.map((s) => {
       const o = h('option');
       o.value = str(s.reportedLocation) || str(s.location);
       return o;
-    });
-    known.replaceChildren(...options);
-  }
+    }));
+  });
+  locationEl.addEventListener('blur', () => known.replaceChildren());
 
   show();
   return render;
