@@ -188,9 +188,16 @@ launch() {
   fi
 }
 
+# A failed run says what the scheduler logged (CI keeps no files).
 loadgen() {
+  local status=0
   "$bin/yadcc-loadgen" --scheduler "$scheduler_addr" --user-token u --servant-token s \
-    --scheduler-pid "$scheduler_pid" "$@"
+    --scheduler-pid "$scheduler_pid" "$@" || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "yadcc-loadgen $* failed ($status); the scheduler's log, last 40 lines:" >&2
+    tail -n 40 "$scheduler_log" "$out/original.log" 2>/dev/null >&2 || true
+  fi
+  return "$status"
 }
 
 bare_flag=()

@@ -309,8 +309,11 @@ async fn measure(
     );
     let registering = Instant::now();
     if !cluster.wait_ready(Duration::from_secs(30)).await {
+        let calls = cluster.stats().calls_so_far();
         cluster.stop().await;
-        return Err("servants did not register within 30 s".to_owned());
+        return Err(format!(
+            "servants did not register within 30 s; calls: {calls}"
+        ));
     }
     let stats = cluster.stats().clone();
     let registered = stats.events.servants_registered.load(Relaxed);
@@ -319,15 +322,19 @@ async fn measure(
         cluster.servants().len(),
         registering.elapsed().as_secs_f64(),
     );
+    if (registered as usize) < cluster.servants().len() {
+        eprintln!("calls so far: {}", cluster.stats().calls_so_far());
+    }
     if let Some(wanted) = running {
         let filling = Instant::now();
         // Nearly all: the ones being replaced at any moment are missing.
         while cluster.running_tasks() < wanted * 95 / 100 {
             if filling.elapsed() > FILLING {
                 let running = cluster.running_tasks();
+                let calls = cluster.stats().calls_so_far();
                 cluster.stop().await;
                 return Err(format!(
-                    "{running} of {wanted} tasks running after {} s",
+                    "{running} of {wanted} tasks running after {} s; calls: {calls}",
                     FILLING.as_secs()
                 ));
             }
