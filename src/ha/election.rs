@@ -146,6 +146,8 @@ enum Renewal {
 struct Observed {
     key: Vec<u8>,
     value: String,
+    /// The lease the leader's key lives on.
+    lease: i64,
 }
 
 async fn connect(url: &str) -> Result<Channel, String> {
@@ -298,6 +300,11 @@ async fn term(
                     return Ended::LeaseLost(format!("etcd names another leader, {}", seen.value));
                 }
                 Some(_) => {}
+                // This instance's own key (this term's, which etcd may name
+                // before the campaign returns, or an earlier term's): not a
+                // leader to follow, nor one to name as the leader that does
+                // not answer while taking over.
+                None if seen.lease == lease_id || seen.value == settings.instance => {}
                 None => leadership.stand_by(Some(seen.value)),
             },
         }
@@ -397,6 +404,7 @@ async fn observe(
                 let seen = Observed {
                     key: kv.key,
                     value: String::from_utf8_lossy(&kv.value).into_owned(),
+                    lease: kv.lease,
                 };
                 if events.send(seen).await.is_err() {
                     return;

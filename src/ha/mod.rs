@@ -480,13 +480,23 @@ impl Leadership {
     }
 
     /// Stops granting at once, then says so. A takeover goes on (it ends
-    /// when the leader answers); a leader that steps down takes none.
+    /// when the leader answers); a leader that steps down takes none, and
+    /// answers the calls it held at once: its state is stale from now on
+    /// (the next win or takeover restarts it anyway), and the call core
+    /// answers them "not served here" (code 11), as any call of a standby.
     fn stand_by(&self, leader: Option<String>) {
         self.0.fence.close();
         self.set_term(None);
-        self.update_role(|now| Role::Standby {
-            leader,
-            taking_over: now.is_taking_over(),
+        self.update_role(|now| {
+            if now.is_leader()
+                && let Some(engine) = &self.0.engine
+            {
+                engine.restart();
+            }
+            Role::Standby {
+                leader,
+                taking_over: now.is_taking_over(),
+            }
         });
     }
 

@@ -31,9 +31,12 @@ pub async fn healthz() -> &'static str {
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
     match state.readiness.current() {
-        Ok(()) => "ready\n".into_response(),
+        // A leader resumed past its lease (SIGSTOP, a paused VM) is not
+        // ready from its first instant, before the election task has run:
+        // the balancer must not send it daemons back.
+        Ok(()) if state.leadership.is_serving() => "ready\n".into_response(),
         // Which instance leads is the election's to say.
-        Err(NotReady::Standby) => (
+        Ok(()) | Err(NotReady::Standby) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{}\n", state.leadership.current().describe()),
         )

@@ -8,6 +8,7 @@
 
 mod admin;
 mod deploy;
+mod frozen;
 mod support;
 
 use std::{
