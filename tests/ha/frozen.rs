@@ -164,8 +164,10 @@ fn a_frozen_leader_loses_its_daemons_to_the_new_leader_within_5_s_and_grants_not
     runtime.block_on(cluster.stop());
     eprintln!(
         "frozen leader: daemons granted {to_first_grant:?} after SIGSTOP; {} calls failed \
-         around the failover, {} more while frozen, {} after it resumed; {killed} tasks killed",
+         around the failover ({:?}), {} more while frozen, {} after it resumed; {killed} tasks \
+         killed",
         errors_at_failover - errors_before,
+        stats.report().total.errors,
         errors_while_frozen - errors_at_failover,
         errors_at_end - errors_while_frozen,
     );
