@@ -20,7 +20,10 @@ use std::{
     net::{IpAddr, SocketAddr, TcpListener},
     path::Path,
     process::{Child, Stdio},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering::Relaxed},
+    },
     time::{Duration, Instant},
 };
 
@@ -235,31 +238,48 @@ async fn compile(peers: &Peers, lan: &Lan, variant: usize, object: String) -> Co
     }
 }
 
-/// Rounds of [`CONCURRENT`] compilations until `stop` is set.
+/// One of [`CONCURRENT`] workers: compilation after compilation of its
+/// variant until `stop` is set, so that one begins as soon as the last
+/// ended, whatever the others do.
 async fn compile_loop(
     peers: Arc<Peers>,
     lan: Arc<Lan>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
+    variant: usize,
+    stop: Arc<AtomicBool>,
     done: Arc<Mutex<Vec<Compile>>>,
 ) {
-    let mut round = 0;
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        round += 1;
-        let compiles = (1..=CONCURRENT)
-            .map(|variant| compile(&peers, &lan, variant, format!("r{round}v{variant}.o")));
-        let finished = futures_util::future::join_all(compiles).await;
-        done.lock().expect("compiles").extend(finished);
+    let mut count = 0;
+    while !stop.load(Relaxed) {
+        count += 1;
+        let object = format!("w{variant}n{count}.o");
+        let finished = compile(&peers, &lan, variant, object).await;
+        done.lock().expect("compiles").push(finished);
     }
 }
 
-/// From `fault`: the first grant of `next`, and the end of the first
-/// compilation begun after the fault that succeeded remotely.
+/// From a fault: the first grant of the instance that leads next, and the
+/// end of the first compilation begun after the fault that ran remotely.
 struct Resumed {
     to_grant: Duration,
     to_compile: Option<Duration>,
 }
 
-async fn resumed_after(fault: Instant, next: SocketAddr) -> Duration {
+impl Resumed {
+    fn of(fault: Instant, to_grant: Duration, compiles: &[Compile]) -> Resumed {
+        let to_compile = compiles
+            .iter()
+            .filter(|c| c.started >= fault && c.succeeded && !c.fell_back)
+            .map(|c| c.ended - fault)
+            .min();
+        Resumed {
+            to_grant,
+            to_compile,
+        }
+    }
+}
+
+/// Waits until `next` grants; the time from `fault`.
+async fn granting(fault: Instant, next: SocketAddr) -> Duration {
     until(2 * RESUME_LIMIT, "the new leader grants", || async {
         grants(next).await > 0.0
     })
@@ -267,12 +287,39 @@ async fn resumed_after(fault: Instant, next: SocketAddr) -> Duration {
     fault.elapsed()
 }
 
-fn first_compile_after(compiles: &[Compile], fault: Instant) -> Option<Duration> {
-    compiles
-        .iter()
-        .filter(|c| c.started >= fault && c.succeeded && !c.fell_back)
-        .map(|c| c.ended - fault)
-        .min()
+/// `kill -SIGNAL pid`.
+async fn signal(name: &str, pid: u32) {
+    let mut command = bounded(Duration::from_secs(10), "kill");
+    command.args([name, &pid.to_string()]);
+    assert!(run_bounded(command).await.status.success(), "kill {name}");
+}
+
+/// Faults of each kind in one run: 1, or `YADCC_FAILOVER_CYCLES` (the
+/// BENCHMARKS.md figures).
+fn cycles() -> usize {
+    std::env::var("YADCC_FAILOVER_CYCLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+fn min_median_max(times: &[Duration]) -> String {
+    let mut sorted: Vec<f64> = times.iter().map(Duration::as_secs_f64).collect();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    if n == 0 {
+        return "none".to_owned();
+    }
+    let median = if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    };
+    format!(
+        "min {:.2} s, median {median:.2} s, max {:.2} s over {n}",
+        sorted[0],
+        sorted[n - 1]
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -284,19 +331,18 @@ async fn stock_daemons_compile_through_a_kill_9_and_a_freeze_of_the_leader() {
     let lan = Arc::new(Lan::new(&["servant", "delegate"]));
     let host = IpAddr::V4(lan.host_ip());
     let (_etcd, etcd_url) = etcd(&lan.work).await;
-    let (a_addr, b_addr, lb) = (
+    let addrs = [
         SocketAddr::new(host, free_port(host)),
         SocketAddr::new(host, free_port(host)),
-        SocketAddr::new(host, free_port(host)),
-    );
-    let mut a = Some(instance(a_addr, &etcd_url));
-    let mut b = Some(instance(b_addr, &etcd_url));
-    let _haproxy = haproxy(lb, a_addr, b_addr).await;
+    ];
+    let lb = SocketAddr::new(host, free_port(host));
+    let mut instances = addrs.map(|addr| Some(instance(addr, &etcd_url)));
+    let _haproxy = haproxy(lb, addrs[0], addrs[1]).await;
     until(Duration::from_secs(15), "one instance leads", || async {
-        is_ready(a_addr).await != is_ready(b_addr).await
+        is_ready(addrs[0]).await != is_ready(addrs[1]).await
     })
     .await;
-    let (servant, delegate) = servant_and_delegate(&peers, &lan, lb, lb).await;
+    let (mut servant, mut delegate) = servant_and_delegate(&peers, &lan, lb, lb).await;
     std::fs::write(lan.work.join("sample.cc"), SOURCE).expect("the source");
     for variant in 1..=CONCURRENT {
         let mut command = bounded(COMPILE_LIMIT, "g++");
@@ -309,76 +355,61 @@ async fn stock_daemons_compile_through_a_kill_9_and_a_freeze_of_the_leader() {
     }
     let ready_after = began.elapsed();
 
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(Mutex::new(Vec::new()));
-    let looping = tokio::spawn(compile_loop(
-        peers.clone(),
-        lan.clone(),
-        stop.clone(),
-        done.clone(),
-    ));
+    let workers: Vec<_> = (1..=CONCURRENT)
+        .map(|variant| {
+            tokio::spawn(compile_loop(
+                peers.clone(),
+                lan.clone(),
+                variant,
+                stop.clone(),
+                done.clone(),
+            ))
+        })
+        .collect();
     let compiled = || done.lock().expect("compiles").len();
-    until(COMPILE_LIMIT, "a first round compiles", || async {
-        compiled() >= CONCURRENT
-    })
-    .await;
-
-    // 1. kill -9 of the leader, in the middle of a round.
-    let a_leads = is_ready(a_addr).await;
-    let (killed_addr, next) = if a_leads {
-        (a_addr, b_addr)
-    } else {
-        (b_addr, a_addr)
+    // Compiling on, `count` more compilations than now.
+    let flowing = |count: usize| {
+        let target = compiled() + count;
+        until(COMPILE_LIMIT, "compilations go on", move || async move {
+            compiled() >= target
+        })
     };
-    let killed = if a_leads { &mut a } else { &mut b };
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let fault = Instant::now();
-    drop(killed.take());
-    let kill_to_grant = resumed_after(fault, next).await;
-    let kill_fault = fault;
-    // Back as the standby.
-    *killed = Some(instance(killed_addr, &etcd_url));
-    let round_after = compiled() + CONCURRENT;
-    until(COMPILE_LIMIT, "a round after the kill", || async {
-        compiled() >= round_after
-    })
-    .await;
+    flowing(CONCURRENT).await;
 
-    // 2. SIGSTOP of the new leader for longer than any timeout.
-    let frozen = if a_leads { &b } else { &a };
-    let frozen_pid = frozen.as_ref().expect("the new leader").child.id();
-    let signal = |name: &'static str| async move {
-        let mut command = bounded(Duration::from_secs(10), "kill");
-        command.args([name, &frozen_pid.to_string()]);
-        assert!(run_bounded(command).await.status.success(), "kill {name}");
-    };
-    let fault = Instant::now();
-    signal("-STOP").await;
-    let freeze_to_grant = resumed_after(fault, killed_addr).await;
-    tokio::time::sleep(FREEZE.saturating_sub(fault.elapsed())).await;
-    signal("-CONT").await;
-    let freeze_fault = fault;
-    let granted_by_frozen = grants(next).await;
-    let round_after = compiled() + 2 * CONCURRENT;
-    until(COMPILE_LIMIT, "two rounds after the freeze", || async {
-        compiled() >= round_after
-    })
-    .await;
-    let resumed_one_granted =
-        grants(next).await > granted_by_frozen.max(0.0) && !is_ready(next).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    looping.await.expect("the compile loop");
+    let mut faults: Vec<(&str, Instant, Duration)> = Vec::new();
+    for _ in 0..cycles() {
+        // kill -9 of the leader while compilations run; it comes back as
+        // the standby.
+        let leader = usize::from(!is_ready(addrs[0]).await);
+        let next = 1 - leader;
+        let fault = Instant::now();
+        drop(instances[leader].take());
+        faults.push(("kill -9", fault, granting(fault, addrs[next]).await));
+        instances[leader] = Some(instance(addrs[leader], &etcd_url));
+        flowing(CONCURRENT).await;
+
+        // SIGSTOP of the new leader, longer than any timeout; then resumed.
+        let (frozen, next) = (next, leader);
+        let pid = instances[frozen].as_ref().expect("the leader").child.id();
+        let fault = Instant::now();
+        signal("-STOP", pid).await;
+        faults.push(("SIGSTOP", fault, granting(fault, addrs[next]).await));
+        tokio::time::sleep(FREEZE.saturating_sub(fault.elapsed())).await;
+        signal("-CONT", pid).await;
+        flowing(CONCURRENT).await;
+        // Resumed, it is a standby: not ready, and granting nothing (its
+        // count restarts from 0 when it steps down).
+        assert!(!is_ready(addrs[frozen]).await, "the resumed one is ready");
+        assert_eq!(grants(addrs[frozen]).await, 0.0, "the resumed one grants");
+    }
+    stop.store(true, Relaxed);
+    for worker in workers {
+        worker.await.expect("a compile worker");
+    }
 
     let compiles = std::mem::take(&mut *done.lock().expect("compiles"));
-    let kill = Resumed {
-        to_grant: kill_to_grant,
-        to_compile: first_compile_after(&compiles, kill_fault),
-    };
-    let freeze = Resumed {
-        to_grant: freeze_to_grant,
-        to_compile: first_compile_after(&compiles, freeze_fault),
-    };
-    let (mut servant, mut delegate) = (servant, delegate);
     servant.stop().await;
     delegate.stop().await;
     let (servant_log, delegate_log) = (servant.log_text(), delegate.log_text());
@@ -403,44 +434,48 @@ async fn stock_daemons_compile_through_a_kill_9_and_a_freeze_of_the_leader() {
             compiles.len()
         ));
     }
-    let killed_lines: Vec<&str> = servant_log
+    let killed: Vec<&str> = servant_log
         .lines()
         .filter(|line| line.contains(KILLED) && line.contains("tasks"))
         .collect();
-    if !killed_lines.is_empty() {
-        failures.push(format!("the servant killed tasks: {killed_lines:?}"));
+    if !killed.is_empty() {
+        failures.push(format!("the servant killed tasks: {killed:?}"));
     }
-    for (what, resumed) in [("kill -9", &kill), ("SIGSTOP", &freeze)] {
-        if resumed.to_grant > RESUME_LIMIT {
-            failures.push(format!(
-                "{what}: the new leader granted {:?} after the fault",
-                resumed.to_grant
-            ));
+    let mut figures = Vec::new();
+    for kind in ["kill -9", "SIGSTOP"] {
+        let resumed: Vec<Resumed> = faults
+            .iter()
+            .filter(|(what, ..)| *what == kind)
+            .map(|&(_, fault, to_grant)| Resumed::of(fault, to_grant, &compiles))
+            .collect();
+        for r in &resumed {
+            if r.to_grant > RESUME_LIMIT {
+                failures.push(format!(
+                    "{kind}: the new leader granted {:?} after the fault",
+                    r.to_grant
+                ));
+            }
         }
+        let grants: Vec<Duration> = resumed.iter().map(|r| r.to_grant).collect();
+        let compiles: Vec<Duration> = resumed.iter().filter_map(|r| r.to_compile).collect();
+        figures.push(format!(
+            "{kind}: to the new leader's first grant {}; to the first remote compilation \
+             begun after the fault {}",
+            min_median_max(&grants),
+            min_median_max(&compiles)
+        ));
     }
-    if resumed_one_granted {
-        failures.push("the resumed leader granted, or is ready again".to_owned());
-    }
-    let secs =
-        |d: Option<Duration>| d.map_or("none".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()));
     println!(
-        "failover with the stock daemons: {} compilations ({} at once), {} remote, {} fell back, \
-         {} failed, {} tasks killed; kill -9: new leader granting {:.2} s after, first remote \
-         compile {} after; SIGSTOP ({:?}): granting {:.2} s after, first remote compile {} after; \
-         daemons ready after {:.1} s, all {:.1} s",
+        "failover with the stock daemons: {} compilations ({CONCURRENT} at once), {remote} ran on \
+         the servant, {} fell back, {} failed, {} tasks killed; freezes of {FREEZE:?}; daemons \
+         ready after {:.1} s, all {:.1} s\n{}",
         compiles.len(),
-        CONCURRENT,
-        remote,
         compiles.iter().filter(|c| c.fell_back).count(),
         compiles.iter().filter(|c| !c.succeeded).count(),
-        killed_lines.len(),
-        kill.to_grant.as_secs_f64(),
-        secs(kill.to_compile),
-        FREEZE,
-        freeze.to_grant.as_secs_f64(),
-        secs(freeze.to_compile),
+        killed.len(),
         ready_after.as_secs_f64(),
         began.elapsed().as_secs_f64(),
+        figures.join("\n"),
     );
     assert!(
         failures.is_empty(),
