@@ -100,6 +100,7 @@ async fn run(settings: HaSettings, leadership: Leadership, mut stop: watch::Rece
     loop {
         let url = &settings.endpoints[endpoint % settings.endpoints.len()];
         let ended = term(&settings, &leadership, &mut stop, url, &mut stale_lease).await;
+        leadership.set_campaigning(false);
         let was_leading = leadership.role().is_leader();
         leadership.stand_by(None);
         match ended {
@@ -206,6 +207,7 @@ async fn term(
     }
     let lease_id = granted.id;
     *stale_lease = Some(lease_id);
+    leadership.set_campaigning(true);
     let margin = |ttl: i64| {
         let ttl = Duration::from_secs(ttl.max(0) as u64);
         ttl - ttl / FENCE_MARGIN_DIVISOR

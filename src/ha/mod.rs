@@ -23,7 +23,9 @@
 //!   in its adoption window that may not grant yet: heartbeats, renewals,
 //!   frees, the token and the task list are answered, and
 //!   `WaitForStartingTask` waits for the fence (an unknown environment too:
-//!   its servants may not have reported yet). When it wins, it keeps what
+//!   its servants may not have reported yet), if it campaigns with a lease
+//!   of its own (one cut off from etcd cannot win, and would hold the
+//!   daemons from the instance that will). When it wins, it keeps what
 //!   it learnt and grants at once; when the leader answers again, it closes
 //!   those connections, as any standby does. So daemons see only the calls
 //!   in flight on the dead leader fail, not every call of the failover.
@@ -45,7 +47,10 @@ pub mod saved_state;
 
 use std::{
     future::Future,
-    sync::{Arc, Mutex, OnceLock, PoisonError},
+    sync::{
+        Arc, Mutex, OnceLock, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -213,6 +218,10 @@ struct Inner {
     engine: Option<Scheduler>,
     /// One probe of the leader at a time; what it found, and when.
     probed: tokio::sync::Mutex<Option<(Instant, bool)>>,
+    /// Whether this instance holds a lease and campaigns with it: only
+    /// then may it win, so only then does it take daemons over (one cut
+    /// off from etcd would hold them from the instance that will lead).
+    campaigning: AtomicBool,
     fence: GrantFence,
     role: watch::Sender<Role>,
     /// Moves on every change that ends the daemon connections held (from
@@ -235,6 +244,7 @@ impl Leadership {
         Leadership(Arc::new(Inner {
             engine: None,
             probed: tokio::sync::Mutex::new(None),
+            campaigning: AtomicBool::new(false),
             fence: GrantFence::open(),
             role: watch::Sender::new(Role::Leader),
             closings: watch::Sender::new(0),
@@ -254,6 +264,7 @@ impl Leadership {
         Leadership(Arc::new(Inner {
             engine: Some(engine),
             probed: tokio::sync::Mutex::new(None),
+            campaigning: AtomicBool::new(false),
             fence,
             role: watch::Sender::new(Role::standby()),
             closings: watch::Sender::new(0),
@@ -352,7 +363,7 @@ impl Leadership {
             role if role.is_taking_over() => return true,
             Role::Standby { leader, .. } => leader,
         };
-        if self.leader_answers(leader.as_deref()).await {
+        if !self.is_campaigning() || self.leader_answers(leader.as_deref()).await {
             return false;
         }
         self.take_over();
@@ -421,7 +432,8 @@ impl Leadership {
                 // Won (the takeover became leadership), or already ended.
                 _ => return,
             };
-            if self.leader_answers(leader.as_deref()).await {
+            // Cut off from etcd, it cannot win: the daemons go elsewhere.
+            if !self.is_campaigning() || self.leader_answers(leader.as_deref()).await {
                 self.switch_takeover(false, || {});
                 return;
             }
@@ -470,6 +482,17 @@ impl Leadership {
         if took_over {
             tracing::info!(target: election::LOG, "took over: kept what daemons reported meanwhile");
         }
+    }
+
+    /// Whether this instance campaigns with a lease of its own now.
+    fn is_campaigning(&self) -> bool {
+        self.0.campaigning.load(Ordering::Acquire)
+    }
+
+    /// The election holds a lease and campaigns with it (true), or its
+    /// term ended (false).
+    fn set_campaigning(&self, campaigning: bool) {
+        self.0.campaigning.store(campaigning, Ordering::Release);
     }
 
     /// The lease runs at least until `deadline`.

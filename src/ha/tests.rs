@@ -17,10 +17,13 @@ fn engine(fence: &GrantFence) -> Scheduler {
     })
 }
 
+/// An instance whose election holds a lease and campaigns with it.
 fn elected() -> (Leadership, Scheduler) {
     let fence = GrantFence::closed();
     let engine = engine(&fence);
-    (Leadership::elected(engine.clone(), fence), engine)
+    let leadership = Leadership::elected(engine.clone(), fence);
+    leadership.set_campaigning(true);
+    (leadership, engine)
 }
 
 fn heartbeat(engine: &Scheduler, location: &str) {
@@ -261,4 +264,28 @@ async fn a_leader_that_steps_down_answers_the_calls_it_held_at_once() {
         Some("standby, leader is b:8336")
     );
     assert_eq!(servants(&engine), 0, "what it held as leader is stale");
+}
+
+#[tokio::test]
+async fn an_instance_cut_off_from_etcd_takes_no_daemon_over_and_ends_a_takeover() {
+    let silent = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (leadership, engine) = elected();
+    leadership.stand_by(Some(leader_answering(silent).await));
+    // Its term ended (etcd unreachable): it cannot win, so the daemons
+    // are better off at the instance that will.
+    leadership.set_campaigning(false);
+    heartbeat(&engine, "10.0.0.1:8335");
+    assert!(!leadership.admits_daemons().await);
+    assert!(!leadership.role().is_taking_over());
+    assert_eq!(servants(&engine), 1, "no takeover, no restart");
+    // Taking over when its term ends: the takeover ends too.
+    leadership.set_campaigning(true);
+    assert!(leadership.admits_daemons().await);
+    let held = hold_connection(&leadership);
+    leadership.set_campaigning(false);
+    tokio::time::timeout(probe::PROBE_TIMEOUT * 3, held)
+        .await
+        .expect("closed once its term ended")
+        .unwrap();
+    assert!(!leadership.role().serves_daemons());
 }
