@@ -9,6 +9,7 @@
 mod admin;
 mod deploy;
 mod frozen;
+mod partition;
 mod support;
 
 use std::{
