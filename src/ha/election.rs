@@ -48,6 +48,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 const PING_INTERVAL: Duration = Duration::from_secs(1);
 /// Between two terms, and between two tries to observe the election.
 const RETRY_PAUSE: Duration = Duration::from_millis(300);
+/// How often a leader looks at when a balancer last checked it.
+const UNCHECKED_POLL: Duration = Duration::from_millis(100);
 
 /// The running election; [`Election::resign`] ends it.
 #[derive(Debug)]
@@ -238,8 +240,32 @@ async fn term(
     }));
     let mut campaigning = true;
     let mut leading: Option<LeaderKey> = None;
+    let mut unchecked = tokio::time::interval(UNCHECKED_POLL);
     loop {
         tokio::select! {
+            _ = unchecked.tick(), if leading.is_some() && settings.resign_unchecked_after.is_some() => {
+                let after = settings.resign_unchecked_after.unwrap_or_default();
+                if leadership.unchecked_for() < after {
+                    continue;
+                }
+                // Cut off from the balancer (so from the daemons): the
+                // standby they reach leads instead. A new term campaigns
+                // behind it.
+                leadership.stand_by(None);
+                let resign = ResignRequest { leader: leading.take() };
+                let _ = timeout(CALL_TIMEOUT, election.resign(resign)).await;
+                if let Ok(Ok(_)) =
+                    timeout(CALL_TIMEOUT, lease.lease_revoke(LeaseRevokeRequest { id: lease_id })).await
+                {
+                    *stale_lease = None;
+                }
+                tracing::warn!(
+                    target: LOG,
+                    "stepped down: no balancer asked /readyz for {} ms; resigned",
+                    after.as_millis()
+                );
+                return Ended::LeaseLost("resigned as a leader no balancer reaches".to_owned());
+            }
             _ = stop.changed() => {
                 leadership.stand_by(None);
                 if let Some(key) = leading {

@@ -87,6 +87,9 @@ pub struct HaSettings {
     /// The lease's time to live, whole seconds: how long a dead leader
     /// holds the election at most.
     pub lease_ttl: Duration,
+    /// `--ha_resign_unchecked_after`: a leader whose readiness nobody asked
+    /// for this long resigns; None never.
+    pub resign_unchecked_after: Option<Duration>,
     /// What this instance proclaims when it leads, shown by the others
     /// ("standby, leader is X").
     pub instance: String,
@@ -218,6 +221,10 @@ struct Inner {
     engine: Option<Scheduler>,
     /// One probe of the leader at a time; what it found, and when.
     probed: tokio::sync::Mutex<Option<(Instant, bool)>>,
+    /// When a balancer last asked `/readyz` (or this instance began to
+    /// lead): a leader no balancer reaches may resign
+    /// ([`HaSettings::resign_unchecked_after`]).
+    checked_at: Mutex<Instant>,
     /// Whether this instance holds a lease and campaigns with it: only
     /// then may it win, so only then does it take daemons over (one cut
     /// off from etcd would hold them from the instance that will lead).
@@ -244,6 +251,7 @@ impl Leadership {
         Leadership(Arc::new(Inner {
             engine: None,
             probed: tokio::sync::Mutex::new(None),
+            checked_at: Mutex::new(Instant::now()),
             campaigning: AtomicBool::new(false),
             fence: GrantFence::open(),
             role: watch::Sender::new(Role::Leader),
@@ -264,6 +272,7 @@ impl Leadership {
         Leadership(Arc::new(Inner {
             engine: Some(engine),
             probed: tokio::sync::Mutex::new(None),
+            checked_at: Mutex::new(Instant::now()),
             campaigning: AtomicBool::new(false),
             fence,
             role: watch::Sender::new(Role::standby()),
@@ -473,6 +482,8 @@ impl Leadership {
             self.0.fence.open_until(deadline);
             Role::Leader
         });
+        // The balancer's checks are counted from the win.
+        self.readiness_checked();
         if let Some(engine) = &self.0.engine {
             engine.serve_waiters();
         }
@@ -482,6 +493,24 @@ impl Leadership {
         if took_over {
             tracing::info!(target: election::LOG, "took over: kept what daemons reported meanwhile");
         }
+    }
+
+    /// A balancer asked whether this instance is ready (`/readyz`).
+    pub fn readiness_checked(&self) {
+        *self
+            .0
+            .checked_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    /// Since a balancer last asked `/readyz`, or this instance began to lead.
+    fn unchecked_for(&self) -> Duration {
+        self.0
+            .checked_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .elapsed()
     }
 
     /// Whether this instance campaigns with a lease of its own now.

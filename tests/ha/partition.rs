@@ -1,8 +1,11 @@
-//! A leader cut off from etcd but not from the daemons: it must step down
-//! within its lease, take no daemon over (it cannot win while cut off), and
-//! the daemons must reach the new leader within 5 s. The cut is a black
-//! hole between the leader and etcd: connections stay open and bytes go
-//! nowhere, as when a route is dropped, so only time tells.
+//! Partitions, each a black hole (connections stay open and bytes go
+//! nowhere, as when a route is dropped, so only time tells):
+//! - a leader cut off from etcd but not from the daemons must step down
+//!   within its lease, take no daemon over (it cannot win while cut off),
+//!   and the daemons must reach the new leader within 5 s;
+//! - a leader cut off from the balancer (so from the daemons) but not from
+//!   etcd nor the standby must resign (`--ha_resign_unchecked_after`), and
+//!   the daemons must reach the new leader within 5 s.
 
 use std::{
     io::{Read, Write},
@@ -172,6 +175,95 @@ fn a_leader_cut_off_from_etcd_steps_down_in_its_lease_and_daemons_reach_the_new_
         "{errors:?}\n{}",
         logs()
     );
+    assert_eq!(killed, 0, "{}", logs());
+    assert_eq!(errors_at_end, errors_at_failover, "{}", logs());
+    drop(etcd);
+}
+
+/// What `--ha_resign_unchecked_after` is in the test: well above HAProxy's
+/// 300 ms checks.
+const UNCHECKED: &str = "--ha_resign_unchecked_after=2s";
+
+#[test]
+fn a_leader_cut_off_from_the_balancer_resigns_and_daemons_reach_the_new_one_within_5_s() {
+    let _turn = one_at_a_time();
+    let (Some(etcd_program), Some(haproxy_program)) = (tool("etcd"), tool("haproxy")) else {
+        return;
+    };
+    let scratch = Scratch::new("lbcut");
+    let etcd = Etcd::start(&etcd_program, &scratch.0);
+    let leader = Scheduler::start_with(free_port(), &etcd.client_url, &[UNCHECKED]);
+    wait_until(Duration::from_secs(15), "the first one leads", || {
+        leader.is_ready()
+    });
+    let standby = Scheduler::start_with(free_port(), &etcd.client_url, &[UNCHECKED]);
+    // The balancer reaches the leader through the black hole; the standby
+    // reaches it directly (its probe says the leader answers).
+    let hole = BlackHole::to(leader.port);
+    let hole_addr = std::net::SocketAddr::from(([127, 0, 0, 1], hole.port));
+    let port = free_port();
+    let _haproxy = haproxy(&haproxy_program, port, hole_addr, standby.addr());
+    let runtime = runtime();
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let cluster = runtime.block_on(async { Cluster::start(cluster_config(target)) });
+    assert!(
+        runtime.block_on(cluster.wait_ready(Duration::from_secs(10))),
+        "servants register through HAProxy"
+    );
+    let stats = cluster.stats().clone();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(grants_issued(&leader) > 0.0, "the leader grants");
+    assert!(leader.is_ready(), "checked, so it leads on");
+
+    hole.cut.store(true, Relaxed);
+    let cut_at = Instant::now();
+    let errors_at_cut = stats.total_errors();
+    let received_at_cut = stats.events.grants_received.load(Relaxed);
+    let mut to_all = None;
+    while to_all.is_none() && cut_at.elapsed() < 2 * FAILOVER_LIMIT {
+        if standby.metric("yadcc_scheduler_servants_up") == Some(MACHINES as f64)
+            && grants_issued(&standby) > 0.0
+            && stats.events.grants_received.load(Relaxed) > received_at_cut + 1
+        {
+            to_all = Some(cut_at.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let errors_at_failover = stats.total_errors();
+    std::thread::sleep(Duration::from_secs(2));
+    let report = stats.report().to_string();
+    let killed = stats.events.tasks_killed.load(Relaxed);
+    let errors_at_end = stats.total_errors();
+    runtime.block_on(cluster.stop());
+    eprintln!(
+        "leader cut off from the balancer: every daemon at the new leader {to_all:?} after \
+         the cut; {} calls failed around it ({:?}), {} later; {killed} tasks killed",
+        errors_at_failover - errors_at_cut,
+        stats.report().total.errors,
+        errors_at_end - errors_at_failover,
+    );
+    let logs = || {
+        format!(
+            "cut off:\n{}\nnew:\n{}\n{report}",
+            leader.log().join("\n"),
+            standby.log().join("\n")
+        )
+    };
+    let to_all = to_all.unwrap_or_else(|| panic!("the daemons never reached it\n{}", logs()));
+    assert!(
+        to_all <= FAILOVER_LIMIT,
+        "the daemons reached the new leader {to_all:?} after the cut\n{}",
+        logs()
+    );
+    assert!(
+        leader
+            .log()
+            .iter()
+            .any(|line| line.contains("no balancer asked /readyz")),
+        "the log says why\n{}",
+        logs()
+    );
+    assert!(standby.is_ready() && !leader.is_ready(), "{}", logs());
     assert_eq!(killed, 0, "{}", logs());
     assert_eq!(errors_at_end, errors_at_failover, "{}", logs());
     drop(etcd);
