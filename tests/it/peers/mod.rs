@@ -15,7 +15,7 @@
 //!   kill -9 and a freeze of the leader, compiling all along.
 //!
 //! They need root (network namespaces), `ip`, `g++` and the original's
-//! runtime libraries, which `scripts/test.sh` installs; it runs them with
+//! runtime libraries (`failover` also Debian's `etcd` and `haproxy`), which `scripts/test.sh` installs; it runs them with
 //! `--ignored` when the original is at hand and says in one line why not
 //! otherwise (and fails in CI). A plain `cargo test` counts them ignored. Run
 //! without their prerequisites, they fail, naming the missing one.
