@@ -18,7 +18,7 @@ use axum::{
 
 use super::{
     access_log::AccessLogLayer,
-    dialect::{self, Dialect},
+    dialect::{self, RouteStyle},
     grpc::{self, Grpc},
     handler, health, operations, reflection,
 };
@@ -88,7 +88,7 @@ async fn rpc_path(
     request: Request,
 ) -> Response {
     let method = dialect::resolve_full_name(&full_name);
-    handler::serve(&state, &Dialect::HttpPb.served(), method, peer, request).await
+    handler::serve(&state, &RouteStyle::HttpPb.served(), method, peer, request).await
 }
 
 /// `POST /<service>/<Method>` (`/yadcc.scheduler.SchedulerService/Heartbeat`):
@@ -104,7 +104,7 @@ async fn service_path(
     if grpc::is_grpc(request.headers()) {
         handler::serve(&state, &Grpc, method, peer, request).await
     } else {
-        handler::serve(&state, &Dialect::Connect.served(), method, peer, request).await
+        handler::serve(&state, &RouteStyle::Connect.served(), method, peer, request).await
     }
 }
 
