@@ -1,6 +1,6 @@
-//! The HTTP side: the routes, the seam every RPC protocol over HTTP plugs
-//! into (`handler`), the protocols (`dialect`: http+pb and Connect; `grpc`:
-//! gRPC and gRPC-Web), reflection and health (with Connect in front of
+//! The HTTP side, mounted by [`crate::router`]: the seam every RPC protocol
+//! over HTTP plugs into (`handler`), its dialects (`dialect`: http+pb and
+//! Connect; `grpc`: gRPC and gRPC-Web), reflection and health (with Connect in front of
 //! them: `connect_bridge`), metrics, the access log.
 
 pub mod access_log;
@@ -11,4 +11,3 @@ pub mod handler;
 pub mod health;
 pub mod operations;
 pub mod reflection;
-pub mod routes;

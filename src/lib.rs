@@ -45,7 +45,7 @@
 //!                                   finish, matched by id, one overload, idle and
 //!                                   close rule; framings daemon::flare (binary
 //!                                   frames) and daemon::http_pb (`Rpc-SeqNo`)
-//!    otherwise   -> hyper -> http::routes    wiring only; picks the dialect per request
+//!    otherwise   -> hyper -> router          wiring only; picks the dialect per request
 //!                         -> http::handler   the seam: each dialect (http::dialect:
 //!                                            http+pb and Connect; http::grpc: gRPC and
 //!                                            gRPC-Web) says what a head means; the head
@@ -57,6 +57,39 @@
 //!        -> service         prost message <-> engine domain types; scheduler `Status`
 //!                           (service::admin: the operators' service -> admin)
 //!        -> engine          servants, grants, waiters, tokens, expiry, cordons (no HTTP, no protobuf)
+//! ```
+//!
+//! A `Heartbeat`, file by file (the other RPCs take the same way):
+//!
+//! ```text
+//! flare://   src/net.rs            serve: accept under the caps; serve_connection, sniff,
+//!                                  classify:
+//!                                  "CPRF" -> ConnectionServer::Flare
+//!            src/daemon.rs         serve: the connection loop, with the framing Flare
+//!            src/daemon/conn.rs    Connection: the reader, calls in flight, AnswerSender
+//!            src/daemon/flare.rs   read_request (frame.rs: the frame, RequestMeta), method_of
+//! http+pb    src/net.rs            classify: `Rpc-SeqNo` head -> ConnectionServer::DaemonHttp
+//! (daemon)   src/daemon.rs, src/daemon/conn.rs   as above, with the framing HttpPb
+//!            src/daemon/http_pb.rs read_request: the head checked by http/dialect.rs's
+//!                                  RouteDialect (DAEMON_HTTP_PB), as on the general server
+//! curl, Connect, gRPC:
+//!            src/net.rs            classify -> ConnectionServer::Hyper; serve_hyper
+//!                                  (net/answers.rs: AnswerTracker counts its answers)
+//!            src/router.rs         rpc_path / service_path: the dialect by path and
+//!                                  Content-Type (RouteStyle::HttpPb.served(), Connect, Grpc)
+//!            src/http/handler.rs   serve, check_head: the head checks in one order;
+//!                                  Dialect::message reads the body (http/dialect.rs, http/grpc.rs)
+//! then, every protocol:
+//!            src/rpc.rs            call: deadline, leadership, metrics, access log;
+//!                                  dispatch: Method::Heartbeat
+//!            src/rpc/codec.rs      decode: the pb::HeartbeatRequest (rpc/json.rs for JSON)
+//!            src/service.rs        SchedulerService::heartbeat: prost -> engine::Heartbeat
+//!            src/engine.rs         Scheduler::heartbeat: the token, the version, the limits,
+//!                                  then the one lock (engine/shared.rs)
+//!            src/engine/heartbeat.rs  State::heartbeat: admission, reports, adoption
+//! and back:  src/service.rs -> src/rpc/codec.rs (encode) -> rpc::EncodedAnswer ->
+//!            src/daemon/flare.rs answer / src/daemon/http_pb.rs answer, written by
+//!            AnswerSender; or the dialect's respond, written by hyper.
 //! ```
 //!
 //! The call core ([`rpc`]) is below every transport and imports none of
@@ -84,7 +117,7 @@
 //! config                          the command line
 //! net                             listener, caps, sniffing, shutdown
 //! daemon                          the daemons' connections and framings
-//! http::routes                    the router: wiring every handler
+//! router                          the router, at the root: wiring every handler
 //! openapi                         the document, built from the descriptors
 //! http                            HTTP protocols: seam, dialects, gRPC, reflection, health
 //! rpc                             the call core: dispatch, state, errors, codecs
@@ -248,9 +281,10 @@ pub mod openapi;
 pub mod pb;
 pub mod protocol;
 pub mod readiness;
+pub mod router;
 pub mod rpc;
 pub mod service;
 pub mod sim;
 
-pub use http::routes::app;
+pub use router::app;
 pub use rpc::state::AppState;

@@ -128,7 +128,7 @@ fn check_seq_no(value: &HeaderValue) -> Result<(), ApiError> {
 }
 
 /// A method of `service` on the Connect, gRPC and gRPC-Web path.
-pub(super) fn resolve(service: Service, method: &str) -> Result<Method, ApiError> {
+pub fn resolve(service: Service, method: &str) -> Result<Method, ApiError> {
     service.method(method).ok_or_else(|| {
         ApiError::new(
             ErrorKind::MethodNotFound,

@@ -1,8 +1,9 @@
 //! The router: which path goes where, and the layers around it. Wiring
-//! only: an RPC path picks its protocol (as connect-go picks a protocol
-//! handler) and hands it to the one seam ([`super::handler`]); the other
-//! handlers live with their part ([`super::reflection`],
-//! [`super::health`], [`super::operations`], [`crate::dashboard`], [`crate::openapi`]).
+//! only, at the crate root so that every import points down: an RPC path
+//! picks its dialect (as connect-go picks a protocol handler) and hands it
+//! to the one seam ([`crate::http::handler`]); the other handlers live with their
+//! part ([`crate::http::reflection`], [`crate::http::health`], [`crate::http::operations`],
+//! [`crate::dashboard`], [`crate::openapi`]).
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -16,17 +17,20 @@ use axum::{
     routing::{any, get},
 };
 
-use super::{
-    access_log::AccessLogLayer,
-    dialect::{self, RouteStyle},
-    grpc::{self, Grpc},
-    handler, health, operations, reflection,
+use crate::{
+    dashboard,
+    http::{
+        access_log::AccessLogLayer,
+        dialect::{self, RouteStyle},
+        grpc::{self, Grpc},
+        handler, health, operations, reflection,
+    },
+    openapi, pb,
+    rpc::{
+        error::{ApiError, ErrorKind},
+        state::AppState,
+    },
 };
-use crate::rpc::{
-    error::{ApiError, ErrorKind},
-    state::AppState,
-};
-use crate::{dashboard, pb};
 
 /// Builds the whole application. Serve it with
 /// `into_make_service_with_connect_info::<SocketAddr>()`: handlers read the
@@ -74,7 +78,7 @@ pub fn app(state: AppState) -> Router {
         .merge(rpc)
         .merge(operations)
         .merge(people)
-        .merge(crate::openapi::router())
+        .merge(openapi::router())
         .fallback(fallback)
         .layer(AccessLogLayer::new(state.settings.access_log))
         .with_state(state)
