@@ -38,5 +38,6 @@ mod restart;
 mod sim;
 mod support;
 mod timeouts;
+mod tls;
 mod tools;
 mod wire;
