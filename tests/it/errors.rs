@@ -215,7 +215,7 @@ async fn every_reachable_error_row_is_what_the_table_says() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 2 * 13, "every reachable row on both route styles");
+    assert_eq!(checked, 2 * 14, "every reachable row on both route styles");
     server.stop().await;
 }
 
