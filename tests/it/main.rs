@@ -7,6 +7,7 @@ mod browser_operator;
 mod cdp;
 mod compression;
 mod connect_tools;
+mod cross_site;
 mod daemons;
 mod dashboard;
 mod dialects;
