@@ -15,7 +15,8 @@
 //!                         -> http::handler   the seam: each protocol (http::dialect:
 //!                                            http+pb and Connect; http::grpc: gRPC and
 //!                                            gRPC-Web) says what a head means; the head
-//!                                            checks run once, in one order
+//!                                            checks run once, in one order (among
+//!                                            them http::cors: no cross-site calls)
 //!        -> rpc             the call core every protocol calls: deadline, dispatch,
 //!                           metrics, access log, peer protocol ([`protocol::CallProtocol`])
 //!        -> rpc::codec      bytes <-> prost message (binary protobuf, proto3 JSON;

@@ -2,8 +2,8 @@
 //! flag opens them, as in the original; the refusals name the flag to pass.
 //! A client certificate the `--tls_client_ca_file` signed opens them too;
 //! with TLS configured the credential is refused over plain HTTP (rule
-//! "credentials over TLS"), and guessing it costs time (rule "guessing costs
-//! time", [`crate::security::Guessing`]).
+//! "credentials over TLS"), and guessing it costs time
+//! ([`crate::security::Guessing`]: rule "guessing costs time").
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
@@ -127,10 +127,10 @@ pub(super) async fn require_access(
             match presented {
                 None => CREDENTIAL_MESSAGE,
                 Some(presented) => {
-                    match check_credential(&dashboard, &request, expected, &presented) {
-                        Ok(()) => return next.run(request).await,
-                        Err(refusal) => return refusal,
-                    }
+                    return match refuse_credential(&dashboard, &request, expected, &presented) {
+                        None => next.run(request).await,
+                        Some(refusal) => refusal,
+                    };
                 }
             }
         }
@@ -138,15 +138,15 @@ pub(super) async fn require_access(
     challenge(refusal)
 }
 
-/// A presented credential: refused unread over plain HTTP when TLS is
-/// configured, refused unread while its address is over the guessing
-/// limit, else compared, and a failure counted.
-fn check_credential(
+/// The refusal of a presented credential, or None to let it in: refused
+/// unread over plain HTTP when TLS is configured, refused unread while its
+/// address is over the guessing limit, else compared, and a failure counted.
+fn refuse_credential(
     dashboard: &Dashboard,
     request: &Request,
     expected: &TokenSet,
     presented: &str,
-) -> Result<(), Response> {
+) -> Option<Response> {
     let security = &dashboard.security;
     let peer = request
         .extensions()
@@ -157,7 +157,7 @@ fn check_credential(
         .settings
         .refuses_plaintext_credential(over_tls, peer)
     {
-        return Err(plain(StatusCode::FORBIDDEN, PLAINTEXT_MESSAGE));
+        return Some(plain(StatusCode::FORBIDDEN, PLAINTEXT_MESSAGE));
     }
     if let Err(wait) = security.guessing.check(peer) {
         security.counters.guess_refused(Surface::Inspect);
@@ -166,10 +166,10 @@ fn check_credential(
         refusal
             .headers_mut()
             .insert(header::RETRY_AFTER, seconds.into());
-        return Err(refusal);
+        return Some(refusal);
     }
     if expected.accepts_token(presented) {
-        return Ok(());
+        return None;
     }
     security.counters.failed_credential(Surface::Inspect);
     match security.guessing.failed(peer) {
@@ -184,7 +184,7 @@ fn check_credential(
         ),
         None => tracing::warn!(target: LOG, %peer, "inspection credential refused"),
     }
-    Err(challenge(CREDENTIAL_MESSAGE))
+    Some(challenge(CREDENTIAL_MESSAGE))
 }
 
 fn plain(status: StatusCode, message: &'static str) -> Response {

@@ -149,8 +149,17 @@ async fn grpc_from_another_sites_page_is_refused_too() {
             .find_map(|line| line.strip_prefix("grpc-status: "))
             .map(|status| status.trim().to_owned())
     };
-    let refused = status_of(run_bounded(grpc_status(Some("http://evil.example"))).await);
-    assert_eq!(refused.as_deref(), Some("7"), "PERMISSION_DENIED");
+    let refused = run_bounded(grpc_status(Some("http://evil.example"))).await;
+    let shown = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(
+        status_of(refused).as_deref(),
+        Some("7"),
+        "PERMISSION_DENIED: {shown}"
+    );
     let served = run_bounded(grpc_status(None)).await;
     let head = String::from_utf8_lossy(&served.stdout);
     assert!(head.starts_with("HTTP/2 200"), "{head}");
