@@ -5,7 +5,7 @@
 //! daemons' `http+pb`, JSON, Connect and gRPC keep working.
 
 use prost::Message;
-use yadcc_scheduler::{pb, rpc::state::HttpSettings};
+use yadcc_scheduler::{pb, rpc::state::ServeSettings};
 
 use crate::support::{
     Connection, Method, SERVICE, STEP, Server, USER_TOKEN, bounded, call_http_pb, engine_config,
@@ -17,9 +17,9 @@ const LISTED: &str = "https://ci.example.com";
 async fn server() -> Server {
     Server::start_with(
         engine_config(),
-        HttpSettings {
+        ServeSettings {
             cors_allowed_origins: vec![LISTED.parse().unwrap()],
-            ..HttpSettings::default()
+            ..ServeSettings::default()
         },
         "127.0.0.1:0",
     )
