@@ -25,14 +25,14 @@ use std::sync::{Arc, Mutex, Weak};
 
 use axum::{Router, middleware, routing::get};
 
-use crate::{engine::Scheduler, ha::Leadership, protocol::PeerProtocols};
+use crate::{engine::Scheduler, ha::Leadership, protocol::PeerProtocols, security::Security};
 
 pub use access::InspectAccess;
 pub use assets::{ASSETS, Asset, CONTENT_SECURITY_POLICY, SECURITY_HEADERS};
 pub use history::{HISTORY_CAPACITY, HISTORY_INTERVAL, HistorySample, HistoryView, RATE_WINDOW};
 pub use overview::{
     EnvironmentRow, GrantRow, OVERVIEW_MAX_AGE, Overview, ReasonView, RequesterRow, RunningTaskRow,
-    ServantRow, TotalsView,
+    ServantRow, TotalsView, grant_fingerprint,
 };
 pub use vars::{
     DumpServant, DumpTask, INSPECT_VARS, InspectVars, TASK_DISPATCHER_PATH, TaskDispatcherDump,
@@ -52,6 +52,8 @@ pub struct Dashboard {
     peer_protocols: Arc<PeerProtocols>,
     /// Leader or standby, shown with a hot standby.
     leadership: Leadership,
+    /// The plaintext rule, the guessing limit and the failure counters.
+    security: Security,
 }
 
 impl Dashboard {
@@ -62,6 +64,7 @@ impl Dashboard {
         access: InspectAccess,
         peer_protocols: Arc<PeerProtocols>,
         leadership: Leadership,
+        security: Security,
     ) -> Arc<Dashboard> {
         let dashboard = Arc::new(Dashboard {
             engine,
@@ -70,6 +73,7 @@ impl Dashboard {
             access: access::Access::from(access),
             peer_protocols,
             leadership,
+            security,
         });
         // The first sample now, before any call is served: grants made
         // before the first sample would never count in a rate.

@@ -5,6 +5,7 @@
 
 pub mod access_log;
 pub mod connect_bridge;
+pub mod cors;
 pub mod dialect;
 pub mod grpc;
 pub mod handler;

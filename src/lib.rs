@@ -49,7 +49,8 @@
 //!                         -> http::handler   the seam: each dialect (http::dialect:
 //!                                            http+pb and Connect; http::grpc: gRPC and
 //!                                            gRPC-Web) says what a head means; the head
-//!                                            checks run once, in one order
+//!                                            checks run once, in one order (among
+//!                                            them http::cors: no cross-site calls)
 //!        -> rpc             the call core every protocol calls: deadline, dispatch,
 //!                           metrics, access log, peer protocol ([`protocol::Protocol`])
 //!        -> rpc::codec      bytes <-> prost message (binary protobuf, proto3 JSON;
@@ -126,7 +127,7 @@
 //! ha                              hot standby: leadership elected on etcd, fencing
 //! contract                        what requests must satisfy, as data
 //! engine                          the scheduling rules
-//! edge protocol grammar readiness build_info logging  leaves: limits, labels, grammars, readiness, the build, log limits
+//! edge protocol grammar readiness build_info logging security  leaves: limits, labels, grammars, readiness, the build, log limits, transport security
 //! sim                             the simulated daemons: generated types only
 //! pb                              generated types, Method, Encoding, the framework's compression formats
 //! ```
@@ -167,6 +168,10 @@
 //! second per kind on what clients can make the server write.
 //!
 //! Beside the request path, never in it:
+//! - [`security`]: transport security as data and rules: the TLS files
+//!   (served by `net::tls`: a first byte 0x16 is a TLS handshake, served by
+//!   hyper after it), the rule for the inspection credential over plain
+//!   HTTP, the limit on guessing it, and their counters. `docs/security.md`.
 //! - [`contract`]: what a request's fields must satisfy (engine limits,
 //!   required fields), as data the OpenAPI document states; [`grammar`]: the
 //!   `location` and header-integer grammars, each a parser (the engine and the
@@ -283,6 +288,7 @@ pub mod protocol;
 pub mod readiness;
 pub mod router;
 pub mod rpc;
+pub mod security;
 pub mod service;
 pub mod sim;
 

@@ -109,6 +109,9 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     })?;
     let local = listener.local_addr()?;
     tracing::info!("listening on http://{local} (daemons: flare://{local} or http+pb://{local})");
+    if settings.http.security.tls.is_some() {
+        tracing::info!("TLS on the same port: https://{local} (HTTP/2 or HTTP/1.1 by ALPN)");
+    }
     #[allow(unused_mut)] // Only a bench-route build adds to it.
     let mut router = app(state.clone());
     #[cfg(feature = "bench-route")]

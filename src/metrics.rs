@@ -231,6 +231,11 @@ impl Metrics {
         }
     }
 
+    /// The families of transport security ([`crate::security`]).
+    pub fn register_security(&mut self, counters: &crate::security::SecurityCounters) {
+        counters.register(self.registry.sub_registry_with_prefix(PREFIX));
+    }
+
     /// Records one RPC call; `method` is None when the call named none this
     /// server has (labelled `unknown`).
     pub fn observe_rpc(

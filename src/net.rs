@@ -4,6 +4,8 @@
 //! - `CPRF`: the daemons' binary protocol ([`crate::daemon::flare`]).
 //! - An HTTP/1 request under `/rpc/` carrying `Rpc-SeqNo`: the daemons'
 //!   `http+pb`, answered out of order ([`crate::daemon::http_pb`]).
+//! - A TLS handshake (first byte 0x16), with `--tls_cert_file`: decrypted
+//!   ([`tls`]), then hyper, HTTP/2 or HTTP/1.1 as ALPN chose.
 //! - Anything else (curl, browsers, Connect, h2c `PRI `): hyper, HTTP/1.1 and
 //!   HTTP/2, serving the axum router, the sniffed bytes replayed first.
 //!
@@ -17,6 +19,7 @@
 pub mod answers;
 pub mod io;
 pub mod proxy;
+pub mod tls;
 
 use std::{
     collections::HashMap,
@@ -35,7 +38,7 @@ use hyper_util::{
     server::conn::auto,
 };
 use tokio::{
-    io::AsyncReadExt,
+    io::{AsyncRead, AsyncReadExt, AsyncWrite},
     net::{TcpListener, TcpStream},
     sync::{OwnedSemaphorePermit, Semaphore, watch},
     task::JoinSet,
@@ -46,8 +49,10 @@ use tower::ServiceExt;
 use self::{
     answers::AnswerTracker,
     io::{Activity, Rewind},
+    tls::Tls,
 };
 use crate::{
+    admin::ClientCertificate,
     daemon::{
         self,
         flare::{Flare, frame::MAGIC},
@@ -57,6 +62,7 @@ use crate::{
     protocol::Protocol,
     readiness::NotReady,
     rpc::state::AppState,
+    security::OverTls,
 };
 
 const LOG: &str = "yadcc_scheduler::net";
@@ -80,6 +86,8 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
 enum ConnectionServer {
     Flare,
     DaemonHttp,
+    /// A TLS handshake: HTTPS when TLS is configured, else hyper's 400.
+    Tls,
     Hyper,
 }
 
@@ -109,7 +117,15 @@ pub async fn serve(
              (ulimit -Hn) or --max_connections_per_ip"
         );
     }
+    let tls = match &state.settings.security.tls {
+        None => None,
+        Some(files) => Some(
+            Tls::start(files, state.security.counters.clone())
+                .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidInput, error))?,
+        ),
+    };
     let shared = Arc::new(Listener {
+        tls,
         hyper: hyper_builder(&edge),
         router,
         state,
@@ -173,6 +189,8 @@ struct Listener {
     router: Router,
     edge: EdgeSettings,
     hyper: auto::Builder<TokioExecutor>,
+    /// `--tls_cert_file`'s; None: a TLS handshake gets hyper's 400.
+    tls: Option<Tls>,
     per_ip: Mutex<HashMap<IpAddr, usize>>,
     /// Open connections from one address block at most.
     per_ip_cap: usize,
@@ -291,11 +309,57 @@ async fn serve_connection(
             let serve = daemon::serve(framing, state.clone(), stream, peer, first, stopping);
             leadership.while_serving_daemons(serve).await;
         }
-        ConnectionServer::Hyper => {
+        ConnectionServer::Tls if shared.tls.is_some() => {
             let _open = state.metrics.connection_opened(Protocol::Http);
-            serve_hyper(&shared, stream, peer, first, stopping).await;
+            serve_tls(&shared, stream, peer, first, stopping).await;
+        }
+        ConnectionServer::Hyper | ConnectionServer::Tls => {
+            let _open = state.metrics.connection_opened(Protocol::Http);
+            let activity = Activity::new();
+            let io = Rewind::new(first.freeze(), stream, activity.clone());
+            serve_hyper(&shared, io, activity, None, peer, stopping).await;
         }
     }
+}
+
+/// How a hyper connection was secured: its requests are marked
+/// [`OverTls`], and carry the verified client certificate if one came.
+struct Secured {
+    certificate: Option<ClientCertificate>,
+}
+
+/// The handshake within the head-read timeout, then hyper over the
+/// decrypted stream.
+async fn serve_tls(
+    shared: &Listener,
+    stream: TcpStream,
+    peer: SocketAddr,
+    first: BytesMut,
+    stopping: watch::Receiver<bool>,
+) {
+    let Some(tls) = &shared.tls else {
+        return;
+    };
+    let activity = Activity::new();
+    let raw = Rewind::new(first.freeze(), stream, activity.clone());
+    let handshake =
+        tokio::time::timeout(shared.edge.header_read_timeout, tls.acceptor().accept(raw)).await;
+    let stream = match handshake {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            shared.state.security.counters.tls_handshake_failed();
+            tracing::debug!(target: LOG, %peer, "TLS handshake failed: {error}");
+            return;
+        }
+        Err(_) => {
+            shared.state.security.counters.tls_handshake_failed();
+            return;
+        }
+    };
+    let secured = Secured {
+        certificate: tls.client_certificate(stream.get_ref().1),
+    };
+    serve_hyper(shared, stream, activity, Some(secured), peer, stopping).await;
 }
 
 /// Reads a trusted proxy's PROXY header, if one comes, and takes it out of
@@ -361,6 +425,9 @@ fn classify(buf: &[u8]) -> Option<ConnectionServer> {
     if prefix == H2_PREFACE_START {
         return Some(ConnectionServer::Hyper);
     }
+    if prefix.first() == Some(&tls::HANDSHAKE_RECORD) {
+        return Some(ConnectionServer::Tls);
+    }
     match http_pb::is_daemon_request(buf) {
         None => None,
         Some(true) => Some(ConnectionServer::DaemonHttp),
@@ -368,15 +435,22 @@ fn classify(buf: &[u8]) -> Option<ConnectionServer> {
     }
 }
 
-async fn serve_hyper(
+/// Serves hyper on `io`, whose bytes `activity` stamps.
+async fn serve_hyper<S>(
     shared: &Listener,
-    stream: TcpStream,
+    io: S,
+    activity: Activity,
+    secured: Option<Secured>,
     peer: SocketAddr,
-    first: BytesMut,
     mut stopping: watch::Receiver<bool>,
-) {
-    let activity = Activity::new();
-    let io = TokioIo::new(Rewind::new(first.freeze(), stream, activity.clone()));
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(io);
+    let certificate = secured
+        .as_ref()
+        .and_then(|secured| secured.certificate.clone());
+    let over_tls = secured.is_some();
     let router = shared.router.clone();
     // Every request (every HTTP/2 stream) of the connection buffers its body
     // within the connection's one allowance, and every answer is counted
@@ -390,6 +464,12 @@ async fn serve_hyper(
             request.extensions_mut().insert(ConnectInfo(peer));
             request.extensions_mut().insert(budget.clone());
             request.extensions_mut().insert(queued.clone());
+            if over_tls {
+                request.extensions_mut().insert(OverTls);
+            }
+            if let Some(certificate) = &certificate {
+                request.extensions_mut().insert(certificate.clone());
+            }
             let router = router.clone();
             let answers = Arc::clone(&answers);
             async move {
@@ -448,6 +528,7 @@ mod tests {
         let engine = crate::engine::Scheduler::new(crate::engine::Config::default());
         let state = AppState::new(engine, settings);
         Arc::new(Listener {
+            tls: None,
             hyper: hyper_builder(&state.settings.edge),
             router: Router::new(),
             edge: state.settings.edge.clone(),
@@ -564,7 +645,9 @@ mod tests {
         );
         assert_eq!(
             classify(&[0x16, 0x03, 0x01, 0x02, 0x00]),
-            Some(ConnectionServer::Hyper)
+            Some(ConnectionServer::Tls),
+            "a TLS ClientHello"
         );
+        assert_eq!(classify(&[0x16]), Some(ConnectionServer::Tls));
     }
 }

@@ -34,6 +34,7 @@ use crate::{
     metrics::CallEnd,
     pb::{self, Encoding, Method, Service},
     protocol::Protocol,
+    security::Surface,
     service::CallContext,
 };
 
@@ -208,6 +209,12 @@ pub fn record(state: &AppState, call: &Call, method: Option<Method>, error: Opti
         .metrics
         .observe_rpc(call.protocol, method, call.encoding, end, elapsed);
     state.peer_protocols.record(call.peer, call.protocol);
+    if kind == Some(ErrorKind::Scheduler(pb::Status::AccessDenied))
+        && method.is_some_and(|method| method.service() == Service::Scheduler)
+    {
+        // Rule "guessing costs time": counted, never limited.
+        state.security.counters.failed_credential(Surface::RpcToken);
+    }
     log_call(state, call, method, kind, elapsed);
 }
 

@@ -80,7 +80,8 @@ pub struct Credentials {
     /// a listener terminates TLS with client certificates (mTLS): the
     /// listener puts it in the request's extensions as a
     /// [`ClientCertificate`] and [`Credentials::with_certificate_from`]
-    /// carries it here. No listener does yet.
+    /// carries it here (`net::tls`, with `--tls_client_ca_file`; the
+    /// dashboard accepts it, the operators' service not yet).
     certificate_subject: Option<Arc<str>>,
 }
 
@@ -165,8 +166,8 @@ impl Credentials {
 pub enum Identity {
     /// An admin token, by its [`fingerprint`].
     Token { fingerprint: String },
-    /// A client certificate, by its subject (mutual TLS; nothing accepts
-    /// one yet: see [`Credentials`]).
+    /// A client certificate, by its subject (mutual TLS; the operators'
+    /// service accepts none yet: see [`Credentials`]).
     Certificate { subject: String },
 }
 

@@ -206,6 +206,30 @@ pub struct ServerFlags {
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub ha_resign_unchecked_after: Duration,
 
+    /// TLS certificate chain (PEM, the server's certificate first) served on
+    /// the same port as the plaintext protocols: a connection that opens
+    /// with a TLS handshake gets HTTPS (HTTP/2 or HTTP/1.1 by ALPN), the
+    /// stock daemons keep plaintext flare:// and http+pb. Read again when
+    /// the file changes; a file that does not load keeps the previous one.
+    #[arg(long, requires = "tls_key_file")]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+
+    /// The private key of --tls_cert_file (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_key_file: Option<std::path::PathBuf>,
+
+    /// CA certificates (PEM) whose client certificates are authenticated
+    /// inspectors (mutual TLS): the dashboard, `/api/v1/*` and `/inspect/*`
+    /// without a password. Clients without a certificate are still served.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_client_ca_file: Option<std::path::PathBuf>,
+
+    /// With TLS configured, accept --inspect_credential over plain HTTP from
+    /// any address (by default only from loopback): for a proxy in front that
+    /// terminates TLS itself.
+    #[arg(long)]
+    pub allow_plaintext_inspection: bool,
+
     /// Comma-separated origins (`https://ci.example.com`) whose pages may call
     /// the RPCs from a browser (Connect, gRPC-Web); `*` for any. Default: none.
     #[arg(long, value_delimiter = ',')]

@@ -11,6 +11,7 @@ use crate::{
     engine::{self, Redacted},
     ha::{self, HaSettings},
     rpc::state::ServeSettings,
+    security::{SecuritySettings, TlsFiles},
 };
 
 /// Parses `4096`, `512K`, `512M`, `10G`, `1T` (binary multiples; a trailing `B`
@@ -352,6 +353,19 @@ impl Cli {
                 edge,
                 cors_allowed_origins,
                 access_log: self.server.access_log,
+                security: SecuritySettings {
+                    tls: self
+                        .server
+                        .tls_cert_file
+                        .clone()
+                        .zip(self.server.tls_key_file.clone())
+                        .map(|(cert, key)| TlsFiles {
+                            cert,
+                            key,
+                            client_ca: self.server.tls_client_ca_file.clone(),
+                        }),
+                    allow_plaintext_inspection: self.server.allow_plaintext_inspection,
+                },
             },
             ha,
             demo: self.sim.demo,

@@ -214,7 +214,15 @@ async fn read_request(
             format!("no route for {http_method} {path}; RPCs live under {RPC_PATH_PREFIX}"),
         )),
     };
-    let checked = handler::check_head(state, &DAEMON_HTTP_PB, &http_method, method, &headers, peer);
+    let checked = handler::check_head(
+        state,
+        &DAEMON_HTTP_PB,
+        &http_method,
+        method,
+        &headers,
+        None,
+        peer,
+    );
     let reply = checked.answer;
     let daemon_call = path.starts_with(RPC_PATH_PREFIX) && reply.seq_no.is_some();
     let plain = (!daemon_call).then(|| Plain {

@@ -1,10 +1,17 @@
 //! Who may read the dashboard, `/api/v1/*` and `/inspect/*`: closed unless a
 //! flag opens them, as in the original; the refusals name the flag to pass.
+//! A client certificate the `--tls_client_ca_file` signed opens them too;
+//! with TLS configured the credential is refused over plain HTTP (rule
+//! "credentials over TLS"), and guessing it costs time
+//! ([`crate::security::Guessing`]: rule "guessing costs time").
 
-use std::sync::Arc;
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    sync::Arc,
+};
 
 use axum::{
-    extract::{Request, State},
+    extract::{ConnectInfo, Request, State},
     http::{StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
@@ -12,7 +19,13 @@ use axum::{
 use base64::Engine as _;
 
 use super::Dashboard;
-use crate::engine::{Redacted, TokenSet};
+use crate::{
+    admin::ClientCertificate,
+    engine::{Redacted, TokenSet},
+    security::{OverTls, Surface},
+};
+
+const LOG: &str = "yadcc_scheduler::dashboard";
 
 /// Who may read the dashboard, `/api/v1/*` and `/inspect/*`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -61,6 +74,18 @@ pub(super) enum Refusals {
             --debugging_no_inspect_auth)"
     )]
     NoCredential,
+    #[response(
+        status = 403,
+        description = "With TLS configured (--tls_cert_file), the credential is accepted \
+            over HTTPS only, except from loopback or with --allow_plaintext_inspection"
+    )]
+    Plaintext,
+    #[response(
+        status = 429,
+        description = "This address failed too many credentials (10 a minute): wait the \
+            Retry-After seconds (the wait doubles with each refusal, up to an hour)"
+    )]
+    Guessing,
 }
 
 /// Why a request was refused, in words that name the flag to pass.
@@ -69,6 +94,11 @@ const CLOSED_MESSAGE: &str = "inspection pages are closed: start the scheduler w
      --debugging_no_inspect_auth\n";
 const CREDENTIAL_MESSAGE: &str =
     "credentials required: HTTP basic auth with the USER:PASSWORD given to --inspect_credential\n";
+const PLAINTEXT_MESSAGE: &str = "the inspection credential is accepted over HTTPS only \
+     (this scheduler has --tls_cert_file); plain HTTP is refused except from loopback or \
+     with --allow_plaintext_inspection\n";
+const GUESSING_MESSAGE: &str =
+    "too many failed credentials from this address: try again after Retry-After seconds\n";
 
 /// The challenge of every refusal.
 const CHALLENGE: &str = "Basic realm=\"yadcc scheduler\", charset=\"UTF-8\"";
@@ -82,6 +112,9 @@ pub(super) async fn require_access(
     request: Request,
     next: Next,
 ) -> Response {
+    if request.extensions().get::<ClientCertificate>().is_some() {
+        return next.run(request).await;
+    }
     let refusal = match &dashboard.access {
         Access::Open => return next.run(request).await,
         Access::Closed => CLOSED_MESSAGE,
@@ -91,12 +124,79 @@ pub(super) async fn require_access(
                 .get(header::AUTHORIZATION)
                 .and_then(|value| value.to_str().ok())
                 .and_then(basic_credentials);
-            if presented.is_some_and(|presented| expected.accepts_token(&presented)) {
-                return next.run(request).await;
+            match presented {
+                None => CREDENTIAL_MESSAGE,
+                Some(presented) => {
+                    return match refuse_credential(&dashboard, &request, expected, &presented) {
+                        None => next.run(request).await,
+                        Some(refusal) => refusal,
+                    };
+                }
             }
-            CREDENTIAL_MESSAGE
         }
     };
+    challenge(refusal)
+}
+
+/// The refusal of a presented credential, or None to let it in: refused
+/// unread over plain HTTP when TLS is configured, refused unread while its
+/// address is over the guessing limit, else compared, and a failure counted.
+fn refuse_credential(
+    dashboard: &Dashboard,
+    request: &Request,
+    expected: &TokenSet,
+    presented: &str,
+) -> Option<Response> {
+    let security = &dashboard.security;
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
+    let over_tls = request.extensions().get::<OverTls>().is_some();
+    if security
+        .settings
+        .refuses_plaintext_credential(over_tls, peer)
+    {
+        return Some(plain(StatusCode::FORBIDDEN, PLAINTEXT_MESSAGE));
+    }
+    if let Err(wait) = security.guessing.check(peer) {
+        security.counters.guess_refused(Surface::Inspect);
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let mut refusal = plain(StatusCode::TOO_MANY_REQUESTS, GUESSING_MESSAGE);
+        refusal
+            .headers_mut()
+            .insert(header::RETRY_AFTER, seconds.into());
+        return Some(refusal);
+    }
+    if expected.accepts_token(presented) {
+        return None;
+    }
+    security.counters.failed_credential(Surface::Inspect);
+    match security.guessing.failed(peer) {
+        // Warnings are limited to a line a second (`logging`).
+        Some(lockout) => tracing::warn!(
+            target: LOG,
+            %peer,
+            "{} failed inspection credentials within {} s: refusing this address for {} s",
+            crate::security::GUESSES_PER_WINDOW,
+            crate::security::GUESS_WINDOW.as_secs(),
+            lockout.as_secs()
+        ),
+        None => tracing::warn!(target: LOG, %peer, "inspection credential refused"),
+    }
+    Some(challenge(CREDENTIAL_MESSAGE))
+}
+
+fn plain(status: StatusCode, message: &'static str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message,
+    )
+        .into_response()
+}
+
+fn challenge(refusal: &'static str) -> Response {
     (
         StatusCode::UNAUTHORIZED,
         [

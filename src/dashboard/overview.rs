@@ -20,6 +20,16 @@ use utoipa::ToSchema;
 use super::{Dashboard, access::Refusals};
 use crate::engine::{self, NotAcceptingReason, ServantPriority};
 
+/// What the dashboard shows of a grant id (rule "grant ids"): an id is a
+/// capability (whoever renews an adopted grant first owns it), and every
+/// viewer sees this page. The first 12 hex digits of the SHA-256 of its
+/// decimal digits, as the admin tokens' fingerprints: an owner finds its
+/// grant with `printf %s "$ID" | sha256sum | cut -c1-12`; reversing one
+/// costs about 2^53 hashes, far longer than a grant lives.
+pub fn grant_fingerprint(id: u64) -> String {
+    crate::admin::fingerprint(&id.to_string())
+}
+
 /// How long one overview serves every page that asks.
 pub const OVERVIEW_MAX_AGE: Duration = Duration::from_millis(1000);
 
@@ -92,7 +102,7 @@ impl Dashboard {
                 .map(|task| RunningTaskRow {
                     servant: task.servant.to_string(),
                     servant_task_id: task.servant_task_id,
-                    grant_id: task.grant_id,
+                    grant_id: grant_fingerprint(task.grant_id),
                     task_digest: task.task_digest.clone(),
                 })
                 .collect(),
@@ -350,9 +360,9 @@ impl From<&engine::CordonView> for CordonRow {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GrantRow {
-    #[serde(serialize_with = "as_string")]
-    #[schema(value_type = String, pattern = "^[0-9]+$")]
-    pub id: u64,
+    /// The id's fingerprint ([`grant_fingerprint`]), never the id.
+    #[schema(pattern = "^[0-9a-f]{12}$")]
+    pub id: String,
     /// Requester IP; null for a task adopted after a restart.
     pub requester: Option<String>,
     pub servant: String,
@@ -369,7 +379,7 @@ pub struct GrantRow {
 impl From<&engine::GrantView> for GrantRow {
     fn from(grant: &engine::GrantView) -> Self {
         Self {
-            id: grant.id,
+            id: grant_fingerprint(grant.id),
             requester: grant.requester.map(|ip: IpAddr| ip.to_string()),
             servant: grant.servant.to_string(),
             environment: grant.environment.clone(),
@@ -390,9 +400,9 @@ pub struct RunningTaskRow {
     #[serde(serialize_with = "as_string")]
     #[schema(value_type = String, pattern = "^[0-9]+$")]
     pub servant_task_id: u64,
-    #[serde(serialize_with = "as_string")]
-    #[schema(value_type = String, pattern = "^[0-9]+$")]
-    pub grant_id: u64,
+    /// The fingerprint of the grant's id ([`grant_fingerprint`]).
+    #[schema(pattern = "^[0-9a-f]{12}$")]
+    pub grant_id: String,
     pub task_digest: String,
 }
 

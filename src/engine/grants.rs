@@ -39,9 +39,13 @@ pub(crate) struct GrantRec {
 }
 
 /// Bits of a grant id that locate its record in the table (up to 2^20
-/// slots); the other 44 bits are random.
+/// slots); the other 33 are random.
 const SLOT_BITS: u32 = 20;
 const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+/// Every id is below 2^53: the original's `/inspect` dump gives ids as JSON
+/// numbers, which JavaScript and `jq` read as doubles, exact only up to 2^53.
+pub(crate) const ID_BITS: u32 = 53;
+const ID_MASK: u64 = (1 << ID_BITS) - 1;
 
 /// splitmix64's finaliser: a fast bijective mixer.
 fn mix(mut x: u64) -> u64 {
@@ -58,10 +62,11 @@ struct Slot {
 
 /// All grants, found by id without hashing.
 ///
-/// Rule "grant ids": an id is 44 bits drawn from `rand` (a CSPRNG) followed
-/// by 20 bits that are the record's slot XOR a pad derived from the random
-/// bits and a per-engine secret. So the whole id looks random, a guess hits a
-/// live grant with probability about 2^-44, it is never 0, and it is re-drawn
+/// Rule "grant ids": an id is below 2^53 ([`ID_BITS`], so JSON readers keep
+/// it exact), 33 bits drawn from `rand` (a CSPRNG) followed by 20 bits that
+/// are the record's slot XOR a pad derived from the random bits and a
+/// per-engine secret. So the whole id looks random, a guess hits a given
+/// live grant with probability about 2^-33, it is never 0, and it is re-drawn
 /// if it collides with a known grant; yet finding a grant is an array access
 /// to a slot that was recently freed and is still in cache. (A hash map keyed
 /// by 100,000 fully random ids misses the cache twice per insert: measured,
@@ -146,7 +151,7 @@ impl GrantTable {
             None => {
                 // Slab full: further grants go to the side map.
                 let id = loop {
-                    let id: u64 = rand::random();
+                    let id = rand::random::<u64>() & ID_MASK;
                     if id != 0 && !self.contains_key(&id) {
                         break id;
                     }
@@ -156,7 +161,7 @@ impl GrantTable {
             }
         };
         let id = loop {
-            let high = rand::random::<u64>() >> SLOT_BITS;
+            let high = rand::random::<u64>() >> (64 - (ID_BITS - SLOT_BITS));
             let id = (high << SLOT_BITS) | (slot as u64 ^ self.pad(high));
             if id != 0 && !self.side.contains_key(&id) {
                 break id;

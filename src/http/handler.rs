@@ -80,15 +80,17 @@ pub struct CheckedHead<A> {
 }
 
 /// Checks a request's head, the same for every protocol: the verb, the
-/// method, the dialect's own checks, the deadline. The first failure is the
-/// call's error. `peer` is the socket's address; the caller may be a
-/// trusted proxy's client.
+/// method, a call another site's page could make ([`super::cors`]), the
+/// dialect's own checks, the deadline. The first failure is the call's
+/// error. `peer` is the socket's address; the caller may be a trusted
+/// proxy's client. `authority` is HTTP/2's `:authority` (else `Host` is read).
 pub fn check_head<P: Dialect>(
     state: &AppState,
     dialect: &P,
     http_method: &HttpMethod,
     method: Result<Method, ApiError>,
     headers: &HeaderMap,
+    authority: Option<&str>,
     peer: SocketAddr,
 ) -> CheckedHead<P::Answer> {
     let started = Instant::now();
@@ -109,6 +111,12 @@ pub fn check_head<P: Dialect>(
             ));
         }
         let method = method?;
+        let authority = authority.or_else(|| {
+            headers
+                .get(header::HOST)
+                .and_then(|host| host.to_str().ok())
+        });
+        super::cors::refuse_cross_site(headers, authority, &state.settings.cors_allowed_origins)?;
         decision.checked?;
         decision.timeout?;
         Ok(method)
@@ -129,7 +137,16 @@ pub async fn serve<P: Dialect>(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let mut head = check_head(state, dialect, &parts.method, method, &parts.headers, peer);
+    let authority = parts.uri.authority().map(|authority| authority.as_str());
+    let mut head = check_head(
+        state,
+        dialect,
+        &parts.method,
+        method,
+        &parts.headers,
+        authority,
+        peer,
+    );
     head.call.credentials =
         std::mem::take(&mut head.call.credentials).with_certificate_from(&parts.extensions);
     let queued = parts.extensions.get::<QueuedAnswers>();

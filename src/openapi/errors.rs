@@ -37,6 +37,7 @@ pub fn operation_errors(method: Method) -> Vec<ErrorKind> {
             ErrorKind::DeadlineExceeded
             | ErrorKind::MalformedRequest
             | ErrorKind::UnsupportedMediaType
+            | ErrorKind::CrossSite
             | ErrorKind::PayloadTooLarge
             | ErrorKind::Internal => true,
         })
@@ -125,6 +126,9 @@ fn transport_meaning(kind: ErrorKind) -> String {
             "The `Content-Type` is not one of the bodies above, or the body is compressed."
                 .to_owned()
         }
+        ErrorKind::CrossSite => "The `Origin` is neither this server's nor in \
+            `--cors_allowed_origins`: a page of another site called."
+            .to_owned(),
         ErrorKind::PayloadTooLarge => "The body is larger than the configured limit.".to_owned(),
         ErrorKind::MethodNotAllowed => "Not a POST (the answer has `Allow: POST`).".to_owned(),
         ErrorKind::ServiceNotFound => {

@@ -24,8 +24,11 @@ pub enum ErrorKind {
     DeadlineExceeded,
     /// The body does not decode as the method's request message, or a header is malformed.
     MalformedRequest,
-    /// The `Content-Type` is not one this server decodes.
+    /// The `Content-Type` is not one this server decodes, or is one any
+    /// page may send across sites (or none).
     UnsupportedMediaType,
+    /// An `Origin` neither this server's nor in `--cors_allowed_origins`.
+    CrossSite,
     /// The body is larger than the configured limit.
     PayloadTooLarge,
     /// Not a POST.
@@ -101,6 +104,7 @@ impl ErrorKind {
             ErrorKind::UnsupportedMediaType => {
                 row(StatusCode::UNSUPPORTED_MEDIA_TYPE, 5, "invalid_argument")
             }
+            ErrorKind::CrossSite => row(StatusCode::FORBIDDEN, 5, "permission_denied"),
             ErrorKind::PayloadTooLarge => {
                 row(StatusCode::PAYLOAD_TOO_LARGE, 5, "resource_exhausted")
             }
@@ -115,7 +119,7 @@ impl ErrorKind {
     }
 
     /// Every kind, for tests and documentation.
-    pub const ALL: [ErrorKind; 18] = [
+    pub const ALL: [ErrorKind; 19] = [
         ErrorKind::Scheduler(pb::Status::NoQuotaAvailable),
         ErrorKind::Scheduler(pb::Status::NotImplemented),
         ErrorKind::Scheduler(pb::Status::AccessDenied),
@@ -127,6 +131,7 @@ impl ErrorKind {
         ErrorKind::DeadlineExceeded,
         ErrorKind::MalformedRequest,
         ErrorKind::UnsupportedMediaType,
+        ErrorKind::CrossSite,
         ErrorKind::PayloadTooLarge,
         ErrorKind::MethodNotAllowed,
         ErrorKind::ServiceNotFound,

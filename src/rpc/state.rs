@@ -24,6 +24,7 @@ use crate::{
     metrics::Metrics,
     protocol::PeerProtocols,
     readiness::Readiness,
+    security::{Security, SecurityCounters, SecuritySettings},
     service::{SchedulerService, admin::AdminService},
 };
 
@@ -49,6 +50,8 @@ pub struct ServeSettings {
     pub cors_allowed_origins: Vec<HeaderValue>,
     /// Which calls and requests the access log writes.
     pub access_log: AccessLog,
+    /// TLS on the port and the rules for credentials over plain HTTP.
+    pub security: SecuritySettings,
 }
 
 impl Default for ServeSettings {
@@ -61,6 +64,7 @@ impl Default for ServeSettings {
             edge: EdgeSettings::default(),
             cors_allowed_origins: Vec::new(),
             access_log: AccessLog::default(),
+            security: SecuritySettings::default(),
         }
     }
 }
@@ -126,6 +130,8 @@ pub struct AppParts {
     /// Whether the scheduler takes calls (`/readyz`, gRPC health); the
     /// election's, so that a standby is not ready.
     pub readiness: Readiness,
+    /// Failed credentials, the guessing limit, TLS's counters.
+    pub security: Security,
 }
 
 impl std::ops::Deref for AppState {
@@ -163,6 +169,12 @@ impl AppState {
         let peer_protocols = Arc::new(PeerProtocols::default());
         let mut metrics = Metrics::new(engine.clone());
         metrics.register_leadership(&leadership);
+        let security = Security {
+            settings: settings.security.clone(),
+            counters: SecurityCounters::new(),
+            guessing: Arc::default(),
+        };
+        metrics.register_security(&security.counters);
         Self(Arc::new(AppParts {
             metrics,
             dashboard: Dashboard::start(
@@ -170,7 +182,9 @@ impl AppState {
                 settings.inspect.clone(),
                 Arc::clone(&peer_protocols),
                 leadership.clone(),
+                security.clone(),
             ),
+            security,
             peer_protocols,
             body_budget: BodyBudget::new(settings.edge.max_buffered_body_bytes),
             service: SchedulerService::new(engine),

@@ -312,9 +312,10 @@ async fn the_dashboard_shows_the_cluster_in_a_real_browser() {
     );
     let grants_dom = &tabs["grants"];
     for grant in &granted.grants {
-        // Ids are random 64-bit values: the page must keep every digit.
+        // Rows are keyed by the id's fingerprint; the id is never shown.
+        let fingerprint = yadcc_scheduler::dashboard::grant_fingerprint(grant.task_grant_id);
         assert!(
-            grants_dom.contains(&format!(r#"data-grant-id="{}""#, grant.task_grant_id)),
+            grants_dom.contains(&format!(r#"data-grant-id="{fingerprint}""#)),
             "grant row {}",
             grant.task_grant_id
         );

@@ -85,12 +85,15 @@ async fn overview_shows_servants_grants_environments_and_totals() {
     let ids: Vec<String> = granted
         .grants
         .iter()
-        .map(|grant| grant.task_grant_id.to_string())
+        .map(|grant| yadcc_scheduler::dashboard::grant_fingerprint(grant.task_grant_id))
         .collect();
     let grants = overview["grants"].as_array().expect("grants");
     for grant in grants {
         let id = grant["id"].as_str().expect("ids are strings");
-        assert!(ids.contains(&id.to_owned()), "{id}");
+        assert!(
+            ids.contains(&id.to_owned()),
+            "a fingerprint of a granted id: {id}"
+        );
         assert_eq!(grant["requester"], "127.0.0.1");
         assert_eq!(grant["environment"], DIGEST);
         assert_eq!(grant["zombie"], false);
@@ -107,6 +110,14 @@ async fn overview_shows_servants_grants_environments_and_totals() {
     assert_eq!(overview["environments"][0]["servants"], 1);
     for token in [SERVANT_TOKEN, USER_TOKEN] {
         assert!(!overview.to_string().contains(token), "tokens never shown");
+    }
+    for grant in &granted.grants {
+        assert!(
+            !overview
+                .to_string()
+                .contains(&grant.task_grant_id.to_string()),
+            "grant ids never shown whole"
+        );
     }
     server.stop().await;
 }

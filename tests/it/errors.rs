@@ -83,6 +83,16 @@ fn trigger(kind: ErrorKind, path: &str) -> Option<Vec<u8>> {
             post("GetConfig", "application/x-protobuf", &[0x0a, 0x05, b'a'])
         }
         ErrorKind::UnsupportedMediaType => post("GetConfig", "text/x-protobuf", b"token: \"x\""),
+        // A page of another site (a daemon sends no `Origin`).
+        ErrorKind::CrossSite => http_request(
+            &format!("{path}GetConfig"),
+            &[
+                ("Rpc-SeqNo", "9"),
+                ("Origin", "http://evil.example"),
+                ("Content-Type", "application/x-protobuf"),
+            ],
+            b"",
+        ),
         ErrorKind::PayloadTooLarge => post(
             "Heartbeat",
             "application/x-protobuf",
@@ -205,7 +215,7 @@ async fn every_reachable_error_row_is_what_the_table_says() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 2 * 13, "every reachable row on both route styles");
+    assert_eq!(checked, 2 * 14, "every reachable row on both route styles");
     server.stop().await;
 }
 

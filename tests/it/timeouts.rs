@@ -90,7 +90,7 @@ async fn shutdown_closes_what_has_not_drained_within_the_grace() {
     stalled
         .write_all(
             format!(
-                "POST /rpc/{SERVICE}.GetConfig HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+                "POST /rpc/{SERVICE}.GetConfig HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100\r\n\r\n"
             )
             .as_bytes(),
         )

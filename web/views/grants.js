@@ -9,8 +9,9 @@ const grantFlags = (g) => (g.zombie ? 'z' : '') + (g.prefetch ? 'p' : '') + (g.a
 
 const columns = [
   {
-    id: 'id', label: 'Grant id', rowHeader: true, cls: 'c-id mono', w: 200,
-    sort: (g) => decKey(g.id),
+    // A fingerprint of the id (the id is a capability): sha256 of its digits, 12 hex.
+    id: 'id', label: 'Grant', rowHeader: true, cls: 'c-id mono', w: 130,
+    sort: (g) => str(g.id),
     text: (g) => str(g.id),
   },
   jumpCol({ id: 'servant', label: 'Servant', cls: 'c-loc', w: 170, sort: (g) => locKey(g.servant) },

@@ -301,12 +301,19 @@ async fn grant_ids_look_random_even_when_a_slot_is_reused() {
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
     let mut ids = HashSet::new();
     let mut low_bits = HashSet::new();
+    let mut high_bits_seen = 0u64;
     for _ in 0..2_000 {
         // The same table slot every time.
         let g = grant_one(&s, req()).await;
         assert_ne!(g.id, 0);
         assert!(ids.insert(g.id));
         low_bits.insert(g.id & 0xff_ffff);
+        assert!(
+            g.id < 1 << 53,
+            "{} is beyond a double's exact integers",
+            g.id
+        );
+        high_bits_seen = high_bits_seen.max(g.id);
         free_one(&s, g.id);
         assert_eq!(
             s.keep_alive(USER, ip(HOME), &[g.id], secs(1)).unwrap(),
@@ -314,6 +321,10 @@ async fn grant_ids_look_random_even_when_a_slot_is_reused() {
         );
     }
     assert!(low_bits.len() > 1_900, "the slot does not show in the id");
+    assert!(
+        high_bits_seen >= 1 << 52,
+        "ids reach the top of the 53 bits: drawn over all of them"
+    );
 }
 
 #[test]
@@ -337,6 +348,10 @@ fn grant_table_slab_and_side_map_hold_distinct_ids() {
     let distinct: HashSet<u64> = ids.iter().copied().chain([42]).collect();
     assert_eq!(distinct.len(), 11);
     assert!(ids.iter().all(|&id| id != 0 && t.contains_key(&id)));
+    assert!(
+        ids.iter().all(|&id| id < 1 << 53),
+        "slab and side-map ids survive a JSON reader's doubles: {ids:?}"
+    );
     assert!(t.get(&42).is_some_and(|g| g.adopted));
     assert!(!t.contains_key(&0));
     assert!(!t.contains_key(&43));

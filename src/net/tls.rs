@@ -1,0 +1,270 @@
+//! TLS on the daemons' port: a connection whose first byte is a handshake
+//! record (0x16) is decrypted here and then served by hyper, HTTP/2 or
+//! HTTP/1.1 as ALPN chose; the stock daemons' plaintext protocols keep the
+//! same port. The certificate and key are read again when their files
+//! change (new connections get the new pair, open ones keep theirs); a pair
+//! that does not load keeps the previous one, with an error in the log and
+//! `yadcc_scheduler_tls_reload_failures`. With a client CA, a client
+//! certificate it signed makes the connection's requests an authenticated
+//! inspector's ([`ClientCertificate`]); a connection without one is still
+//! served, as the dashboard's other credential may come.
+
+use std::{
+    path::Path,
+    sync::{Arc, RwLock},
+    time::{Duration, SystemTime},
+};
+
+use sha2::{Digest, Sha256};
+use tokio_rustls::{
+    TlsAcceptor,
+    rustls::{
+        self, RootCertStore, ServerConfig,
+        crypto::{CryptoProvider, ring},
+        pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+        server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier},
+        sign::CertifiedKey,
+    },
+};
+
+use crate::{
+    admin::ClientCertificate,
+    security::{SecurityCounters, TlsFiles},
+};
+
+const LOG: &str = "yadcc_scheduler::tls";
+
+/// The first byte of a TLS record carrying a handshake (a ClientHello).
+pub const HANDSHAKE_RECORD: u8 = 0x16;
+
+/// How often the certificate and key files are looked at for a change
+/// (their modification time and length).
+pub const RELOAD_CHECK_PERIOD: Duration = Duration::from_secs(1);
+
+/// ALPN: HTTP/2 first (gRPC needs it), then HTTP/1.1.
+const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+
+/// What a change of the files is detected by.
+type Stamp = Option<(SystemTime, u64)>;
+
+fn stamp(path: &Path) -> Stamp {
+    let metadata = std::fs::metadata(path).ok()?;
+    Some((metadata.modified().ok()?, metadata.len()))
+}
+
+/// The pair served to new connections, replaced when the files change.
+#[derive(Debug)]
+struct Reloading {
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl ResolvesServerCert for Reloading {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(Arc::clone(
+            &self.current.read().unwrap_or_else(|p| p.into_inner()),
+        ))
+    }
+}
+
+/// The listener's TLS side: the acceptor and the reloading pair behind it.
+#[derive(Clone)]
+pub struct Tls {
+    acceptor: TlsAcceptor,
+    /// Whether client certificates are asked for.
+    verifies_clients: bool,
+}
+
+impl Tls {
+    /// Loads the files (an error names the file and what is wrong) and
+    /// starts watching the certificate and key for changes. Must run inside
+    /// a tokio runtime.
+    pub fn start(files: &TlsFiles, counters: SecurityCounters) -> Result<Tls, String> {
+        let provider = Arc::new(ring::default_provider());
+        let pair = load_pair(files, &provider)?;
+        let resolver = Arc::new(Reloading {
+            current: RwLock::new(Arc::new(pair)),
+        });
+        let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+            .with_safe_default_protocol_versions()
+            .map_err(|error| format!("TLS: {error}"))?;
+        let builder = match &files.client_ca {
+            None => builder.with_no_client_auth(),
+            Some(path) => {
+                let mut roots = RootCertStore::empty();
+                for certificate in read_certificates(path)? {
+                    roots.add(certificate).map_err(|error| {
+                        format!("--tls_client_ca_file {}: {error}", path.display())
+                    })?;
+                }
+                let verifier = WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    Arc::clone(&provider),
+                )
+                .allow_unauthenticated()
+                .build()
+                .map_err(|error| format!("--tls_client_ca_file {}: {error}", path.display()))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder.with_cert_resolver(Arc::clone(&resolver) as _);
+        config.alpn_protocols = ALPN.iter().map(|protocol| protocol.to_vec()).collect();
+        tokio::spawn(watch(
+            Arc::downgrade(&resolver),
+            files.clone(),
+            provider,
+            counters,
+        ));
+        Ok(Tls {
+            acceptor: TlsAcceptor::from(Arc::new(config)),
+            verifies_clients: files.client_ca.is_some(),
+        })
+    }
+
+    pub fn acceptor(&self) -> &TlsAcceptor {
+        &self.acceptor
+    }
+
+    /// The verified client certificate of a finished handshake, if any.
+    pub fn client_certificate(
+        &self,
+        connection: &rustls::ServerConnection,
+    ) -> Option<ClientCertificate> {
+        if !self.verifies_clients {
+            return None;
+        }
+        let leaf = connection.peer_certificates()?.first()?;
+        Some(ClientCertificate {
+            subject: subject_name(leaf).into(),
+        })
+    }
+}
+
+/// Looks at the files every [`RELOAD_CHECK_PERIOD`] until the listener is
+/// gone; a changed pair that loads replaces the served one.
+async fn watch(
+    resolver: std::sync::Weak<Reloading>,
+    files: TlsFiles,
+    provider: Arc<CryptoProvider>,
+    counters: SecurityCounters,
+) {
+    let stamps = |files: &TlsFiles| (stamp(&files.cert), stamp(&files.key));
+    let mut loaded = stamps(&files);
+    let mut ticks = tokio::time::interval(RELOAD_CHECK_PERIOD);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(resolver) = resolver.upgrade() else {
+            return;
+        };
+        let now = stamps(&files);
+        if now == loaded {
+            continue;
+        }
+        // Remembered also when it fails: one error per change, not one per tick.
+        loaded = now;
+        match load_pair(&files, &provider) {
+            Ok(pair) => {
+                *resolver.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(pair);
+                tracing::info!(
+                    target: LOG,
+                    "TLS certificate reloaded from {}",
+                    files.cert.display()
+                );
+            }
+            Err(error) => {
+                counters.tls_reload_failed();
+                tracing::error!(
+                    target: LOG,
+                    "TLS files changed but do not load; still serving the previous certificate: {error}"
+                );
+            }
+        }
+    }
+}
+
+fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let named = |error: &dyn std::fmt::Display| format!("{}: {error}", path.display());
+    let pem = std::fs::read(path).map_err(|error| named(&error))?;
+    let certificates = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| named(&error))?;
+    if certificates.is_empty() {
+        return Err(named(&"no PEM certificate in it"));
+    }
+    Ok(certificates)
+}
+
+/// The chain and key, checked to belong together.
+fn load_pair(files: &TlsFiles, provider: &CryptoProvider) -> Result<CertifiedKey, String> {
+    let chain = read_certificates(&files.cert)?;
+    let named = |error: &dyn std::fmt::Display| format!("{}: {error}", files.key.display());
+    let pem = std::fs::read(&files.key).map_err(|error| named(&error))?;
+    let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|error| named(&error))?;
+    CertifiedKey::from_der(chain, key, provider).map_err(|error| {
+        format!(
+            "{} and {}: {error}",
+            files.cert.display(),
+            files.key.display()
+        )
+    })
+}
+
+/// The name the audit and the logs give a client certificate: `CN=<common
+/// name>` of its subject when it has one, and always its SHA-256 prefix
+/// (a common name alone can be shared by certificates).
+fn subject_name(certificate: &CertificateDer<'_>) -> String {
+    let digest = hex::encode(Sha256::digest(certificate.as_ref()));
+    match der::common_name(certificate.as_ref()) {
+        Some(name) => format!("CN={name} sha256:{}", &digest[..16]),
+        None => format!("sha256:{}", &digest[..16]),
+    }
+}
+
+/// Just enough DER to find a certificate's subject common name.
+mod der {
+    /// 2.5.4.3, id-at-commonName.
+    const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
+
+    /// One element: (tag, contents, rest).
+    fn element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+        let (&tag, rest) = input.split_first()?;
+        let (&first, rest) = rest.split_first()?;
+        let (len, rest) = if first < 0x80 {
+            (usize::from(first), rest)
+        } else {
+            let count = usize::from(first & 0x7f);
+            if count == 0 || count > 4 || rest.len() < count {
+                return None;
+            }
+            let len = rest[..count]
+                .iter()
+                .fold(0usize, |len, &byte| (len << 8) | usize::from(byte));
+            (len, &rest[count..])
+        };
+        (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+    }
+
+    pub(super) fn common_name(certificate: &[u8]) -> Option<String> {
+        let (_, certificate, _) = element(certificate)?;
+        let (_, mut tbs, _) = element(certificate)?;
+        // [0] version (optional), serial, signature, issuer, validity, subject.
+        if tbs.first() == Some(&0xa0) {
+            tbs = element(tbs)?.2;
+        }
+        for _ in 0..4 {
+            tbs = element(tbs)?.2;
+        }
+        let (_, mut subject, _) = element(tbs)?;
+        while !subject.is_empty() {
+            let (_, set, rest) = element(subject)?;
+            subject = rest;
+            let (_, attribute, _) = element(set)?;
+            let (_, oid, value) = element(attribute)?;
+            if oid == COMMON_NAME {
+                let (_, name, _) = element(value)?;
+                return String::from_utf8(name.to_vec()).ok();
+            }
+        }
+        None
+    }
+}
