@@ -14,14 +14,14 @@ use serde_json::{Value, json};
 use yadcc_scheduler::{
     pb::Method,
     sim::{
-        Cluster, ClusterConfig, Wire, Workload, process,
+        Cluster, ClusterConfig, Wire, Workload,
         stats::{Call, Report, millis, quantile_of},
         wire::{DAEMON_ACCEPTABLE_COMPRESSION, compression::ACCEPT_UNCOMPRESSED},
     },
 };
 
 use crate::{
-    Cli,
+    Cli, process,
     report::{cpu_json, emit, round3, row_json},
 };
 

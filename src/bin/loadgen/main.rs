@@ -21,6 +21,7 @@
 
 mod cluster;
 mod heartbeat_rate;
+mod process;
 mod report;
 
 use std::{
