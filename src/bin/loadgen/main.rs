@@ -22,6 +22,7 @@
 mod cluster;
 mod heartbeat_rate;
 mod process;
+mod progress;
 mod report;
 
 use std::{
