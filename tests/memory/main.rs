@@ -18,7 +18,10 @@ mod support;
 
 mod attacks;
 mod cluster;
+// The load generator's /proc reader, shared with it rather than kept in the library.
 mod legitimate;
+#[path = "../../src/bin/loadgen/process.rs"]
+mod process;
 
 use std::time::{Duration, Instant};
 
