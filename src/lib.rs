@@ -248,8 +248,10 @@
 //!   `endpoint.rs`: one exchange at a time, many calls per connection, a
 //!   machine's pool) are also the raw client of `tests/it/`. Used by
 //!   `--demo`, the load generator (`src/bin/loadgen/`, one file per kind of
-//!   mode; `sim::heartbeat_rate` is P1, whose baseline route is served only
-//!   by a `bench-route` build), `tests/it/daemons.rs`, `tests/it/restart.rs`
+//!   mode, and the benchmarks' drivers: `heartbeat_rate/driver.rs` is P1,
+//!   whose baseline route, `sim::BARE_PATH`, is served only by a
+//!   `bench-route` build; `process.rs` reads a process's CPU and memory from
+//!   `/proc`), `tests/it/daemons.rs`, `tests/it/restart.rs`
 //!   (SIGKILL and restart of the real binary under load) and
 //!   `scripts/bench.sh`.
 //!

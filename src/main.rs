@@ -116,10 +116,7 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     let mut router = app(state.clone());
     #[cfg(feature = "bench-route")]
     if settings.bench_bare_route {
-        tracing::warn!(
-            "benchmark route POST {} is mounted",
-            sim::heartbeat_rate::BARE_PATH
-        );
+        tracing::warn!("benchmark route POST {} is mounted", sim::BARE_PATH);
         router = router.merge(bench_route::bare_router());
     }
     let demo = settings.demo.then(|| start_demo(&settings, local));
@@ -193,7 +190,7 @@ async fn start_admin(
 #[cfg(feature = "bench-route")]
 mod bench_route {
     use axum::{Router, body::Bytes, http::header, response::IntoResponse, routing::post};
-    use yadcc_scheduler::sim::heartbeat_rate::BARE_PATH;
+    use yadcc_scheduler::sim::BARE_PATH;
 
     /// What the bare route answers: as many bytes as a binary
     /// `HeartbeatResponse` carrying three serving-daemon tokens (3 x (2 + 32) bytes).

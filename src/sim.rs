@@ -30,9 +30,10 @@
 //!   and each answer's continuation runs on its connection's reader, so one
 //!   process can play thousands of daemons.
 //! - [`stats`]: per-RPC counts, latency percentiles, bytes and errors by kind.
-//! - [`heartbeat_rate`]: Heartbeat as fast as possible per protocol
-//!   (benchmark P1) and the bare route it is compared against.
-//! - [`process`]: CPU time and peak memory of a process, from `/proc`.
+//! - [`BARE_PATH`]: the route benchmark P1 compares Heartbeat against,
+//!   named here because both sides need it: the scheduler serves it (feature
+//!   `bench-route`), the load generator (`src/bin/loadgen/`, which drives
+//!   the benchmarks) calls it.
 //!
 //! Stopping is explicit and bounded: [`Cluster::stop`] stops every periodic
 //! call and workload, then waits (at most a few seconds) for servants to say
@@ -43,9 +44,7 @@ pub mod client;
 mod daemons;
 pub mod delegate;
 mod effects;
-pub mod heartbeat_rate;
 mod jobs;
-pub mod process;
 pub mod registry;
 pub mod servant;
 mod shard;
@@ -93,6 +92,10 @@ pub mod octet {
     /// The heartbeat-rate benchmark's delegate (setting up grants): 127.4.0.1.
     pub const HEARTBEAT_RATE_DELEGATE: u8 = 4;
 }
+
+/// Path of the bare route, which only a scheduler built with the
+/// `bench-route` feature and started with `--bench_bare_route` serves.
+pub const BARE_PATH: &str = "/bench/bare";
 
 /// Port servants report in `location` (the yadcc servant's default).
 pub const SERVANT_PORT: u16 = 8335;

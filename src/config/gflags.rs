@@ -154,147 +154,208 @@ pub fn normalise(
     args: impl IntoIterator<Item = OsString>,
     env: impl Fn(&str) -> Option<OsString>,
 ) -> Result<Normalised, String> {
-    let known = KnownFlags::of(command);
     let mut queue: VecDeque<OsString> = args.into_iter().collect();
-    let mut out: Vec<OsString> = queue.pop_front().into_iter().collect();
-    let mut warnings = Vec::new();
-    // Canonical switch name -> its last value.
-    let mut switches: BTreeMap<String, bool> = BTreeMap::new();
-    let mut flagfiles_read = 0;
-    let mut fromenv_read = 0;
+    let mut rewrite = Rewrite {
+        known: KnownFlags::of(command),
+        out: queue.pop_front().into_iter().collect(),
+        queue,
+        warnings: Vec::new(),
+        switches: BTreeMap::new(),
+        flagfiles_read: 0,
+        fromenv_read: 0,
+    };
     // What follows `--`, kept for the very end.
     let mut after_double_dash = Vec::new();
-
-    while let Some(arg) = queue.pop_front() {
+    while let Some(arg) = rewrite.queue.pop_front() {
         let Some(text) = arg.to_str() else {
-            out.push(arg);
+            rewrite.out.push(arg);
             continue;
         };
         if text == "--" {
             after_double_dash.push(arg);
-            after_double_dash.extend(queue.drain(..));
+            after_double_dash.extend(rewrite.queue.drain(..));
             break;
         }
         let Some(body) = flag_body(text) else {
-            out.push(arg);
+            rewrite.out.push(arg);
             continue;
         };
+        rewrite.flag(body, &env)?;
+    }
+    Ok(rewrite.finish(after_double_dash))
+}
+
+/// One pass of [`normalise`]: the words left to read (files and variables
+/// insert theirs in front) and what is written so far.
+struct Rewrite {
+    known: KnownFlags,
+    queue: VecDeque<OsString>,
+    out: Vec<OsString>,
+    warnings: Vec<String>,
+    /// Canonical switch name -> its last value.
+    switches: BTreeMap<String, bool>,
+    flagfiles_read: usize,
+    fromenv_read: usize,
+}
+
+impl Rewrite {
+    /// One flag, `body` without its dashes.
+    fn flag(&mut self, body: &str, env: &impl Fn(&str) -> Option<OsString>) -> Result<(), String> {
         let (name, value) = match body.split_once('=') {
             Some((name, value)) => (name, Some(value)),
             None => (body, None),
         };
-
         if name == "flagfile" {
-            let path = value_or_next(name, value, &mut queue)?;
-            flagfiles_read += 1;
-            if flagfiles_read > MAX_FLAGFILES {
-                return Err(format!(
-                    "more than {MAX_FLAGFILES} --flagfile files (does {path} include itself?)"
-                ));
-            }
-            for (index, line) in read_flagfile(Path::new(&path))?.into_iter().enumerate() {
-                queue.insert(index, line.into());
-            }
-            continue;
+            return self.flagfile(name, value);
         }
-
         if name == "fromenv" || name == "tryfromenv" {
-            let list = value_or_next(name, value, &mut queue)?;
-            fromenv_read += 1;
-            if fromenv_read > MAX_FROMENV {
-                return Err(format!(
-                    "more than {MAX_FROMENV} --fromenv/--tryfromenv lists (does a FLAGS_ variable name itself?)"
-                ));
-            }
-            let flags = from_environment(&known, name == "fromenv", &list, &env)
-                .map_err(|error| format!("--{name}={list}: {error}"))?;
-            for (index, flag) in flags.into_iter().enumerate() {
-                queue.insert(index, flag.into());
-            }
-            continue;
+            return self.fromenv(name, value, env);
         }
-
         if HELP_FLAGS.contains(&name) {
             let on = value
                 .map_or(Some(true), parse_bool)
                 .ok_or_else(|| format!("--{body}: expected true or false"))?;
             if on {
-                out.push("--help".into());
+                self.out.push("--help".into());
             }
-            continue;
+            return Ok(());
         }
+        if self.own_flag(name, value, body)? {
+            return Ok(());
+        }
+        if let Some((framework, instead)) = framework_flag(name) {
+            self.skip_framework_flag(name, value, framework, instead);
+            return Ok(());
+        }
+        // Unknown: clap says so, with its suggestions.
+        self.out.push(format!("--{body}").into());
+        Ok(())
+    }
 
-        if let Some(canonical) = known.switches.get(name) {
+    /// Puts `words` in front of what is left to read, in order.
+    fn read_next(&mut self, words: Vec<String>) {
+        for (index, word) in words.into_iter().enumerate() {
+            self.queue.insert(index, word.into());
+        }
+    }
+
+    fn flagfile(&mut self, name: &str, value: Option<&str>) -> Result<(), String> {
+        let path = value_or_next(name, value, &mut self.queue)?;
+        self.flagfiles_read += 1;
+        if self.flagfiles_read > MAX_FLAGFILES {
+            return Err(format!(
+                "more than {MAX_FLAGFILES} --flagfile files (does {path} include itself?)"
+            ));
+        }
+        let lines = read_flagfile(Path::new(&path))?;
+        self.read_next(lines);
+        Ok(())
+    }
+
+    fn fromenv(
+        &mut self,
+        name: &str,
+        value: Option<&str>,
+        env: &impl Fn(&str) -> Option<OsString>,
+    ) -> Result<(), String> {
+        let list = value_or_next(name, value, &mut self.queue)?;
+        self.fromenv_read += 1;
+        if self.fromenv_read > MAX_FROMENV {
+            return Err(format!(
+                "more than {MAX_FROMENV} --fromenv/--tryfromenv lists (does a FLAGS_ variable name itself?)"
+            ));
+        }
+        let flags = from_environment(&self.known, name == "fromenv", &list, env)
+            .map_err(|error| format!("--{name}={list}: {error}"))?;
+        self.read_next(flags);
+        Ok(())
+    }
+
+    /// A flag of this program's (a switch, its `--noname`, or a flag with a
+    /// value); false if `name` is none of them.
+    fn own_flag(&mut self, name: &str, value: Option<&str>, body: &str) -> Result<bool, String> {
+        if let Some(canonical) = self.known.switches.get(name) {
             let on = match value {
                 None => true,
                 Some(value) => parse_bool(value)
                     .ok_or_else(|| format!("--{name}={value}: expected true or false"))?,
             };
-            switches.insert(canonical.clone(), on);
-            continue;
+            self.switches.insert(canonical.clone(), on);
+            return Ok(true);
         }
-        if let Some(canonical) = name.strip_prefix("no").and_then(|n| known.switches.get(n))
+        if let Some(canonical) = name
+            .strip_prefix("no")
+            .and_then(|n| self.known.switches.get(n))
             && value.is_none()
         {
-            switches.insert(canonical.clone(), false);
-            continue;
+            self.switches.insert(canonical.clone(), false);
+            return Ok(true);
         }
-        if known.valued.iter().any(|known| known == name) {
-            // gflags' `--name value` takes the next word whatever it looks
-            // like (a token may start with `-`); joined, clap reads it so too.
-            let next = if value.is_none() {
-                queue.pop_front()
-            } else {
-                None
-            };
-            match next {
-                Some(next) => {
-                    let mut joined = OsString::from(format!("--{name}="));
-                    joined.push(next);
-                    out.push(joined);
-                }
-                None => out.push(format!("--{body}").into()),
-            }
-            continue;
+        if !self.known.valued.iter().any(|known| known == name) {
+            return Ok(false);
         }
-
-        if let Some((framework, instead)) = framework_flag(name) {
-            warnings.push(format!(
-                "--{name} is a flag of the original's {framework} and has no effect here ({instead})"
-            ));
-            let takes_value = !GLOG_BOOLEANS.contains(&name)
-                && !name
-                    .strip_prefix("no")
-                    .is_some_and(|n| GLOG_BOOLEANS.contains(&n));
-            // `--flag value`: the original has no positional arguments, so a
-            // following word that is not a flag can only be this flag's value.
-            if value.is_none()
-                && takes_value
-                && queue
-                    .front()
-                    .is_some_and(|next| !next.to_string_lossy().starts_with('-'))
-            {
-                queue.pop_front();
-            }
-            continue;
-        }
-        // Unknown: clap says so, with its suggestions.
-        out.push(format!("--{body}").into());
-    }
-
-    // False explicitly, so that it also overrides the flag's variable.
-    for (name, on) in switches {
-        out.push(if on {
-            format!("--{name}").into()
+        // gflags' `--name value` takes the next word whatever it looks
+        // like (a token may start with `-`); joined, clap reads it so too.
+        let next = if value.is_none() {
+            self.queue.pop_front()
         } else {
-            format!("--{name}=false").into()
-        });
+            None
+        };
+        match next {
+            Some(next) => {
+                let mut joined = OsString::from(format!("--{name}="));
+                joined.push(next);
+                self.out.push(joined);
+            }
+            None => self.out.push(format!("--{body}").into()),
+        }
+        Ok(true)
     }
-    out.extend(after_double_dash);
-    Ok(Normalised {
-        args: out,
-        warnings,
-    })
+
+    /// A flag of the original's framework: a warning, and its value skipped.
+    fn skip_framework_flag(
+        &mut self,
+        name: &str,
+        value: Option<&str>,
+        framework: &str,
+        instead: &str,
+    ) {
+        self.warnings.push(format!(
+            "--{name} is a flag of the original's {framework} and has no effect here ({instead})"
+        ));
+        let takes_value = !GLOG_BOOLEANS.contains(&name)
+            && !name
+                .strip_prefix("no")
+                .is_some_and(|n| GLOG_BOOLEANS.contains(&n));
+        // `--flag value`: the original has no positional arguments, so a
+        // following word that is not a flag can only be this flag's value.
+        if value.is_none()
+            && takes_value
+            && self
+                .queue
+                .front()
+                .is_some_and(|next| !next.to_string_lossy().starts_with('-'))
+        {
+            self.queue.pop_front();
+        }
+    }
+
+    /// The switches, each once with its last value, then what followed `--`.
+    fn finish(mut self, after_double_dash: Vec<OsString>) -> Normalised {
+        // False explicitly, so that it also overrides the flag's variable.
+        for (name, on) in self.switches {
+            self.out.push(if on {
+                format!("--{name}").into()
+            } else {
+                format!("--{name}=false").into()
+            });
+        }
+        self.out.extend(after_double_dash);
+        Normalised {
+            args: self.out,
+            warnings: self.warnings,
+        }
+    }
 }
 
 /// `--name[=value]` or `-name[=value]` without the dashes; None for values,
@@ -429,243 +490,4 @@ fn parse_flagfile(text: &str) -> Result<Vec<String>, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn command() -> Command {
-        Command::new("test")
-            .arg(Arg::new("port").long("port"))
-            .arg(Arg::new("help").long("help").action(ArgAction::Help))
-            .arg(
-                Arg::new("tokens")
-                    .long("acceptable_user_tokens")
-                    .visible_alias("acceptable-user-tokens"),
-            )
-            .arg(switch(Arg::new("demo").long("demo")))
-            .arg(switch(
-                Arg::new("open")
-                    .long("debugging_no_inspect_auth")
-                    .alias("debugging-no-inspect-auth"),
-            ))
-    }
-
-    /// What `--fromenv` reads in these tests.
-    fn environment(name: &str) -> Option<OsString> {
-        match name {
-            "FLAGS_port" => Some("9000".into()),
-            "FLAGS_demo" => Some("true".into()),
-            "FLAGS_acceptable_user_tokens" => Some("a,b".into()),
-            "FLAGS_v" => Some("2".into()),
-            "FLAGS_fromenv" => Some("fromenv".into()),
-            "FLAGS_tryfromenv" => Some("tryfromenv,port".into()),
-            _ => None,
-        }
-    }
-
-    fn run(args: &[&str]) -> Result<Normalised, String> {
-        normalise(
-            &command(),
-            std::iter::once("prog")
-                .chain(args.iter().copied())
-                .map(OsString::from),
-            environment,
-        )
-    }
-
-    fn args(args: &[&str]) -> Vec<String> {
-        run(args)
-            .unwrap()
-            .args
-            .into_iter()
-            .skip(1)
-            .map(|arg| arg.into_string().unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn single_dash_long_flags_become_double_dash() {
-        assert_eq!(
-            args(&["-port=9000", "-acceptable_user_tokens", "a,b", "-h"]),
-            vec!["--port=9000", "--acceptable_user_tokens=a,b", "-h"]
-        );
-        // gflags takes the next word as the value, even one starting with `-`.
-        assert_eq!(
-            args(&["--acceptable_user_tokens", "-secret"]),
-            vec!["--acceptable_user_tokens=-secret"]
-        );
-    }
-
-    #[test]
-    fn booleans_take_gflags_spellings_and_the_last_one_wins() {
-        assert_eq!(args(&["--demo"]), vec!["--demo"]);
-        assert_eq!(args(&["-demo=true"]), vec!["--demo"]);
-        // False is said explicitly, so that it also wins over YADCC_DEMO.
-        assert_eq!(args(&["--demo", "--nodemo"]), vec!["--demo=false"]);
-        assert_eq!(args(&["--demo=false"]), vec!["--demo=false"]);
-        assert_eq!(args(&["--nodemo", "--demo=yes"]), vec!["--demo"]);
-        assert_eq!(
-            args(&["--debugging-no-inspect-auth=1"]),
-            vec!["--debugging_no_inspect_auth"]
-        );
-        let error = run(&["--demo=maybe"]).unwrap_err();
-        assert!(error.contains("--demo=maybe"), "{error}");
-    }
-
-    #[test]
-    fn framework_flags_are_dropped_with_a_warning() {
-        let normalised = run(&[
-            "--logtostderr",
-            "--v=2",
-            "--log_dir",
-            "/var/log/yadcc",
-            "-minloglevel",
-            "1",
-            "--nologtostderr",
-            "--flare_concurrency_hint=8",
-            "--port=1",
-        ])
-        .unwrap();
-        let kept: Vec<_> = normalised.args.iter().skip(1).collect();
-        assert_eq!(kept, vec!["--port=1"]);
-        assert_eq!(normalised.warnings.len(), 6, "{:?}", normalised.warnings);
-        assert!(normalised.warnings[0].contains("--logtostderr"));
-        assert!(normalised.warnings[5].contains("flare"));
-        assert!(
-            normalised
-                .warnings
-                .iter()
-                .all(|warning| warning.contains("no effect"))
-        );
-    }
-
-    #[test]
-    fn glogs_one_letter_verbosity_is_accepted_in_every_spelling() {
-        for spelling in [&["-v=1"][..], &["--v=1"], &["-v", "1"], &["--v", "1"]] {
-            let normalised = run(spelling).unwrap();
-            assert_eq!(
-                normalised.args.len(),
-                1,
-                "{spelling:?}: only the program name"
-            );
-            assert_eq!(normalised.warnings.len(), 1, "{spelling:?}");
-            assert!(normalised.warnings[0].contains("--v "), "{spelling:?}");
-        }
-        // clap's own one-letter flags stay as they are.
-        assert_eq!(args(&["-h"]), vec!["-h"]);
-    }
-
-    #[test]
-    fn fromenv_reads_flags_in_place_and_later_flags_override() {
-        assert_eq!(
-            args(&[
-                "--port=1",
-                "--fromenv=port,demo",
-                "--acceptable_user_tokens=c"
-            ]),
-            vec![
-                "--port=1",
-                "--port=9000",
-                "--acceptable_user_tokens=c",
-                "--demo"
-            ]
-        );
-        assert_eq!(
-            args(&["-fromenv", "acceptable_user_tokens", "--port=2"]),
-            vec!["--acceptable_user_tokens=a,b", "--port=2"]
-        );
-        // A framework flag from the environment is ignored like one on the line.
-        let glog = run(&["--fromenv=v"]).unwrap();
-        assert_eq!((glog.args.len(), glog.warnings.len()), (1, 1));
-        // A variable that is not set: an error for --fromenv only.
-        let error = run(&["--fromenv=port,debugging_no_inspect_auth"]).unwrap_err();
-        assert!(
-            error.contains("FLAGS_debugging_no_inspect_auth not found in environment"),
-            "{error}"
-        );
-        assert_eq!(
-            args(&["--tryfromenv=debugging_no_inspect_auth,port"]),
-            vec!["--port=9000"]
-        );
-        for (list, expected) in [
-            ("port,,demo", "empty entry"),
-            ("-port", "begins with '-'"),
-            ("prot", "unknown command line flag 'prot'"),
-            ("fromenv", "infinite recursion"),
-        ] {
-            let error = run(&[&format!("--fromenv={list}")]).unwrap_err();
-            assert!(error.contains(expected), "{list}: {error}");
-        }
-        // A variable that lists itself again is stopped, not followed forever.
-        let error = run(&["--tryfromenv=tryfromenv"]).unwrap_err();
-        assert!(error.contains("--fromenv/--tryfromenv"), "{error}");
-    }
-
-    #[test]
-    fn gflags_help_flags_show_the_usage() {
-        assert_eq!(args(&["--helpfull"]), vec!["--help"]);
-        assert_eq!(args(&["-helpshort"]), vec!["--help"]);
-        assert_eq!(args(&["--helpfull=false", "--port=1"]), vec!["--port=1"]);
-    }
-
-    #[test]
-    fn a_glog_switch_does_not_swallow_the_next_word() {
-        // `--logtostderr` takes no value: `8336` stays for clap (which then
-        // refuses it, as the original would ignore it).
-        assert_eq!(args(&["--logtostderr", "8336"]), vec!["8336"]);
-    }
-
-    #[test]
-    fn unknown_flags_pass_through_for_clap_to_refuse() {
-        assert_eq!(args(&["-prot=1"]), vec!["--prot=1"]);
-        // A flag without a value does not take the next word.
-        assert_eq!(args(&["-help", "--demo"]), vec!["--help", "--demo"]);
-    }
-
-    #[test]
-    fn everything_after_a_double_dash_is_left_alone() {
-        assert_eq!(
-            args(&["--demo", "--", "-demo"]),
-            vec!["--demo", "--", "-demo"]
-        );
-    }
-
-    #[test]
-    fn flag_files_hold_one_flag_per_line_with_comments() {
-        let flags = parse_flagfile(
-            "# scheduler flags\n  --port=9000\r\n\n-acceptable_user_tokens=a, b \n#--demo\n",
-        )
-        .unwrap();
-        // Values are literal: the trailing space is part of the token list.
-        assert_eq!(flags, vec!["--port=9000", "-acceptable_user_tokens=a, b "]);
-        let error = parse_flagfile("--port=1\nyadcc-scheduler\n").unwrap_err();
-        assert!(error.contains("line 2"), "{error}");
-    }
-
-    #[test]
-    fn flag_files_expand_in_place_and_later_flags_override() {
-        let dir = std::env::temp_dir().join(format!("yadcc-flagfile-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let inner = dir.join("inner.flags");
-        let outer = dir.join("outer.flags");
-        std::fs::write(&inner, "--demo\n").unwrap();
-        std::fs::write(
-            &outer,
-            format!("--port=1\n--flagfile={}\n--logtostderr\n", inner.display()),
-        )
-        .unwrap();
-        let outer_flag = format!("-flagfile={}", outer.display());
-        let normalised = run(&[&outer_flag, "--port=2"]).unwrap();
-        let kept: Vec<_> = normalised.args.iter().skip(1).collect();
-        assert_eq!(kept, vec!["--port=1", "--port=2", "--demo"]);
-        assert_eq!(normalised.warnings.len(), 1);
-
-        let looping = dir.join("loop.flags");
-        std::fs::write(&looping, format!("--flagfile={}\n", looping.display())).unwrap();
-        let error = run(&[&format!("--flagfile={}", looping.display())]).unwrap_err();
-        assert!(error.contains("include itself"), "{error}");
-
-        let missing = run(&["--flagfile", "/nonexistent/yadcc.flags"]).unwrap_err();
-        assert!(missing.contains("/nonexistent/yadcc.flags"), "{missing}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+mod tests;

@@ -328,34 +328,6 @@ impl Stats {
         &self.calls[call.index()]
     }
 
-    /// The calls so far, one line: answered and failed by kind per call.
-    /// Said when a run cannot begin, where no report is printed.
-    pub fn calls_so_far(&self) -> String {
-        let mut parts = Vec::new();
-        for call in Call::ALL {
-            let stats = self.call(call);
-            let ok = stats.ok.load(Relaxed) + stats.no_quota.load(Relaxed);
-            let errors = stats.errors();
-            if ok == 0 && errors.is_empty() {
-                continue;
-            }
-            let failed: Vec<String> = errors
-                .iter()
-                .map(|(kind, count)| format!("{kind} {count}"))
-                .collect();
-            parts.push(format!(
-                "{}: {ok} answered, failed: [{}]",
-                call.name(),
-                failed.join(", ")
-            ));
-        }
-        if parts.is_empty() {
-            "no call answered or failed".to_owned()
-        } else {
-            parts.join("; ")
-        }
-    }
-
     pub fn record_ok(&self, call: Call, latency: Duration) {
         let stats = self.call(call);
         stats.ok.fetch_add(1, Relaxed);
@@ -402,20 +374,6 @@ impl Stats {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-    }
-
-    /// Bucket counts of every call's latency added up, and the number of
-    /// successful calls: two readings give one time slice.
-    pub fn reading(&self) -> (Vec<u64>, u64) {
-        let mut counts = vec![0; BUCKETS];
-        let mut ok = 0;
-        for call in &self.calls {
-            ok += call.ok.load(Relaxed);
-            for (total, count) in counts.iter_mut().zip(call.latency.counts()) {
-                *total += count;
-            }
-        }
-        (counts, ok)
     }
 
     /// Errors over every call kind.

@@ -9,7 +9,9 @@ use std::{
 };
 
 use prost::Message;
-use yadcc_scheduler::{pb, sim::process};
+use yadcc_scheduler::pb;
+
+use crate::process;
 
 use crate::support::{
     Binary, Connection, DIGEST, Method, SERVANT_TOKEN, USER_TOKEN, flare_request_uncompressed,

@@ -18,7 +18,11 @@ mod support;
 
 mod attacks;
 mod cluster;
+// The load generator's /proc reader, shared with it rather than kept in the library.
 mod legitimate;
+#[path = "../../src/bin/loadgen/process.rs"]
+#[allow(dead_code)]
+mod process;
 
 use std::time::{Duration, Instant};
 

@@ -14,14 +14,15 @@ use serde_json::{Value, json};
 use yadcc_scheduler::{
     pb::Method,
     sim::{
-        Cluster, ClusterConfig, Wire, Workload, process,
-        stats::{Call, Report, millis, quantile_of},
+        Cluster, ClusterConfig, Wire, Workload,
+        stats::{Call, Report},
         wire::{DAEMON_ACCEPTABLE_COMPRESSION, compression::ACCEPT_UNCOMPRESSED},
     },
 };
 
 use crate::{
-    Cli,
+    Cli, process,
+    progress::{calls_so_far, watch_window},
     report::{cpu_json, emit, round3, row_json},
 };
 
@@ -301,6 +302,28 @@ async fn measure(
     mut result: Value,
 ) -> Result<u64, String> {
     let protocol = config.protocol;
+    let cluster = start_ready(config, running).await?;
+    eprintln!("warming up {} s", run.warmup);
+    tokio::time::sleep(Duration::from_secs(run.warmup)).await;
+    let measured = measure_window(cli, run, &cluster, running.is_some()).await;
+    let failures = measured.report.total_errors() + measured.anomalies;
+    eprintln!(
+        "errors: {} (anomalies: {})",
+        measured.report.total_errors(),
+        measured.anomalies
+    );
+    if let Value::Object(fields) = &mut result {
+        fields.extend(measured.json(protocol, cli.threads));
+    }
+    emit(cli, result);
+    eprintln!("stopping: servants leave, delegates free their grants");
+    cluster.stop().await;
+    Ok(failures)
+}
+
+/// Starts the cluster and waits until its servants registered and, if
+/// `running` is given, nearly that many tasks run; stops it if they do not.
+async fn start_ready(config: ClusterConfig, running: Option<usize>) -> Result<Cluster, String> {
     let cluster = Cluster::start(config);
     eprintln!(
         "{} machines; addressing: {:?}",
@@ -309,21 +332,20 @@ async fn measure(
     );
     let registering = Instant::now();
     if !cluster.wait_ready(Duration::from_secs(30)).await {
-        let calls = cluster.stats().calls_so_far();
+        let calls = calls_so_far(cluster.stats());
         cluster.stop().await;
         return Err(format!(
             "servants did not register within 30 s; calls: {calls}"
         ));
     }
-    let stats = cluster.stats().clone();
-    let registered = stats.events.servants_registered.load(Relaxed);
+    let registered = cluster.stats().events.servants_registered.load(Relaxed);
     eprintln!(
         "{registered} of {} servants registered in {:.2} s",
         cluster.servants().len(),
         registering.elapsed().as_secs_f64(),
     );
     if (registered as usize) < cluster.servants().len() {
-        eprintln!("calls so far: {}", cluster.stats().calls_so_far());
+        eprintln!("calls so far: {}", calls_so_far(cluster.stats()));
     }
     if let Some(wanted) = running {
         let filling = Instant::now();
@@ -331,7 +353,7 @@ async fn measure(
         while cluster.running_tasks() < wanted * 95 / 100 {
             if filling.elapsed() > FILLING {
                 let running = cluster.running_tasks();
-                let calls = cluster.stats().calls_so_far();
+                let calls = calls_so_far(cluster.stats());
                 cluster.stop().await;
                 return Err(format!(
                     "{running} of {wanted} tasks running after {} s; calls: {calls}",
@@ -346,43 +368,44 @@ async fn measure(
             filling.elapsed().as_secs_f64()
         );
     }
-    eprintln!("warming up {} s", run.warmup);
-    tokio::time::sleep(Duration::from_secs(run.warmup)).await;
+    Ok(cluster)
+}
 
+/// What one measured window gave.
+struct Measured {
+    wall: Duration,
+    report: Report,
+    machines: usize,
+    connections: usize,
+    completed: u64,
+    anomalies: u64,
+    scheduler: Value,
+    loadgen: Value,
+    loadgen_per_machine: Option<f64>,
+    task_list: Value,
+}
+
+/// Measures the window from now (counters reset), printing progress and
+/// then the report on stderr.
+async fn measure_window(
+    cli: &Cli,
+    run: &WindowArgs,
+    cluster: &Cluster,
+    show_task_list: bool,
+) -> Measured {
+    let stats = cluster.stats().clone();
     stats.reset();
     let scheduler_before = cli.scheduler_pid.and_then(process::sample);
     let own_before = process::sample(std::process::id());
     let started = Instant::now();
-    let window = Duration::from_secs(run.duration);
-    let every = Duration::from_secs(run.progress_every);
-    let mut last = (stats.reading(), Instant::now());
-    while started.elapsed() < window {
-        let left = window.saturating_sub(started.elapsed());
-        let nap = if every.is_zero() {
-            left
-        } else {
-            left.min(every)
-        };
-        tokio::time::sleep(nap).await;
-        if !every.is_zero() && started.elapsed() < window {
-            // This slice only, not the whole window so far.
-            let now = (stats.reading(), Instant::now());
-            let slice: Vec<u64> = now.0.0.iter().zip(&last.0.0).map(|(a, b)| a - b).collect();
-            let calls = now.0.1 - last.0.1;
-            let seconds = (now.1 - last.1).as_secs_f64();
-            eprintln!(
-                "  {:>5.1} s: {:>8.0} calls/s, p50 {} ms, p99 {} ms, max <= {} ms; errors so far {}, tasks running {}",
-                started.elapsed().as_secs_f64(),
-                calls as f64 / seconds.max(1e-9),
-                millis(quantile_of(&slice, 0.5).unwrap_or_default()),
-                millis(quantile_of(&slice, 0.99).unwrap_or_default()),
-                millis(quantile_of(&slice, 1.0).unwrap_or_default()),
-                stats.total_errors(),
-                cluster.running_tasks()
-            );
-            last = now;
-        }
-    }
+    watch_window(
+        &stats,
+        started,
+        Duration::from_secs(run.duration),
+        Duration::from_secs(run.progress_every),
+        || cluster.running_tasks(),
+    )
+    .await;
     let wall = started.elapsed();
     let report: Report = stats.report();
     let scheduler_after = cli.scheduler_pid.and_then(process::sample);
@@ -412,56 +435,69 @@ async fn measure(
             "loadgen: {per_machine:.3} ms of CPU per simulated machine per second (process CPU time over the window)"
         );
     }
-    let list = task_list_json(&report, &stats);
-    if running.is_some() {
-        eprintln!("task list: {list}");
+    let task_list = task_list_json(&report, &stats);
+    if show_task_list {
+        eprintln!("task list: {task_list}");
     }
-    let anomalies = stats.events.anomalies();
-    let failures = report.total_errors() + anomalies;
-    eprintln!("errors: {} (anomalies: {anomalies})", report.total_errors());
+    Measured {
+        wall,
+        anomalies: stats.events.anomalies(),
+        report,
+        machines: cluster.machines(),
+        connections,
+        completed,
+        scheduler,
+        loadgen,
+        loadgen_per_machine,
+        task_list,
+    }
+}
 
-    let rpcs: BTreeMap<&str, Value> = report
-        .rows
-        .iter()
-        .map(|row| (row.name, row_json(row)))
-        .collect();
-    let events: BTreeMap<&str, u64> = report.events.iter().copied().collect();
-    if let Value::Object(fields) = &mut result {
-        fields.insert("protocol".into(), json!(protocol.label()));
-        fields.insert("machines_simulated".into(), json!(cluster.machines()));
-        fields.insert("duration_s".into(), json!(round3(wall.as_secs_f64())));
-        fields.insert("all".into(), row_json(&report.total));
-        fields.insert("rpcs".into(), json!(rpcs));
-        fields.insert("events".into(), json!(events));
-        fields.insert("anomalies".into(), json!(anomalies));
-        fields.insert(
-            "grant_cycles_per_second".into(),
-            json!(round3(completed as f64 / wall.as_secs_f64())),
-        );
-        fields.insert("connections".into(), json!(connections));
+impl Measured {
+    /// The run's JSON fields (beside the mode's header).
+    fn json(self, protocol: Wire, threads: Option<usize>) -> serde_json::Map<String, Value> {
+        let rpcs: BTreeMap<&str, Value> = self
+            .report
+            .rows
+            .iter()
+            .map(|row| (row.name, row_json(row)))
+            .collect();
+        let events: BTreeMap<&str, u64> = self.report.events.iter().copied().collect();
         // P5's yardstick: the scheduler's CPU per 1,000 simulated machines.
-        let per_thousand = scheduler
+        let per_thousand = self
+            .scheduler
             .get("cpu_seconds_per_second")
             .and_then(Value::as_f64)
-            .filter(|_| cluster.machines() > 0)
-            .map(|cpu| round3(cpu * 1000.0 / cluster.machines() as f64));
+            .filter(|_| self.machines > 0)
+            .map(|cpu| round3(cpu * 1000.0 / self.machines as f64));
+        let seconds = self.wall.as_secs_f64();
+        let mut fields = serde_json::Map::new();
+        fields.insert("protocol".into(), json!(protocol.label()));
+        fields.insert("machines_simulated".into(), json!(self.machines));
+        fields.insert("duration_s".into(), json!(round3(seconds)));
+        fields.insert("all".into(), json!(row_json(&self.report.total)));
+        fields.insert("rpcs".into(), json!(rpcs));
+        fields.insert("events".into(), json!(events));
+        fields.insert("anomalies".into(), json!(self.anomalies));
+        fields.insert(
+            "grant_cycles_per_second".into(),
+            json!(round3(self.completed as f64 / seconds)),
+        );
+        fields.insert("connections".into(), json!(self.connections));
         fields.insert(
             "scheduler_cpu_per_1000_machines".into(),
             json!(per_thousand),
         );
-        fields.insert("scheduler".into(), scheduler);
-        fields.insert("loadgen".into(), loadgen);
+        fields.insert("scheduler".into(), json!(self.scheduler));
+        fields.insert("loadgen".into(), json!(self.loadgen));
         fields.insert(
             "loadgen_cpu_ms_per_machine_second".into(),
-            json!(loadgen_per_machine),
+            json!(self.loadgen_per_machine),
         );
-        fields.insert("loadgen_threads".into(), json!(cli.threads));
-        fields.insert("task_list".into(), list);
+        fields.insert("loadgen_threads".into(), json!(threads));
+        fields.insert("task_list".into(), json!(self.task_list));
+        fields
     }
-    emit(cli, result);
-    eprintln!("stopping: servants leave, delegates free their grants");
-    cluster.stop().await;
-    Ok(failures)
 }
 
 /// P6's figures: the `GetRunningTasks` answers as received (on the wire and

@@ -1,15 +1,14 @@
 //! `heartbeat-rate` (P1): Heartbeat as fast as possible per protocol.
 
+mod driver;
+
 use std::{net::SocketAddr, time::Duration};
 
 use clap::Args;
 use serde_json::{Value, json};
-use yadcc_scheduler::sim::{
-    Wire,
-    heartbeat_rate::{self, HeartbeatRateConfig, Target},
-    stats::millis,
-};
+use yadcc_scheduler::sim::{Wire, stats::millis};
 
+use self::driver::{HeartbeatRateConfig, Target};
 use crate::{
     Cli,
     report::{emit, round3, row_json},
@@ -93,7 +92,7 @@ pub(crate) async fn run(
         "heartbeat-rate: {} connections, {} request(s) in flight on each, {} round(s) of {} s per target (after {} s warm-up), set up over {protocol}, against {target}",
         args.connections, args.pipeline, args.rounds, args.duration, args.warmup
     );
-    let results = heartbeat_rate::run(&config, |line| eprintln!("  {line}")).await?;
+    let results = driver::run(&config, |line| eprintln!("  {line}")).await?;
     eprintln!();
     eprintln!(
         "{:<18} {:>9} {:>10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>7}",
@@ -118,14 +117,14 @@ pub(crate) async fn run(
     for result in &results {
         let row = result.row();
         failures += row.error_count();
-        let versus = |other: Option<&heartbeat_rate::TargetResult>| {
+        let versus = |other: Option<&driver::TargetResult>| {
             other
                 .filter(|other| other.ok > 0)
                 .map(|other| round3(result.per_second() / other.per_second()))
         };
         // Requests per server CPU-second relative to another target: the
         // ratio a scheduler alone on its machine would see.
-        let cpu_versus = |other: Option<&heartbeat_rate::TargetResult>| {
+        let cpu_versus = |other: Option<&driver::TargetResult>| {
             let mine = result.scheduler_cpu_per_request()?;
             let theirs = other?.scheduler_cpu_per_request()?;
             Some(round3(theirs.as_secs_f64() / mine.as_secs_f64().max(1e-12)))

@@ -21,6 +21,8 @@
 
 mod cluster;
 mod heartbeat_rate;
+mod process;
+mod progress;
 mod report;
 
 use std::{

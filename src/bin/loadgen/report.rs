@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use yadcc_scheduler::sim::{process::ProcessSample, stats::Row};
+use yadcc_scheduler::sim::stats::Row;
+
+use crate::process::ProcessSample;
 
 use crate::Cli;
 

@@ -1,4 +1,4 @@
-//! Benchmark P1, `yadcc-loadgen heartbeat-rate`: one call as fast as possible over N keep-alive connections,
+//! Benchmark P1's driver: one call as fast as possible over N keep-alive connections,
 //! per protocol, and the bare route they are compared against (its server
 //! side is in `src/main.rs`, behind the `bench-route` feature).
 //!
@@ -24,20 +24,19 @@ use tokio::{sync::Barrier, task::JoinSet, time::Instant};
 use bytes::BytesMut;
 use prost::Message;
 
-use super::{
-    Addressing,
-    client::{CallError, Endpoint, SerialConn},
-    environment_digest, octet,
-    process::{self, ProcessSample},
-    servant::{self, ServantBehaviour, ServantSpec},
-    stats::{Histogram, Row, Stats},
-    wire::{self, Outcome, Wire},
+use yadcc_scheduler::{
+    pb::{self, Method},
+    sim::{
+        Addressing, BARE_PATH,
+        client::{CallError, Endpoint, SerialConn},
+        environment_digest, octet,
+        servant::{self, ServantBehaviour, ServantSpec},
+        stats::{self, Histogram, Row, Stats},
+        wire::{self, Outcome, Wire},
+    },
 };
-use crate::pb::{self, Method};
 
-/// Path of the bare route, which only a scheduler built with the
-/// `bench-route` feature and started with `--bench_bare_route` serves.
-pub const BARE_PATH: &str = "/bench/bare";
+use crate::process::{self, ProcessSample};
 
 /// One kind of call to send as fast as possible.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,14 +56,6 @@ pub enum Target {
 }
 
 impl Target {
-    pub const ALL: [Target; 5] = [
-        Target::HeartbeatFlare,
-        Target::HeartbeatHttpPb,
-        Target::HeartbeatJson,
-        Target::HeartbeatProtobuf,
-        Target::Bare,
-    ];
-
     pub fn name(self) -> &'static str {
         match self {
             Target::Bare => "bare",
@@ -463,7 +454,7 @@ pub async fn run(
                 round + 1,
                 result.target.name(),
                 phase.ok as f64 / phase.elapsed.as_secs_f64(),
-                super::stats::millis(phase.latency.quantile(0.99).unwrap_or_default()),
+                stats::millis(phase.latency.quantile(0.99).unwrap_or_default()),
                 phase.errors.values().sum::<u64>()
             ));
             result
