@@ -10,7 +10,9 @@
 #
 # PACKAGE_PROFILE=release (the default) packages `cargo build --release`;
 # PACKAGE_PROFILE=debug packages the debug binary the tests already built
-# (no release build: for CI, where only the package's contents are tested).
+# (no release build: for CI, where only the package's contents are tested;
+# cargo-deb 3.8 warns that it may refuse the dev profile one day).
+# PACKAGE_DEB=FILE tests that package instead of building one.
 # Needs root (or sudo) for dpkg; the machine's yadcc-scheduler package, if
 # any, is replaced and then removed.
 set -euo pipefail
@@ -25,14 +27,17 @@ profile=${PACKAGE_PROFILE:-release}
 start_limit_s=30
 package=yadcc-scheduler
 
-cargo_deb="$tools/cargo-deb/bin/cargo-deb"
-if [ "$("$cargo_deb" --version 2>/dev/null)" != "$cargo_deb_version" ]; then
+case "$tools" in /*) ;; *) tools="$PWD/$tools" ;; esac
+export PATH="$tools/cargo-deb/bin:$PATH"
+if [ "$(cargo-deb --version 2>/dev/null)" != "cargo-deb $cargo_deb_version" ]; then
   echo "installing cargo-deb $cargo_deb_version..."
   cargo install cargo-deb --version "$cargo_deb_version" --locked --force --root "$tools/cargo-deb"
 fi
 command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
 command -v curl >/dev/null 2>&1 || apt_install curl
 
+deb=${PACKAGE_DEB:-}
+if [ -z "$deb" ]; then
 echo "== building the package ($profile binary)"
 case "$profile" in
   release)
@@ -50,11 +55,12 @@ case "$profile" in
 esac
 out=target/debian
 rm -rf "$out"
-deb=$("$cargo_deb" deb --no-build --locked "${deb_profile[@]}" --output "$out" 2>&1 | tail -1)
+deb=$(cargo deb --no-build --locked "${deb_profile[@]}" --output "$out" | tail -1)
 [ -f "$deb" ] || {
   echo "cargo deb made no package: $deb" >&2
   exit 1
 }
+fi
 echo "$deb: $(du -h "$deb" | cut -f1)"
 
 if [ "$(id -u)" -eq 0 ]; then root=(); else root=(sudo); fi
@@ -104,9 +110,10 @@ echo "== the installed scheduler, as yadcc-scheduler.service starts it"
 exec_start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/yadcc-scheduler.service)
 read -r -a command <<<"$exec_start"
 log="$scratch/scheduler.log"
+: >"$log"
 # The unit's environment file holds the secrets: read it as systemd does
 # (KEY=value lines, # comments).
-"${root[@]}" env -i PATH=/usr/bin:/bin \
+"${root[@]}" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
   $("${root[@]}" grep -v '^#' /etc/yadcc-scheduler/env | grep '=') \
   runuser -u "$package" -- "${command[@]}" --listen=127.0.0.1:0 2>"$log" &
 server=$!
