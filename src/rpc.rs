@@ -33,7 +33,7 @@ use crate::{
     logging::{AccessLog, SLOW_CALL},
     metrics::CallEnd,
     pb::{self, Encoding, Method, Service},
-    protocol::CallProtocol,
+    protocol::Protocol,
     service::CallContext,
 };
 
@@ -68,7 +68,7 @@ pub fn body_too_slow(timeout: Duration) -> ApiError {
 /// What the transport knows about one call before running it.
 #[derive(Debug, Clone)]
 pub struct Call {
-    pub protocol: CallProtocol,
+    pub protocol: Protocol,
     pub encoding: Encoding,
     /// The caller's address (the socket's, or a trusted proxy's client).
     pub peer: IpAddr,
@@ -113,7 +113,7 @@ impl Call {
     /// within `timeout`: the one place a deadline is clamped to
     /// [`MAX_DEADLINE`].
     pub fn new(
-        protocol: CallProtocol,
+        protocol: Protocol,
         encoding: Encoding,
         peer: IpAddr,
         timeout: Option<Duration>,
@@ -146,11 +146,8 @@ pub async fn call(
         let method = method?;
         // A standby takes no call (its daemons go to the leader through the
         // load balancer); nor does a leader whose lease may have run out.
-        if let Some(standby) = state.leadership.refusal() {
-            return Err(ApiError::new(
-                ErrorKind::Overloaded,
-                format!("{method}: not served here: {standby}"),
-            ));
+        if let Some(refused) = not_served_here(state, method) {
+            return Err(refused);
         }
         let ctx = CallContext {
             peer: call.peer,
@@ -163,19 +160,36 @@ pub async fn call(
             let body = body.await?;
             dispatch(state, method, call, &body, &ctx).await
         };
-        match call.deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, run).await.map_err(|_| {
-                ApiError::new(
-                    ErrorKind::DeadlineExceeded,
-                    format!("{method} did not finish before the caller's deadline"),
-                )
-            })?,
+        let answer = match call.deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, run)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ApiError::new(
+                        ErrorKind::DeadlineExceeded,
+                        format!("{method} did not finish before the caller's deadline"),
+                    ))
+                }),
             None => run.await,
-        }
+        };
+        // A call held while this instance stepped down (a long poll, say)
+        // failed for that reason, whatever the engine answered on its way
+        // out (its servants expired, its queue emptied): "not served here",
+        // as every call of a standby.
+        answer.map_err(|error| not_served_here(state, method).unwrap_or(error))
     }
     .await;
     record(state, call, named, outcome.as_ref().err());
     outcome
+}
+
+/// "Overloaded" (code 11) when this instance does not serve now: a
+/// standby, or a leader whose lease may have run out.
+fn not_served_here(state: &AppState, method: Method) -> Option<ApiError> {
+    let standby = state.leadership.refusal()?;
+    Some(ApiError::new(
+        ErrorKind::Overloaded,
+        format!("{method}: not served here: {standby}"),
+    ))
 }
 
 /// Records a finished call: metrics, access log, the peer's protocol.
@@ -199,7 +213,7 @@ pub fn record(state: &AppState, call: &Call, method: Option<Method>, error: Opti
 
 /// What an access line is limited by: one a second per protocol, method and
 /// outcome (a slow success is an outcome of its own).
-pub type AccessKind = (CallProtocol, Option<Method>, Option<ErrorKind>);
+pub type AccessKind = (Protocol, Option<Method>, Option<ErrorKind>);
 
 /// The access line of a finished call, as `--access_log` says: every call,
 /// or only failures and slow calls (a caller told "no quota" did not fail:
