@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Parses scripts/deploy/kubernetes.yaml and checks what docs/failover.md promises
 of it: a Deployment of 2 with a /readyz readiness probe and --ha_* flags, a
-Service on 8336 and a PodDisruptionBudget, all selecting the same pods.
+Service on 8336 and a PodDisruptionBudget, all selecting the same pods; and
+that its image is the Containerfile's, run as that file's non-root user.
 Exits non-zero with a message on the first failure."""
+import os
+import re
 import sys
 
 import yaml
@@ -35,6 +38,16 @@ def main(path):
     secret = by_kind["Secret"][0]
     assert secret_ref == secret["metadata"]["name"], "the Secret the container reads"
     assert "YADCC_SERVING_DAEMON_TOKEN_SECRET" in secret["stringData"], "HA needs the shared secret"
+    # The image is the repository's Containerfile's, whose user it runs as.
+    containerfile = os.path.join(os.path.dirname(os.path.abspath(path)), "..", "..", "Containerfile")
+    with open(containerfile) as f:
+        recipe = f.read()
+    (user,) = re.findall(r"^USER (\d+):(\d+)$", recipe, re.M)
+    context = container["securityContext"]
+    assert context.get("runAsNonRoot") is True, "the container never runs as root"
+    assert (str(context["runAsUser"]), str(context["runAsGroup"])) == user, \
+        f"runAsUser/runAsGroup are the Containerfile's USER {user}"
+    assert container["image"] in recipe, "the Containerfile says how to build the image the Deployment runs"
     service = by_kind["Service"][0]["spec"]
     assert service["selector"] == labels, "the Service selects the Deployment's pods"
     assert [p["port"] for p in service["ports"]] == [8336], "the Service listens on 8336"

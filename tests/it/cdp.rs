@@ -21,6 +21,9 @@ const START_LIMIT: Duration = Duration::from_secs(60);
 /// The longest one protocol command may take.
 const COMMAND_LIMIT: Duration = Duration::from_secs(30);
 
+/// The height of the phone `Browser::open_on_phone` emulates.
+const PHONE_HEIGHT: u32 = 800;
+
 /// Chromium with one page, killed (and its profile removed) when dropped.
 pub struct Browser {
     child: Child,
@@ -36,6 +39,16 @@ pub struct Browser {
 impl Browser {
     /// Starts `binary` headless and opens a page on `url`.
     pub async fn open(binary: &Path, url: &str) -> Browser {
+        Browser::open_with(binary, url, None).await
+    }
+
+    /// Opens `url` in a phone's viewport `width` CSS pixels wide (a mobile
+    /// one: the page's `viewport` meta applies), set before the page loads.
+    pub async fn open_on_phone(binary: &Path, url: &str, width: u32) -> Browser {
+        Browser::open_with(binary, url, Some(width)).await
+    }
+
+    async fn open_with(binary: &Path, url: &str, phone_width: Option<u32>) -> Browser {
         static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let profile = std::env::temp_dir().join(format!("yadcc-cdp-{}-{run}", std::process::id()));
@@ -98,6 +111,15 @@ impl Browser {
             .to_owned();
         for domain in ["Runtime.enable", "Log.enable", "Page.enable"] {
             browser.command(true, domain, json!({})).await;
+        }
+        if let Some(width) = phone_width {
+            browser
+                .command(
+                    true,
+                    "Emulation.setDeviceMetricsOverride",
+                    json!({ "width": width, "height": PHONE_HEIGHT, "deviceScaleFactor": 2, "mobile": true }),
+                )
+                .await;
         }
         browser
             .command(true, "Page.navigate", json!({ "url": url }))

@@ -4,6 +4,7 @@ mod admin;
 mod admin_farm;
 mod browser;
 mod browser_operator;
+mod browser_phone;
 mod cdp;
 mod compression;
 mod connect_tools;

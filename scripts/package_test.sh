@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# The Debian package, end to end (docs/install.md): builds it with cargo-deb
+# (pinned, installed into target/test-tools/cargo-deb), installs it with
+# dpkg -i, checks both units with `systemd-analyze verify`, runs the installed
+# binary as the unit would (its ExecStart line, as the package's user, with
+# the package's flag file and secrets file; only the address changed to a
+# free loopback port) until /healthz, /readyz and the dashboard's API
+# answer, then removes the package (dpkg -r keeps the configuration, as
+# Debian does) and purges it (secrets, state and user gone).
+#
+# PACKAGE_PROFILE=release (the default) packages `cargo build --release`;
+# PACKAGE_PROFILE=debug packages the debug binary the tests already built
+# (no release build: for CI, where only the package's contents are tested;
+# cargo-deb 3.8 warns that it may refuse the dev profile one day).
+# PACKAGE_DEB=FILE tests that package instead of building one.
+# Needs root (or sudo) for dpkg; the machine's yadcc-scheduler package, if
+# any, is replaced and then removed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/apt.sh
+. scripts/lib/apt.sh
+
+tools=${YADCC_TEST_TOOLS:-target/test-tools}
+cargo_deb_version=3.8.0
+profile=${PACKAGE_PROFILE:-release}
+# How long the installed scheduler may take to answer (a loaded machine).
+start_limit_s=30
+package=yadcc-scheduler
+
+case "$tools" in /*) ;; *) tools="$PWD/$tools" ;; esac
+export PATH="$tools/cargo-deb/bin:$PATH"
+if [ "$(cargo-deb --version 2>/dev/null)" != "cargo-deb $cargo_deb_version" ]; then
+  echo "installing cargo-deb $cargo_deb_version..."
+  cargo install cargo-deb --version "$cargo_deb_version" --locked --force --root "$tools/cargo-deb"
+fi
+command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
+command -v curl >/dev/null 2>&1 || apt_install curl
+
+deb=${PACKAGE_DEB:-}
+if [ -z "$deb" ]; then
+echo "== building the package ($profile binary)"
+case "$profile" in
+  release)
+    cargo build --release --locked --bin yadcc-scheduler
+    deb_profile=(--profile release)
+    ;;
+  debug)
+    cargo build --locked --bin yadcc-scheduler
+    deb_profile=(--profile dev)
+    ;;
+  *)
+    echo "PACKAGE_PROFILE is release or debug, not $profile" >&2
+    exit 2
+    ;;
+esac
+out=target/debian
+rm -rf "$out"
+deb=$(cargo deb --no-build --locked "${deb_profile[@]}" --output "$out" | tail -1)
+[ -f "$deb" ] || {
+  echo "cargo deb made no package: $deb" >&2
+  exit 1
+}
+fi
+echo "$deb: $(du -h "$deb" | cut -f1)"
+
+if [ "$(id -u)" -eq 0 ]; then root=(); else root=(sudo); fi
+scratch=$(mktemp -d -t yadcc-package.XXXXXX)
+server=""
+cleanup() {
+  [ -z "$server" ] || kill "$server" 2>/dev/null || true
+  [ -z "$server" ] || wait "$server" 2>/dev/null || true
+  "${root[@]}" dpkg --purge "$package" >/dev/null 2>&1 || true
+  rm -rf "$scratch"
+}
+trap cleanup EXIT
+
+echo "== dpkg -i"
+"${root[@]}" dpkg -i "$deb"
+for path in /usr/bin/yadcc-scheduler /etc/yadcc-scheduler/flags /etc/yadcc-scheduler/ha.flags \
+  /etc/yadcc-scheduler/env /lib/systemd/system/yadcc-scheduler.service \
+  /lib/systemd/system/yadcc-scheduler-ha.service /usr/share/doc/yadcc-scheduler/install.md; do
+  [ -e "$path" ] || {
+    echo "the package installed no $path" >&2
+    exit 1
+  }
+done
+getent passwd "$package" >/dev/null || {
+  echo "the package made no $package user" >&2
+  exit 1
+}
+mode=$(stat -c '%a %U:%G' /etc/yadcc-scheduler/env)
+[ "$mode" = "640 root:$package" ] || {
+  echo "/etc/yadcc-scheduler/env is $mode, not 640 root:$package" >&2
+  exit 1
+}
+
+echo "== systemd-analyze verify"
+for unit in yadcc-scheduler.service yadcc-scheduler-ha.service; do
+  said=$(timeout 60 systemd-analyze verify "/lib/systemd/system/$unit" 2>&1) || {
+    echo "$unit: $said" >&2
+    exit 1
+  }
+  if grep -F "$unit" <<<"$said"; then
+    echo "$unit: systemd-analyze verify warned" >&2
+    exit 1
+  fi
+done
+
+echo "== the installed scheduler, as yadcc-scheduler.service starts it"
+exec_start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/yadcc-scheduler.service)
+read -r -a command <<<"$exec_start"
+log="$scratch/scheduler.log"
+: >"$log"
+# The unit's environment file holds the secrets: read it as systemd does
+# (KEY=value lines, # comments).
+"${root[@]}" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+  $("${root[@]}" grep -v '^#' /etc/yadcc-scheduler/env | grep '=') \
+  runuser -u "$package" -- "${command[@]}" --listen=127.0.0.1:0 2>"$log" &
+server=$!
+address=""
+for _ in $(seq $((start_limit_s * 10))); do
+  address=$(grep -o 'listening on http://[0-9.:]*' "$log" | head -1 | sed 's/listening on //' || true)
+  [ -n "$address" ] && break
+  kill -0 "$server" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -z "$address" ]; then
+  echo "the installed scheduler did not start:" >&2
+  cat "$log" >&2
+  exit 1
+fi
+credential=$("${root[@]}" sed -n 's/^YADCC_INSPECT_CREDENTIAL=//p' /etc/yadcc-scheduler/env)
+curl -fsS "$address/healthz" >/dev/null
+curl -fsS "$address/readyz" >/dev/null
+curl -fsS -u "$credential" "$address/api/v1/overview" >/dev/null
+status=$(curl -s -o /dev/null -w '%{http_code}' "$address/api/v1/overview")
+[ "$status" = 401 ] || {
+  echo "the dashboard's API answered $status without the packaged credential, not 401" >&2
+  exit 1
+}
+echo "$address: /healthz, /readyz, and /api/v1/overview with the packaged credential (401 without)"
+kill "$server"
+wait "$server" 2>/dev/null || true
+server=""
+
+echo "== dpkg -r, then --purge"
+"${root[@]}" dpkg -r "$package"
+[ ! -e /usr/bin/yadcc-scheduler ] || {
+  echo "dpkg -r left /usr/bin/yadcc-scheduler" >&2
+  exit 1
+}
+[ -e /etc/yadcc-scheduler/flags ] || {
+  echo "dpkg -r removed the configuration (only --purge does)" >&2
+  exit 1
+}
+"${root[@]}" dpkg --purge "$package"
+for path in /etc/yadcc-scheduler /var/lib/yadcc-scheduler; do
+  [ ! -e "$path" ] || {
+    echo "dpkg --purge left $path" >&2
+    exit 1
+  }
+done
+! getent passwd "$package" >/dev/null || {
+  echo "dpkg --purge left the $package user" >&2
+  exit 1
+}
+echo "package test passed"
