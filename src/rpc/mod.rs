@@ -30,6 +30,7 @@ use self::{
 };
 use crate::{
     admin::Credentials,
+    edge::Proof,
     logging::{AccessLog, SLOW_CALL},
     metrics::CallEnd,
     pb::{self, Encoding, Method, Service},
@@ -87,6 +88,9 @@ pub struct Call {
     /// What the caller presents to the operators' service (`Authorization`);
     /// none on the daemons' binary protocol.
     pub credentials: Credentials,
+    /// The standing of the connection the call came on, marked once a call
+    /// proves a token ([`proves_a_token`]); None without a connection.
+    pub proof: Option<Proof>,
 }
 
 /// A call's encoded answer: the payload, compressed with `compression` if
@@ -128,6 +132,7 @@ impl Call {
             connection: None,
             accepts: Accepted::NONE,
             credentials: Credentials::NONE,
+            proof: None,
         }
     }
 }
@@ -174,8 +179,28 @@ pub async fn call(
         }
     }
     .await;
+    if let Some(proof) = &call.proof
+        && proves_a_token(named, &outcome)
+    {
+        proof.mark();
+    }
     record(state, call, named, outcome.as_ref().err());
     outcome
+}
+
+/// Rule "a connection proves itself": a call that needs a token (every
+/// method but the open `GetRunningTasks`) and completed, or was told there
+/// is no quota (said only after the token is checked). A connection that
+/// never did so is a stranger at the edge (evicted first near the
+/// connection cap, its buffered bytes bounded: [`crate::edge::Proof`]).
+pub fn proves_a_token(method: Option<Method>, outcome: &Result<EncodedAnswer, ApiError>) -> bool {
+    match method {
+        None | Some(Method::GetRunningTasks) => false,
+        Some(_) => match outcome {
+            Ok(_) => true,
+            Err(error) => error.kind == ErrorKind::Scheduler(pb::Status::NoQuotaAvailable),
+        },
+    }
 }
 
 /// Records a finished call: metrics, access log, the peer's protocol.
