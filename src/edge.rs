@@ -15,7 +15,7 @@ use std::{
 use tokio::sync::Notify;
 
 pub use self::{
-    echo::{ECHO_BYTES, echo, echo_bytes},
+    echo::{ECHO_BYTES, MESSAGE_BYTES, echo, echo_bytes, echo_within},
     proof::Proof,
 };
 

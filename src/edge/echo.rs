@@ -8,13 +8,22 @@ use std::borrow::Cow;
 /// Bytes of a client's value echoed at most.
 pub const ECHO_BYTES: usize = 256;
 
+/// Bytes of a whole error message at most (the net under every message,
+/// whatever it quotes: a few values cut to [`ECHO_BYTES`] and their words).
+pub const MESSAGE_BYTES: usize = 1024;
+
 /// `value` as an answer may echo it: whole up to [`ECHO_BYTES`], else its
 /// first bytes (cut on a character boundary) and its length.
 pub fn echo(value: &str) -> Cow<'_, str> {
-    if value.len() <= ECHO_BYTES {
+    echo_within(value, ECHO_BYTES)
+}
+
+/// [`echo`] with a bound of `limit` bytes.
+pub fn echo_within(value: &str, limit: usize) -> Cow<'_, str> {
+    if value.len() <= limit {
         return Cow::Borrowed(value);
     }
-    let mut end = ECHO_BYTES;
+    let mut end = limit;
     while !value.is_char_boundary(end) {
         end -= 1;
     }
