@@ -225,7 +225,10 @@ fn refusal(request: &Request, kind: Kind, media_type: &str) -> Option<Response> 
     else {
         let mut refusal = error_response(
             Kind::Unary,
-            &ConnectError::new("unimplemented", format!("no procedure {}", crate::edge::echo(path))),
+            &ConnectError::new(
+                "unimplemented",
+                format!("no procedure {}", crate::edge::echo(path)),
+            ),
         );
         *refusal.status_mut() = StatusCode::NOT_FOUND;
         return Some(refusal);

@@ -318,8 +318,7 @@ async fn serve_connection(
         Sniffed::DaemonHttp => {
             let _open = state.metrics.connection_opened(CallProtocol::HttpPb);
             let framing = HttpPb::new(shared.router.clone());
-            let serve =
-                daemon::serve(framing, state.clone(), stream, peer, first, stopping, proof);
+            let serve = daemon::serve(framing, state.clone(), stream, peer, first, stopping, proof);
             leadership.while_serving_daemons(serve).await;
         }
         Sniffed::Hyper => {

@@ -43,7 +43,9 @@ pub struct Seat {
 
 impl Strangers {
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Seats a new connection of standing `proof`.

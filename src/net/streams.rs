@@ -101,7 +101,10 @@ pub struct Open {
 impl Open {
     /// `body`, the request open until it is finished or dropped.
     pub fn until_sent(self, body: Body) -> Body {
-        Body::new(Guarded { inner: body, _open: self })
+        Body::new(Guarded {
+            inner: body,
+            _open: self,
+        })
     }
 }
 

@@ -292,7 +292,9 @@ pub async fn dispatch(
         ),
         Method::KeepTaskAlive => encode(
             encoding,
-            &service.keep_task_alive(decode(encoding, body)?, ctx)?,
+            &service
+                .keep_task_alive(decode(encoding, body)?, ctx)
+                .await?,
         ),
         Method::FreeTask => encode(encoding, &service.free_task(decode(encoding, body)?, ctx)?),
         // Every daemon asks for the same list every second: one owner
