@@ -297,8 +297,8 @@ impl Scheduler {
         }))
     }
 
-    /// [`Scheduler::keep_alive`] as the RPC runs it: rule "renew in
-    /// slices": at most [`RENEW_SLICE`] ids under one hold of the lock, and
+    /// [`Scheduler::keep_alive`] as the RPC runs it, by rule
+    /// "renew in slices": at most [`RENEW_SLICE`] ids under one hold of the lock, and
     /// the task yields between slices, so a delegate renewing 65,536 grants
     /// (or twenty doing so at once) delays everyone else's calls by a slice,
     /// never by the whole batch. Each id is renewed as of its own slice.
