@@ -14,7 +14,7 @@ use tokio::{io::AsyncWriteExt, net::TcpStream, time::Instant};
 use yadcc_scheduler::{
     edge::EdgeSettings,
     pb::{self, flare::rpc::RpcMeta},
-    rpc::state::HttpSettings,
+    rpc::state::ServeSettings,
     sim::wire,
 };
 
@@ -25,12 +25,12 @@ const IDLE: Duration = Duration::from_millis(400);
 async fn server_idle_after(idle_timeout: Duration) -> Server {
     Server::start_with(
         engine_config(),
-        HttpSettings {
+        ServeSettings {
             edge: EdgeSettings {
                 idle_timeout,
                 ..EdgeSettings::default()
             },
-            ..HttpSettings::default()
+            ..ServeSettings::default()
         },
         "127.0.0.1:0",
     )

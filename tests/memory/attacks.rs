@@ -16,7 +16,7 @@ use yadcc_scheduler::{
     pb,
     sim::{
         client::{SerialConn, connect},
-        wire::Protocol,
+        wire::Wire,
     },
 };
 
@@ -130,7 +130,7 @@ impl Attack {
                     let call = call.clone();
                     held.spawn(async move {
                         let mut connection =
-                            SerialConn::connect(Some(ip(ATTACKER)), addr, Protocol::Flare)
+                            SerialConn::connect(Some(ip(ATTACKER)), addr, Wire::Flare)
                                 .await
                                 .expect("connect");
                         while connection.exchange(&call).await.is_ok() {}

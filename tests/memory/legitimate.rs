@@ -13,7 +13,7 @@ use yadcc_scheduler::{
     pb,
     sim::{
         client::SerialConn,
-        wire::{self, Outcome, Protocol},
+        wire::{self, Outcome, Wire},
     },
 };
 
@@ -41,7 +41,7 @@ pub enum Legitimate {
 pub enum Client {
     Daemon {
         connection: SerialConn,
-        protocol: Protocol,
+        protocol: Wire,
         next_id: u64,
         /// The running tasks each heartbeat reports.
         tasks: usize,
@@ -66,8 +66,8 @@ impl Legitimate {
         match self {
             Legitimate::Flare | Legitimate::HttpPb | Legitimate::LargeFlare => {
                 let protocol = match self {
-                    Legitimate::HttpPb => Protocol::HttpPb,
-                    _ => Protocol::Flare,
+                    Legitimate::HttpPb => Wire::HttpPb,
+                    _ => Wire::Flare,
                 };
                 let mut client = Client::Daemon {
                     connection: SerialConn::connect(Some(ip(LEGITIMATE)), addr, protocol)
@@ -129,7 +129,7 @@ impl Client {
                 *next_id += 1;
                 let mut request = BytesMut::new();
                 match protocol {
-                    Protocol::Flare => wire::encode_flare_request(
+                    Wire::Flare => wire::encode_flare_request(
                         &mut request,
                         *next_id,
                         Method::Heartbeat,

@@ -15,7 +15,7 @@ use yadcc_scheduler::{
     pb,
     sim::{
         client::{SerialConn, connect},
-        wire::{self, Protocol},
+        wire::{self, Wire},
     },
 };
 
@@ -130,7 +130,7 @@ async fn strangers_cannot_fill_the_connection_table() {
     for attacker in [ATTACKER, "127.0.0.3", "127.0.0.4"] {
         for _ in 0..100 {
             let Ok(mut connection) =
-                SerialConn::connect(Some(ip(attacker)), binary.addr, Protocol::Flare).await
+                SerialConn::connect(Some(ip(attacker)), binary.addr, Wire::Flare).await
             else {
                 continue;
             };
