@@ -36,7 +36,7 @@ use tokio::{net::TcpStream, sync::watch};
 pub use self::conn::Answer;
 use self::conn::{Connection, Next, Reader};
 use crate::{
-    edge::{ConnectionBudget, Reservation},
+    edge::{ConnectionBudget, MAX_DROPPED_IN_A_ROW, Proof, Reservation},
     pb::Method,
     rpc::{
         self,
@@ -117,7 +117,8 @@ static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
 /// the server stops. Every call on it names the connection: a daemon is its
 /// connection when callers take turns for quota (and under the waiter cap),
 /// so daemons behind one NAT address are told apart; the grants they receive
-/// still belong to their address and token.
+/// still belong to their address and token. `proof` is the connection's
+/// standing, marked by its first call that proves a token.
 pub async fn serve<F: Framing>(
     mut framing: F,
     state: AppState,
@@ -125,10 +126,11 @@ pub async fn serve<F: Framing>(
     peer: SocketAddr,
     already_read: BytesMut,
     stop: watch::Receiver<bool>,
+    proof: Proof,
 ) {
     let edge = state.settings.edge.clone();
     let connection_id = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
-    let budget = ConnectionBudget::new(&state.body_budget);
+    let budget = ConnectionBudget::new(&state.body_budget, proof.clone());
     let mut connection = Connection::for_daemon(stream, already_read, &edge, budget, stop);
     let mut drain = false;
     loop {
@@ -142,11 +144,27 @@ pub async fn serve<F: Framing>(
             .await
         {
             Ok(Incoming::Call(mut request)) => {
+                connection.useful();
                 request.call.connection = Some(connection_id);
+                request.call.proof = Some(proof.clone());
                 request
             }
-            Ok(Incoming::Dropped) => continue,
+            Ok(Incoming::Dropped) => {
+                // Not activity: a connection sending only these is idle,
+                // and one sending a burst of them is closed at once.
+                if connection.dropped() {
+                    tracing::debug!(
+                        target: LOG,
+                        %peer,
+                        "closing the connection: {MAX_DROPPED_IN_A_ROW} dropped frames in a row"
+                    );
+                    connection.abandon();
+                    return;
+                }
+                continue;
+            }
             Ok(Incoming::Answered { answer, then }) => {
+                connection.useful();
                 if connection.answers.send(answer).await.is_err() {
                     connection.abandon();
                     return;

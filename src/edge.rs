@@ -14,6 +14,14 @@ use std::{
 
 use tokio::sync::Notify;
 
+pub use self::{
+    echo::{ECHO_BYTES, MESSAGE_BYTES, echo, echo_bytes, echo_within},
+    proof::Proof,
+};
+
+pub mod echo;
+pub mod proof;
+
 /// Request bytes each connection may buffer on its own allowance; beyond
 /// it, every byte comes from the global budget (`--max_buffered_body_bytes`).
 /// Every call a daemon makes is far smaller, so a flood of stalled bodies on
@@ -47,6 +55,31 @@ pub const MAX_CALLS_IN_FLIGHT_PER_CONNECTION: usize = 1024;
 /// 2,000 (two each), with room to double; but never more than half the
 /// connection cap (see [`EdgeSettings::connection_cap_per_ip`]).
 pub const MAX_CONNECTIONS_PER_IP: usize = 4096;
+
+/// Messages a daemon connection may send in a row that are read and
+/// dropped unanswered (flare frames without `request_meta`: a response's
+/// frame, or one of a kind the server does not serve) before it is closed.
+/// Stock daemons send none; they are never activity either (the idle
+/// timeout counts from the last request served).
+pub const MAX_DROPPED_IN_A_ROW: usize = 8;
+
+/// HTTP/2 keep-alive pings: sent after this long without a frame from the
+/// peer; a peer that does not answer one within
+/// [`HTTP2_KEEP_ALIVE_TIMEOUT`] is gone, and its connection is closed. The
+/// pings are not activity for the idle timeout (open streams are).
+pub const HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+pub const HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Near the connection cap, connections that never proved a token are
+/// evicted, the oldest first, to keep this many places free (at least one):
+/// one in a hundred of the cap. See [`eviction_headroom`].
+pub const EVICTION_HEADROOM_DIVISOR: usize = 100;
+
+/// The free places under a connection cap of `cap` below which a new
+/// connection evicts the oldest stranger.
+pub fn eviction_headroom(cap: usize) -> usize {
+    (cap / EVICTION_HEADROOM_DIVISOR).max(1)
+}
 
 /// File descriptors kept back from the connection cap for everything else
 /// the process opens (listener, runtime, logs), so that an over-cap client can
@@ -138,11 +171,22 @@ pub fn raise_fd_limit() -> std::io::Result<u64> {
     rlimit::increase_nofile_limit(u64::MAX)
 }
 
+/// The part of the global budget that connections which have not proved
+/// themselves ([`Proof`]) may hold together, as a divisor: a quarter. Beyond
+/// their own allowance strangers draw only on it, so a flood of stalled
+/// bodies from strangers leaves three quarters for the servants and
+/// delegates that proved a token, while a daemon's first call on a new
+/// connection (a servant's heartbeat listing 1,000 running tasks after a
+/// restart is over 64 KiB) still finds room when nobody floods.
+pub const STRANGERS_SHARE_DIVISOR: usize = 4;
+
 /// The global budget of request bytes (`--max_buffered_body_bytes`). Cheap
 /// to clone.
 #[derive(Debug, Clone)]
 pub struct BodyBudget {
     inner: Arc<Budget>,
+    /// What strangers hold of it together.
+    strangers: Arc<Budget>,
 }
 
 /// Bytes that may be taken, and how many are.
@@ -193,14 +237,20 @@ pub struct Reservation {
     global: Arc<Budget>,
     /// The connection's allowance; None for a request served without one.
     own: Option<Arc<Budget>>,
+    /// The strangers' share and the connection's standing; None for a
+    /// request served without a connection.
+    strangers: Option<(Arc<Budget>, Proof)>,
     global_bytes: usize,
     own_bytes: usize,
+    /// Of `global_bytes`, those counted in the strangers' share too.
+    strangers_bytes: usize,
 }
 
 impl BodyBudget {
     pub fn new(capacity: usize) -> Self {
         Self {
             inner: Budget::new(capacity),
+            strangers: Budget::new(capacity / STRANGERS_SHARE_DIVISOR),
         }
     }
 
@@ -211,8 +261,10 @@ impl BodyBudget {
         let mut reservation = Reservation {
             global: Arc::clone(&self.inner),
             own: None,
+            strangers: None,
             global_bytes: 0,
             own_bytes: 0,
+            strangers_bytes: 0,
         };
         reservation.grow_to(bytes).then_some(reservation)
     }
@@ -230,13 +282,20 @@ impl BodyBudget {
 pub struct ConnectionBudget {
     global: Arc<Budget>,
     own: Arc<Budget>,
+    strangers: Arc<Budget>,
+    proof: Proof,
 }
 
 impl ConnectionBudget {
-    pub fn new(global: &BodyBudget) -> Self {
+    /// The budget of a connection whose standing is `proof`: while it has
+    /// proved nothing, it draws beyond its allowance only on the strangers'
+    /// share.
+    pub fn new(global: &BodyBudget, proof: Proof) -> Self {
         Self {
             global: Arc::clone(&global.inner),
             own: Budget::new(CONNECTION_BODY_BYTES),
+            strangers: Arc::clone(&global.strangers),
+            proof,
         }
     }
 
@@ -246,8 +305,10 @@ impl ConnectionBudget {
         let mut reservation = Reservation {
             global: Arc::clone(&self.global),
             own: Some(Arc::clone(&self.own)),
+            strangers: Some((Arc::clone(&self.strangers), self.proof.clone())),
             global_bytes: 0,
             own_bytes: 0,
+            strangers_bytes: 0,
         };
         reservation.grow_to(bytes).then_some(reservation)
     }
@@ -264,20 +325,42 @@ impl Reservation {
         let extra = total - held;
         let from_own = self.own.as_ref().map_or(0, |own| own.take_up_to(extra));
         let from_global = extra - from_own;
-        if from_global > 0 && !self.global.take(from_global) {
-            if let Some(own) = &self.own {
+        let stranger = self
+            .strangers
+            .as_ref()
+            .filter(|(_, proof)| !proof.is_proved() && from_global > 0)
+            .map(|(share, _)| share);
+        let refuse = |own: &Option<Arc<Budget>>| {
+            if let Some(own) = own {
                 own.give_back(from_own);
             }
-            return false;
+            false
+        };
+        if let Some(share) = stranger
+            && !share.take(from_global)
+        {
+            return refuse(&self.own);
+        }
+        if from_global > 0 && !self.global.take(from_global) {
+            if let Some(share) = stranger {
+                share.give_back(from_global);
+            }
+            return refuse(&self.own);
         }
         self.own_bytes += from_own;
         self.global_bytes += from_global;
+        if stranger.is_some() {
+            self.strangers_bytes += from_global;
+        }
         true
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
+        if let Some((share, _)) = &self.strangers {
+            share.give_back(self.strangers_bytes);
+        }
         self.global.give_back(self.global_bytes);
         if let Some(own) = &self.own {
             own.give_back(self.own_bytes);
@@ -364,7 +447,7 @@ mod tests {
     #[test]
     fn a_connection_buffers_its_allowance_then_draws_on_the_global_budget() {
         let global = BodyBudget::new(4 * CONNECTION_BODY_BYTES);
-        let first = ConnectionBudget::new(&global);
+        let first = ConnectionBudget::new(&global, Proof::proved());
         // Many small requests on one connection (HTTP/2 streams) share its
         // allowance: it is per connection, not per request.
         let small: Vec<_> = (0..64)
@@ -389,7 +472,7 @@ mod tests {
         assert_eq!(global.used(), 1000 + 2 * CONNECTION_BODY_BYTES, "unchanged");
         // The global budget is exhausted for everyone, but another
         // connection's small requests still fit in its own allowance.
-        let second = ConnectionBudget::new(&global);
+        let second = ConnectionBudget::new(&global, Proof::proved());
         assert!(second.reserve(3 * CONNECTION_BODY_BYTES).is_none());
         let heartbeat = second
             .reserve(1300)
@@ -398,6 +481,39 @@ mod tests {
         assert_eq!(global.used(), 0);
         assert_eq!(first.own.used.load(Ordering::Relaxed), 0);
         assert_eq!(second.own.used.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn strangers_share_a_quarter_of_the_global_budget_and_proved_connections_the_rest() {
+        let global = BodyBudget::new(16 * CONNECTION_BODY_BYTES);
+        let share = 4 * CONNECTION_BODY_BYTES;
+        let strangers: Vec<_> = (0..8)
+            .map(|_| ConnectionBudget::new(&global, Proof::stranger()))
+            .collect();
+        // Each stranger's own allowance, then the strangers' share, is all
+        // they get together.
+        let mut held: Vec<_> = strangers
+            .iter()
+            .map(|budget| budget.reserve(CONNECTION_BODY_BYTES).expect("own"))
+            .collect();
+        assert_eq!(global.used(), 0);
+        held.push(strangers[0].reserve(share).expect("the strangers' share"));
+        assert!(
+            strangers[1].reserve(CONNECTION_BODY_BYTES).is_none(),
+            "the share is used up"
+        );
+        // A daemon that proved its token still finds the rest.
+        let proof = Proof::stranger();
+        let daemon = ConnectionBudget::new(&global, proof.clone());
+        assert!(daemon.reserve(2 * CONNECTION_BODY_BYTES).is_none());
+        proof.mark();
+        let heartbeat = daemon
+            .reserve(8 * CONNECTION_BODY_BYTES)
+            .expect("a large heartbeat of a proved servant");
+        assert_eq!(global.used(), share + 7 * CONNECTION_BODY_BYTES);
+        drop((held, heartbeat));
+        assert_eq!(global.used(), 0);
+        assert_eq!(global.strangers.used.load(Ordering::Relaxed), 0);
     }
 
     #[test]

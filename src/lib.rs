@@ -163,7 +163,15 @@
 //! answers in `daemon::conn` (an answer is a head and a payload shared by
 //! every caller, written with one vectored write); a hyper connection's
 //! answers are counted until hyper takes them in `net::answers`, which also
-//! closes a connection whose answers make no progress. [`logging`]: which
+//! closes a connection whose answers make no progress. Strangers
+//! (connections that never completed a call with a valid token: the
+//! [`edge::Proof`] the call core marks, `rpc::proves_a_token`) buffer beyond
+//! their own 64 KiB only within a quarter of the global budget, and are
+//! evicted first, oldest first, near the connection cap (`net::strangers`);
+//! a hyper connection without a complete request within the header-read
+//! timeout, or without an open one for the idle timeout, is closed
+//! (`net::streams`). A client's value echoed in an error is cut by
+//! [`edge::echo`]. [`logging`]: which
 //! calls the access log writes (`--access_log`) and the limit of one line a
 //! second per kind on what clients can make the server write.
 //!

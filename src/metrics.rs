@@ -51,7 +51,13 @@ pub const PREFIX: &str = "yadcc_scheduler";
 /// The caps a connection can be refused for (`net` passes them to
 /// [`Metrics::connection_refused`]); their series exist from the start, at 0,
 /// so a rate over them is defined before the first refusal.
-pub const CONNECTION_CAPS: [&str; 2] = ["max_connections", "max_connections_per_ip"];
+/// `evicted_stranger`: a connection that proved no token, closed near the
+/// global cap to make room for a new one.
+pub const CONNECTION_CAPS: [&str; 3] = [
+    "max_connections",
+    "max_connections_per_ip",
+    "evicted_stranger",
+];
 
 /// How a call ended, as its metrics tell endings apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

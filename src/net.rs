@@ -19,6 +19,8 @@
 pub mod answers;
 pub mod io;
 pub mod proxy;
+pub mod strangers;
+pub mod streams;
 pub mod tls;
 
 use std::{
@@ -49,6 +51,8 @@ use tower::ServiceExt;
 use self::{
     answers::AnswerTracker,
     io::{Activity, Rewind},
+    strangers::Strangers,
+    streams::{Streams, Verdict},
     tls::Tls,
 };
 use crate::{
@@ -58,7 +62,7 @@ use crate::{
         flare::{Flare, frame::MAGIC},
         http_pb::{self, HeadScan, HttpPb, MAX_HEAD_BYTES},
     },
-    edge::{self, ConnectionBudget, EdgeSettings, QueuedAnswers},
+    edge::{self, ConnectionBudget, EdgeSettings, Proof, QueuedAnswers},
     protocol::Protocol,
     readiness::NotReady,
     rpc::state::AppState,
@@ -131,6 +135,8 @@ pub async fn serve(
         state,
         per_ip: Mutex::default(),
         per_ip_cap,
+        strangers: Arc::default(),
+        eviction_headroom: edge::eviction_headroom(cap),
         edge,
     });
     let slots = Arc::new(Semaphore::new(cap));
@@ -146,9 +152,21 @@ pub async fn serve(
                     if let Some(admitted) = admit(&shared, &slots, peer) {
                         let shared = Arc::clone(&shared);
                         let stopping = stopping.clone();
+                        let proof = Proof::stranger();
+                        let seat = shared.strangers.seat(proof.clone());
                         connections.spawn(async move {
                             let _admitted = admitted;
-                            serve_connection(shared, stream, peer, stopping).await;
+                            tokio::select! {
+                                () = serve_connection(shared, stream, peer, stopping, proof) => {}
+                                // Dropping the connection's future closes it.
+                                () = seat.evicted() => {
+                                    tracing::debug!(
+                                        target: LOG,
+                                        %peer,
+                                        "closed: evicted near the connection cap, no token proved"
+                                    );
+                                }
+                            }
                         });
                     }
                 }
@@ -194,6 +212,11 @@ struct Listener {
     per_ip: Mutex<HashMap<IpAddr, usize>>,
     /// Open connections from one address block at most.
     per_ip_cap: usize,
+    /// The connections that proved no token yet, evicted first.
+    strangers: Arc<Strangers>,
+    /// Free places under the global cap below which a new connection
+    /// evicts the oldest stranger.
+    eviction_headroom: usize,
 }
 
 fn hyper_builder(edge: &EdgeSettings) -> auto::Builder<TokioExecutor> {
@@ -207,6 +230,8 @@ fn hyper_builder(edge: &EdgeSettings) -> auto::Builder<TokioExecutor> {
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(edge.http2_max_concurrent_streams)
+        .keep_alive_interval(edge::HTTP2_KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(edge::HTTP2_KEEP_ALIVE_TIMEOUT)
         .max_send_buf_size(HTTP2_SEND_BUFFER);
     builder
 }
@@ -237,9 +262,14 @@ impl Drop for Admitted {
 
 /// A place under both caps, or None (the stream is then dropped: closed).
 /// A trusted reverse proxy carries everyone behind it, so the per-address
-/// cap does not apply to it (the global cap still does).
+/// cap does not apply to it (the global cap still does). Near the global
+/// cap, each new connection evicts the oldest that proved no token, so the
+/// places free never run out while strangers hold them.
 fn admit(shared: &Arc<Listener>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Option<Admitted> {
     let metrics = &shared.state.metrics;
+    if slots.available_permits() <= shared.eviction_headroom && shared.strangers.evict_oldest() {
+        metrics.connection_refused("evicted_stranger");
+    }
     let Ok(slot) = Arc::clone(slots).try_acquire_owned() else {
         metrics.connection_refused("max_connections");
         return None;
@@ -271,6 +301,7 @@ async fn serve_connection(
     mut stream: TcpStream,
     mut peer: SocketAddr,
     stopping: watch::Receiver<bool>,
+    proof: Proof,
 ) {
     let _ = stream.set_nodelay(true);
     let mut first = BytesMut::with_capacity(1024);
@@ -300,24 +331,24 @@ async fn serve_connection(
     match server {
         ConnectionServer::Flare => {
             let _open = state.metrics.connection_opened(Protocol::Flare);
-            let serve = daemon::serve(Flare, state.clone(), stream, peer, first, stopping);
+            let serve = daemon::serve(Flare, state.clone(), stream, peer, first, stopping, proof);
             leadership.while_serving_daemons(serve).await;
         }
         ConnectionServer::DaemonHttp => {
             let _open = state.metrics.connection_opened(Protocol::HttpPb);
             let framing = HttpPb::new(shared.router.clone());
-            let serve = daemon::serve(framing, state.clone(), stream, peer, first, stopping);
+            let serve = daemon::serve(framing, state.clone(), stream, peer, first, stopping, proof);
             leadership.while_serving_daemons(serve).await;
         }
         ConnectionServer::Tls if shared.tls.is_some() => {
             let _open = state.metrics.connection_opened(Protocol::Http);
-            serve_tls(&shared, stream, peer, first, stopping).await;
+            serve_tls(&shared, stream, peer, first, stopping, proof).await;
         }
         ConnectionServer::Hyper | ConnectionServer::Tls => {
             let _open = state.metrics.connection_opened(Protocol::Http);
             let activity = Activity::new();
             let io = Rewind::new(first.freeze(), stream, activity.clone());
-            serve_hyper(&shared, io, activity, None, peer, stopping).await;
+            serve_hyper(&shared, io, activity, None, peer, stopping, proof).await;
         }
     }
 }
@@ -336,6 +367,7 @@ async fn serve_tls(
     peer: SocketAddr,
     first: BytesMut,
     stopping: watch::Receiver<bool>,
+    proof: Proof,
 ) {
     let Some(tls) = &shared.tls else {
         return;
@@ -359,7 +391,7 @@ async fn serve_tls(
     let secured = Secured {
         certificate: tls.client_certificate(stream.get_ref().1),
     };
-    serve_hyper(shared, stream, activity, Some(secured), peer, stopping).await;
+    serve_hyper(shared, stream, activity, Some(secured), peer, stopping, proof).await;
 }
 
 /// Reads a trusted proxy's PROXY header, if one comes, and takes it out of
@@ -443,9 +475,11 @@ async fn serve_hyper<S>(
     secured: Option<Secured>,
     peer: SocketAddr,
     mut stopping: watch::Receiver<bool>,
+    proof: Proof,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let streams = Streams::new();
     let io = TokioIo::new(io);
     let certificate = secured
         .as_ref()
@@ -455,15 +489,18 @@ async fn serve_hyper<S>(
     // Every request (every HTTP/2 stream) of the connection buffers its body
     // within the connection's one allowance, and every answer is counted
     // until hyper has taken it.
-    let budget = ConnectionBudget::new(&shared.state.body_budget);
+    let budget = ConnectionBudget::new(&shared.state.body_budget, proof.clone());
     let queued = QueuedAnswers::default();
     let answers = AnswerTracker::new(queued.clone());
     let service = {
         let answers = Arc::clone(&answers);
+        let streams = streams.clone();
         hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            let open = streams.open();
             request.extensions_mut().insert(ConnectInfo(peer));
             request.extensions_mut().insert(budget.clone());
             request.extensions_mut().insert(queued.clone());
+            request.extensions_mut().insert(proof.clone());
             if over_tls {
                 request.extensions_mut().insert(OverTls);
             }
@@ -477,17 +514,21 @@ async fn serve_hyper<S>(
                     .oneshot(request)
                     .await
                     .unwrap_or_else(|never| match never {});
-                Ok::<_, Infallible>(response.map(|body| answers.track(body)))
+                Ok::<_, Infallible>(response.map(|body| open.until_sent(answers.track(body))))
             }
         })
     };
     let connection = shared.hyper.serve_connection_with_upgrades(io, service);
     tokio::pin!(connection);
     let idle_timeout = shared.edge.idle_timeout;
+    let header_read_timeout = shared.edge.header_read_timeout;
     let write_timeout = shared.edge.body_read_timeout;
-    let period = idle_timeout.min(write_timeout) / 4;
+    let period = idle_timeout.min(write_timeout).min(header_read_timeout) / 4;
     let mut check = tokio::time::interval_at(Instant::now() + period, period);
     let mut closing = false;
+    // When a connection told to close for idling must be gone: a peer
+    // that never acknowledges the GOAWAY does not keep it open.
+    let mut close_by = None;
     loop {
         tokio::select! {
             _ = connection.as_mut() => return,
@@ -511,9 +552,26 @@ async fn serve_hyper<S>(
                     );
                     return;
                 }
-                if !closing && activity.idle_for() >= idle_timeout {
-                    closing = true;
-                    connection.as_mut().graceful_shutdown();
+                if close_by.is_some_and(|by| Instant::now() >= by) {
+                    return;
+                }
+                match streams.verdict(header_read_timeout, idle_timeout) {
+                    Verdict::Serving => {}
+                    // Nothing to finish: a preface, PINGs or a half head.
+                    Verdict::NoRequest => {
+                        tracing::debug!(
+                            target: LOG,
+                            %peer,
+                            "closed: no complete request within the header-read timeout"
+                        );
+                        return;
+                    }
+                    Verdict::Idle if close_by.is_none() => {
+                        closing = true;
+                        connection.as_mut().graceful_shutdown();
+                        close_by = Some(Instant::now() + header_read_timeout);
+                    }
+                    Verdict::Idle => {}
                 }
             }
         }
@@ -535,6 +593,8 @@ mod tests {
             per_ip_cap: state.settings.edge.connection_cap_per_ip(usize::MAX),
             state,
             per_ip: Mutex::default(),
+            strangers: Arc::default(),
+            eviction_headroom: 1,
         })
     }
 

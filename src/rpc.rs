@@ -30,6 +30,7 @@ use self::{
 };
 use crate::{
     admin::Credentials,
+    edge::Proof,
     logging::{AccessLog, SLOW_CALL},
     metrics::CallEnd,
     pb::{self, Encoding, Method, Service},
@@ -88,6 +89,9 @@ pub struct Call {
     /// What the caller presents to the operators' service (`Authorization`);
     /// none on the daemons' binary protocol.
     pub credentials: Credentials,
+    /// The standing of the connection the call came on, marked once a call
+    /// proves a token ([`proves_a_token`]); None without a connection.
+    pub proof: Option<Proof>,
 }
 
 /// A call's encoded answer: the payload, compressed with `compression` if
@@ -129,6 +133,7 @@ impl Call {
             connection: None,
             accepts: Accepted::NONE,
             credentials: Credentials::NONE,
+            proof: None,
         }
     }
 }
@@ -179,8 +184,28 @@ pub async fn call(
         answer.map_err(|error| not_served_here(state, method).unwrap_or(error))
     }
     .await;
+    if let Some(proof) = &call.proof
+        && proves_a_token(named, &outcome)
+    {
+        proof.mark();
+    }
     record(state, call, named, outcome.as_ref().err());
     outcome
+}
+
+/// Rule "a connection proves itself": a call that needs a token (every
+/// method but the open `GetRunningTasks`) and completed, or was told there
+/// is no quota (said only after the token is checked). A connection that
+/// never did so is a stranger at the edge (evicted first near the
+/// connection cap, its buffered bytes bounded: [`crate::edge::Proof`]).
+pub fn proves_a_token(method: Option<Method>, outcome: &Result<EncodedAnswer, ApiError>) -> bool {
+    match method {
+        None | Some(Method::GetRunningTasks) => false,
+        Some(_) => match outcome {
+            Ok(_) => true,
+            Err(error) => error.kind == ErrorKind::Scheduler(pb::Status::NoQuotaAvailable),
+        },
+    }
 }
 
 /// "Overloaded" (code 11) when this instance does not serve now: a
@@ -288,7 +313,9 @@ pub async fn dispatch(
         ),
         Method::KeepTaskAlive => encode(
             encoding,
-            &service.keep_task_alive(decode(encoding, body)?, ctx)?,
+            &service
+                .keep_task_alive(decode(encoding, body)?, ctx)
+                .await?,
         ),
         Method::FreeTask => encode(encoding, &service.free_task(decode(encoding, body)?, ctx)?),
         // Every daemon asks for the same list every second: one owner

@@ -232,17 +232,20 @@ impl SchedulerService {
         })
     }
 
-    pub fn keep_task_alive(
+    pub async fn keep_task_alive(
         &self,
         request: pb::KeepTaskAliveRequest,
         ctx: &CallContext,
     ) -> Result<pb::KeepTaskAliveResponse, RpcStatus> {
-        let statuses = self.engine.keep_alive(
-            &request.token,
-            ctx.peer,
-            &request.task_grant_ids,
-            millis(request.next_keep_alive_in_ms),
-        )?;
+        let statuses = self
+            .engine
+            .keep_alive_in_slices(
+                &request.token,
+                ctx.peer,
+                &request.task_grant_ids,
+                millis(request.next_keep_alive_in_ms),
+            )
+            .await?;
         Ok(pb::KeepTaskAliveResponse { statuses })
     }
 
@@ -427,7 +430,7 @@ mod tests {
             };
             refusals.push((
                 Method::KeepTaskAlive,
-                service.keep_task_alive(keep, &ctx).map(drop),
+                service.keep_task_alive(keep, &ctx).await.map(drop),
             ));
             let free = pb::FreeTaskRequest {
                 token: token.into(),

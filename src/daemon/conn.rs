@@ -27,7 +27,8 @@ use tokio::{
 };
 
 use crate::edge::{
-    ConnectionBudget, EdgeSettings, MAX_CALLS_IN_FLIGHT_PER_CONNECTION, answer_queue_bound,
+    ConnectionBudget, EdgeSettings, MAX_CALLS_IN_FLIGHT_PER_CONNECTION, MAX_DROPPED_IN_A_ROW,
+    answer_queue_bound,
 };
 
 /// Read granularity while waiting for a head. A daemon's heartbeat frame is
@@ -205,6 +206,12 @@ pub struct Connection {
     in_flight: InFlight,
     calls: JoinSet<()>,
     idle_timeout: Duration,
+    /// When the connection last read something it served (a call, or a
+    /// request the framing answered): what the idle timeout counts from.
+    /// Messages the framing drops do not move it.
+    useful_at: Instant,
+    /// Messages dropped since the last useful one.
+    dropped_in_a_row: usize,
     /// Fires at the earliest moment the connection may have idled out. One
     /// timer for the connection's life, moved only when it fires: arming a
     /// fresh one per request cost a timer-wheel insert and removal per call.
@@ -275,8 +282,23 @@ impl Connection {
             in_flight: InFlight::default(),
             calls: JoinSet::new(),
             idle_timeout,
+            useful_at: Instant::now(),
+            dropped_in_a_row: 0,
             idle: Box::pin(tokio::time::sleep(idle_timeout)),
         }
+    }
+
+    /// The request just read is served: the connection is not idle.
+    pub fn useful(&mut self) {
+        self.useful_at = Instant::now();
+        self.dropped_in_a_row = 0;
+    }
+
+    /// The message just read was dropped unanswered; true when that makes
+    /// [`MAX_DROPPED_IN_A_ROW`] in a row, and the connection should close.
+    pub fn dropped(&mut self) -> bool {
+        self.dropped_in_a_row += 1;
+        self.dropped_in_a_row >= MAX_DROPPED_IN_A_ROW
     }
 
     /// Waits for the next request. On [`Next::Closed`] the caller is gone:
@@ -312,7 +334,9 @@ impl Connection {
         if !self.reader.buf.is_empty() {
             return Next::Request;
         }
-        let quiet_until = Instant::now() + self.idle_timeout;
+        // From the last request served, not the last byte: a peer sending
+        // only messages that are dropped idles out like a silent one.
+        let quiet_until = self.useful_at + self.idle_timeout;
         loop {
             if *self.stop.borrow() {
                 return Next::Stopping;

@@ -17,7 +17,7 @@ use super::{
     conn::{Answer, Reader},
 };
 use crate::{
-    edge::Reservation,
+    edge::{self, Reservation},
     pb::{Encoding, Method, SCHEDULER_SERVICE, Service},
     protocol::Protocol,
     rpc::{
@@ -231,7 +231,7 @@ fn method_of(meta: &RequestMeta) -> Result<Method, ApiError> {
                 .copied()
                 .find(|known| known.name().as_bytes() == method)
         });
-    known.ok_or_else(|| unknown_method(&String::from_utf8_lossy(meta.method_name())))
+    known.ok_or_else(|| unknown_method(&edge::echo_bytes(meta.method_name())))
 }
 
 /// The framework's error for a method name this server does not implement:

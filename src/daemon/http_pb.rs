@@ -22,7 +22,7 @@ use super::{
     conn::{Answer, Reader},
 };
 use crate::{
-    edge::ConnectionBudget,
+    edge::{self, ConnectionBudget},
     grammar,
     http::{
         dialect::{self, RPC_SEQ_NO, RouteAnswer, RouteDialect, RouteStyle},
@@ -211,7 +211,11 @@ async fn read_request(
         Some(full_name) => dialect::resolve_full_name(full_name),
         None => Err(ApiError::new(
             ErrorKind::ServiceNotFound,
-            format!("no route for {http_method} {path}; RPCs live under {RPC_PATH_PREFIX}"),
+            format!(
+                "no route for {} {}; RPCs live under {RPC_PATH_PREFIX}",
+                edge::echo(http_method.as_str()),
+                edge::echo(path)
+            ),
         )),
     };
     let checked = handler::check_head(

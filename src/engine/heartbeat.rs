@@ -53,7 +53,8 @@ pub(crate) fn effective_processors(num_processors: u32, capacity: u32) -> u32 {
 pub(crate) fn parse_location(location: &str) -> Result<SocketAddr, Rejection> {
     crate::grammar::parse_location(location).ok_or_else(|| {
         Rejection::InvalidArgument(format!(
-            "location {location:?} is not IP:port (a.b.c.d:port or [v6]:port)"
+            "location {:?} is not IP:port (a.b.c.d:port or [v6]:port)",
+            crate::edge::echo(location)
         ))
     })
 }

@@ -225,7 +225,10 @@ fn refusal(request: &Request, kind: Kind, media_type: &str) -> Option<Response> 
     else {
         let mut refusal = error_response(
             Kind::Unary,
-            &ConnectError::new("unimplemented", format!("no procedure {path}")),
+            &ConnectError::new(
+                "unimplemented",
+                format!("no procedure {}", crate::edge::echo(path)),
+            ),
         );
         *refusal.status_mut() = StatusCode::NOT_FOUND;
         return Some(refusal);
@@ -258,7 +261,10 @@ fn refusal(request: &Request, kind: Kind, media_type: &str) -> Option<Response> 
             kind,
             &ConnectError::new(
                 "invalid_argument",
-                format!("connect-protocol-version must be \"1\", not {version:?}"),
+                format!(
+                    "connect-protocol-version must be \"1\", not {:?}",
+                    crate::edge::echo_bytes(version.as_bytes())
+                ),
             ),
         ));
     }
@@ -273,7 +279,10 @@ fn refusal(request: &Request, kind: Kind, media_type: &str) -> Option<Response> 
             kind,
             &ConnectError::new(
                 "unimplemented",
-                format!("{encoding} {compression:?} is not supported; send messages uncompressed"),
+                format!(
+                    "{encoding} {:?} is not supported; send messages uncompressed",
+                    crate::edge::echo_bytes(compression.as_bytes())
+                ),
             ),
         ));
     }

@@ -132,7 +132,11 @@ pub fn resolve(service: Service, method: &str) -> Result<Method, ApiError> {
     service.method(method).ok_or_else(|| {
         ApiError::new(
             ErrorKind::MethodNotFound,
-            format!("{} has no method {method:?}", service.full_name()),
+            format!(
+                "{} has no method {:?}",
+                service.full_name(),
+                crate::edge::echo(method)
+            ),
         )
     })
 }

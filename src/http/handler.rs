@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::access_log::CallLogged;
 use crate::{
     admin::Credentials,
-    edge::{ConnectionBudget, QueuedAnswers},
+    edge::{ConnectionBudget, Proof, QueuedAnswers},
     grammar,
     pb::{Encoding, Method},
     protocol::Protocol,
@@ -149,6 +149,7 @@ pub async fn serve<P: Dialect>(
     );
     head.call.credentials =
         std::mem::take(&mut head.call.credentials).with_certificate_from(&parts.extensions);
+    head.call.proof = parts.extensions.get::<Proof>().cloned();
     let queued = parts.extensions.get::<QueuedAnswers>();
     let message = async {
         // A connection whose answers are not being taken (HTTP/2 streams

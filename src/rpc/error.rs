@@ -180,11 +180,14 @@ pub struct ErrorBody {
 }
 
 impl ApiError {
+    /// The message is bounded ([`crate::edge::MESSAGE_BYTES`]): it goes
+    /// back in a header and the body, and may quote what the client sent.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
+        let mut message = message.into();
+        if message.len() > crate::edge::MESSAGE_BYTES {
+            message = crate::edge::echo_within(&message, crate::edge::MESSAGE_BYTES).into_owned();
         }
+        Self { kind, message }
     }
 
     pub fn malformed(message: impl Into<String>) -> Self {

@@ -422,14 +422,17 @@ const MIB: f64 = 1048576.0;
 #[tokio::test]
 async fn stalled_large_bodies_are_held_only_up_to_the_budget() {
     let _heavy = heavy().await;
-    let budget = 32usize << 20;
+    // Strangers (these connections prove no token) hold a quarter of it
+    // together: 32 MiB.
+    let budget = 128usize << 20;
     let budget_flag = format!("--max_buffered_body_bytes={budget}");
     let server = Binary::start(&[STALL_FLAGS, &budget_flag], None);
     let (stalls, _open) = stall_bodies(&server, 100).await;
     println!("budget on: {stalls:?}");
     // Each held body (one per connection) reserves all but its connection's
-    // own 64 KiB from the budget.
-    let fit = budget / (STALLED_BODY - yadcc_scheduler::edge::CONNECTION_BODY_BYTES);
+    // own 64 KiB from the strangers' share of the budget.
+    let share = budget / yadcc_scheduler::edge::STRANGERS_SHARE_DIVISOR;
+    let fit = share / (STALLED_BODY - yadcc_scheduler::edge::CONNECTION_BODY_BYTES);
     assert!(stalls.other.is_empty(), "{:?}", stalls.other);
     assert_eq!(stalls.held, fit, "as many held as the budget holds");
     assert_eq!(stalls.refused, 100 - fit, "the others refused");
@@ -450,8 +453,9 @@ async fn stalled_large_bodies_are_held_only_up_to_the_budget() {
 #[tokio::test]
 async fn without_the_budget_the_same_stalled_bodies_grow_the_server_by_all_they_carry() {
     let _heavy = heavy().await;
-    // A budget larger than all the bodies together: it never bites.
-    let server = Binary::start(&[STALL_FLAGS, "--max_buffered_body_bytes=1G"], None);
+    // A budget whose strangers' quarter is larger than all the bodies
+    // together: it never bites.
+    let server = Binary::start(&[STALL_FLAGS, "--max_buffered_body_bytes=2G"], None);
     let (stalls, _open) = stall_bodies(&server, 100).await;
     println!("budget off: {stalls:?}");
     assert!(stalls.other.is_empty(), "{:?}", stalls.other);

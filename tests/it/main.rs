@@ -24,6 +24,7 @@ mod grpc;
 mod grpc_clients;
 mod grpc_web;
 mod health;
+mod idle;
 mod logging;
 mod long_poll;
 mod office;

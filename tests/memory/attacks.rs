@@ -10,12 +10,19 @@ use futures_util::StreamExt;
 use http::Request;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use prost::Message;
 use tokio::{io::AsyncWriteExt, sync::oneshot, task::JoinSet};
-use yadcc_scheduler::sim::client::connect;
+use yadcc_scheduler::{
+    pb,
+    sim::{
+        client::{SerialConn, connect},
+        wire::Wire,
+    },
+};
 
 use crate::{
     cluster::{ATTACKER, ip},
-    support::{Method, SERVICE, daemon_request, flare_request_uncompressed},
+    support::{Method, SERVICE, USER_TOKEN, daemon_request, flare_request_uncompressed},
 };
 
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +37,9 @@ pub enum Attack {
     /// 20 HTTP/2 connections of 200 streams, each body 62,000 bytes, then
     /// stalled.
     Http2StalledBodies,
+    /// 20 flare connections, each sending `KeepTaskAlive` with 65,536 ids
+    /// and a valid user token, again as soon as answered.
+    HugeKeepAlives,
 }
 
 impl Attack {
@@ -41,6 +51,7 @@ impl Attack {
             Attack::Http2StalledBodies => {
                 "20 HTTP/2 connections x 200 streams, 62,000-byte bodies stalled"
             }
+            Attack::HugeKeepAlives => "20 flare connections x KeepTaskAlive of 65,536 ids, looped",
         }
     }
 
@@ -105,6 +116,25 @@ impl Attack {
                         let request = grpc("Heartbeat", Body::from_stream(body));
                         hold_answer(&mut held, sender.clone(), request);
                     }
+                }
+            }
+            Attack::HugeKeepAlives => {
+                let request = pb::KeepTaskAliveRequest {
+                    token: USER_TOKEN.into(),
+                    task_grant_ids: (1..=65_536).collect(),
+                    next_keep_alive_in_ms: 10_000,
+                }
+                .encode_to_vec();
+                let call = flare_request_uncompressed(1, Method::KeepTaskAlive, 10_000, &request);
+                for _ in 0..20 {
+                    let call = call.clone();
+                    held.spawn(async move {
+                        let mut connection =
+                            SerialConn::connect(Some(ip(ATTACKER)), addr, Wire::Flare)
+                                .await
+                                .expect("connect");
+                        while connection.exchange(&call).await.is_ok() {}
+                    });
                 }
             }
         }

@@ -9,9 +9,12 @@ use http_body_util::BodyExt;
 use hyper::client::conn::http2::SendRequest;
 use prost::Message;
 use tokio::task::JoinSet;
-use yadcc_scheduler::sim::{
-    client::SerialConn,
-    wire::{self, Outcome, Wire},
+use yadcc_scheduler::{
+    pb,
+    sim::{
+        client::SerialConn,
+        wire::{self, Outcome, Wire},
+    },
 };
 
 use crate::{
@@ -26,6 +29,12 @@ pub enum Legitimate {
     HttpPb,
     /// gRPC over HTTP/2, as the attacker of the HTTP/2 rows speaks.
     Grpc,
+    /// A servant running 1,200 tasks: each flare heartbeat reports them
+    /// all (about 100 KB, over a connection's own 64 KiB allowance; at
+    /// 80 KB the calls that beat the flood to a freed byte often fit even
+    /// without the strangers' share); its
+    /// connection proved its token with a first, small heartbeat.
+    LargeFlare,
 }
 
 /// One legitimate daemon's connection.
@@ -34,6 +43,8 @@ pub enum Client {
         connection: SerialConn,
         protocol: Wire,
         next_id: u64,
+        /// The running tasks each heartbeat reports.
+        tasks: usize,
     },
     Grpc {
         sender: SendRequest<Body>,
@@ -47,23 +58,33 @@ impl Legitimate {
             Legitimate::Flare => "legitimate flare heartbeats",
             Legitimate::HttpPb => "legitimate http+pb heartbeats",
             Legitimate::Grpc => "legitimate gRPC heartbeats",
+            Legitimate::LargeFlare => "legitimate 100 KB flare heartbeats",
         }
     }
 
     pub async fn connect(self, addr: SocketAddr) -> Client {
         match self {
-            Legitimate::Flare | Legitimate::HttpPb => {
+            Legitimate::Flare | Legitimate::HttpPb | Legitimate::LargeFlare => {
                 let protocol = match self {
-                    Legitimate::Flare => Wire::Flare,
-                    _ => Wire::HttpPb,
+                    Legitimate::HttpPb => Wire::HttpPb,
+                    _ => Wire::Flare,
                 };
-                Client::Daemon {
+                let mut client = Client::Daemon {
                     connection: SerialConn::connect(Some(ip(LEGITIMATE)), addr, protocol)
                         .await
                         .expect("connect"),
                     protocol,
                     next_id: 0,
+                    tasks: 0,
+                };
+                if matches!(self, Legitimate::LargeFlare) {
+                    // Proves the connection's token before the attack.
+                    client.call().await.expect("the first, small heartbeat");
+                    if let Client::Daemon { tasks, .. } = &mut client {
+                        *tasks = LARGE_HEARTBEAT_TASKS;
+                    }
                 }
+                client
             }
             Legitimate::Grpc => {
                 let mut driver = JoinSet::new();
@@ -77,8 +98,22 @@ impl Legitimate {
     }
 }
 
-fn heartbeat_message() -> Vec<u8> {
-    heartbeat(&servant_location(LEGITIMATE, 8335), 8).encode_to_vec()
+/// Running tasks a large heartbeat reports.
+const LARGE_HEARTBEAT_TASKS: usize = 1200;
+
+fn heartbeat_message(tasks: usize) -> Vec<u8> {
+    pb::HeartbeatRequest {
+        running_tasks: (1..=tasks as u64)
+            .map(|id| pb::RunningTask {
+                servant_task_id: id,
+                task_grant_id: id,
+                servant_location: String::new(),
+                task_digest: format!("{id:064x}"),
+            })
+            .collect(),
+        ..heartbeat(&servant_location(LEGITIMATE, 8335), 8)
+    }
+    .encode_to_vec()
 }
 
 impl Client {
@@ -89,6 +124,7 @@ impl Client {
                 connection,
                 protocol,
                 next_id,
+                tasks,
             } => {
                 *next_id += 1;
                 let mut request = BytesMut::new();
@@ -98,14 +134,14 @@ impl Client {
                         *next_id,
                         Method::Heartbeat,
                         Duration::from_secs(2),
-                        &heartbeat_message(),
+                        &heartbeat_message(*tasks),
                     ),
                     _ => wire::encode_http_pb_request(
                         &mut request,
                         *next_id,
                         Method::Heartbeat,
                         Duration::from_secs(2),
-                        &heartbeat_message(),
+                        &heartbeat_message(*tasks),
                     ),
                 }
                 let answer = connection
@@ -118,7 +154,7 @@ impl Client {
                 }
             }
             Client::Grpc { sender, .. } => {
-                let request = grpc("Heartbeat", Body::from(framed(&heartbeat_message())));
+                let request = grpc("Heartbeat", Body::from(framed(&heartbeat_message(0))));
                 let answer = sender
                     .send_request(request)
                     .await

@@ -23,6 +23,7 @@ mod legitimate;
 #[path = "../../src/bin/loadgen/process.rs"]
 #[allow(dead_code)]
 mod process;
+mod strangers;
 
 use std::time::{Duration, Instant};
 
@@ -167,4 +168,14 @@ async fn http2_streams_with_a_zero_window() {
 #[tokio::test]
 async fn http2_streams_with_small_stalled_bodies() {
     withstand(Attack::Http2StalledBodies, Legitimate::Grpc).await;
+}
+
+#[tokio::test]
+async fn strangers_stalled_bodies_leave_the_budget_to_servants_that_proved_a_token() {
+    withstand(Attack::Http2StalledBodies, Legitimate::LargeFlare).await;
+}
+
+#[tokio::test]
+async fn huge_keep_alives_from_twenty_connections_hold_the_engine_a_slice_at_a_time() {
+    withstand(Attack::HugeKeepAlives, Legitimate::Flare).await;
 }

@@ -13,7 +13,10 @@ async fn pair(write_timeout: Duration) -> (Connection, TcpStream, watch::Sender<
     let connection = Connection::open(
         served,
         BytesMut::new(),
-        ConnectionBudget::new(&crate::edge::BodyBudget::new(1 << 20)),
+        ConnectionBudget::new(
+            &crate::edge::BodyBudget::new(1 << 20),
+            crate::edge::Proof::proved(),
+        ),
         Duration::from_secs(60),
         write_timeout,
         stop_changes,

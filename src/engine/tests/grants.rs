@@ -435,3 +435,51 @@ async fn a_grant_belongs_to_whoever_received_it() {
     s.free(USER, ip(HOME), &[g.id]).unwrap();
     assert_eq!(s.snapshot().totals.grants, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_huge_renewal_lets_other_calls_through_between_slices() {
+    let s = Scheduler::new(config());
+    s.heartbeat(hb("127.0.0.1:1234", 10)).unwrap();
+    let live = grant_one(
+        &s,
+        GrantRequest {
+            requester_ip: ip("127.0.0.1"),
+            ..req_wait(secs(1))
+        },
+    )
+    .await;
+    // Ids unknown but the one: 4 slices and a bit.
+    let mut ids: Vec<u64> = (1..=(4 * RENEW_SLICE as u64 + 10)).collect();
+    let at = 3 * RENEW_SLICE + 5;
+    ids[at] = live.id;
+    let renewing = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.keep_alive_in_slices(USER, ip("127.0.0.1"), &ids, secs(10))
+                .await
+        })
+    };
+    // Another call runs while the renewal is under way: the renewal yields
+    // between its slices instead of holding the engine for the whole batch.
+    tokio::task::yield_now().await;
+    assert!(!renewing.is_finished(), "the renewal is sliced");
+    let other = s
+        .keep_alive(USER, ip("127.0.0.1"), &[live.id], secs(10))
+        .unwrap();
+    assert_eq!(other, [true]);
+    let statuses = renewing.await.unwrap().unwrap();
+    assert_eq!(
+        statuses.len(),
+        4 * RENEW_SLICE + 10,
+        "one status per id, in order"
+    );
+    assert!(statuses[at]);
+    assert_eq!(statuses.iter().filter(|&&renewed| renewed).count(), 1);
+    // The checks come first, as for a small call.
+    assert_eq!(
+        s.keep_alive_in_slices("wrong", ip("127.0.0.1"), &[live.id], secs(10))
+            .await
+            .unwrap_err(),
+        Rejection::AccessDenied
+    );
+}
