@@ -66,6 +66,7 @@ mod servants;
 mod shared;
 mod snapshot;
 mod state;
+mod tenants;
 pub(crate) mod tokens;
 mod types;
 mod views;
@@ -78,6 +79,7 @@ mod tests;
 pub use config::{Config, Limits};
 pub use cordons::{Cordon, CordonState, CordonView};
 pub use fence::GrantFence;
+pub use tenants::{DEFAULT_TENANT, MAX_TENANT_WEIGHT, TenantSpec, Tenancy, WAIT_BUCKETS};
 pub use tokens::{Redacted, TokenSet};
 pub use types::{
     Grant, GrantRequest, Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask,
@@ -85,6 +87,7 @@ pub use types::{
 };
 pub use views::{
     ClusterTotals, Counters, EnvironmentView, GrantView, RequesterView, ServantView, Snapshot,
+    TenantView,
 };
 
 use requesters::Owner;
@@ -185,8 +188,10 @@ impl Scheduler {
     pub fn heartbeat(&self, hb: Heartbeat) -> Result<HeartbeatReply, Rejection> {
         let sh = self.shared();
         let presented = tokens::digest(&hb.token);
-        let verified = sh.servant_tokens.accepts(&presented);
-        let user = sh.user_tokens.accepts(&presented);
+        let access = sh.access();
+        let verified = access.servant_tokens.accepts(&presented);
+        let user = access.tenant_of(&presented).is_some();
+        drop(access);
         if !(verified | user) {
             return Err(Rejection::AccessDenied);
         }
@@ -241,7 +246,7 @@ impl Scheduler {
         mut req: GrantRequest,
     ) -> Result<Vec<Grant>, Rejection> {
         let sh = self.shared();
-        let presented = sh.check_user(&req.token)?;
+        let (presented, tenant) = sh.check_user(&req.token)?;
         check_duration("milliseconds_to_wait", req.wait, sh.limits.max_wait)?;
         if let Some(left) = req.answer_within {
             req.wait = req.wait.min(left);
@@ -259,7 +264,7 @@ impl Scheduler {
         let immediate = req.immediate.min(total);
         let owner = Owner::new(req.requester_ip, &presented);
         let requester = RequesterId::of(&req);
-        match sh.with_state(|st, now| st.admit(&req, owner, requester, immediate, total, now))? {
+        match sh.with_state(|st, now| st.admit(&req, owner, requester, tenant, immediate, total, now))? {
             Admission::Granted(grants) => Ok(grants),
             Admission::Queued {
                 env,
@@ -285,7 +290,7 @@ impl Scheduler {
         lease: Duration,
     ) -> Result<Vec<bool>, Rejection> {
         let sh = self.shared();
-        let caller = Owner::new(requester, &sh.check_user(token)?);
+        let caller = Owner::new(requester, &sh.check_user(token)?.0);
         check_duration("next_keep_alive_in_ms", lease, sh.limits.max_keep_alive)?;
         check_count(
             "task_grant_ids",
@@ -305,7 +310,7 @@ impl Scheduler {
     /// serves waiting requests at once.
     pub fn free(&self, token: &str, requester: IpAddr, grant_ids: &[u64]) -> Result<(), Rejection> {
         let sh = self.shared();
-        let caller = Owner::new(requester, &sh.check_user(token)?);
+        let caller = Owner::new(requester, &sh.check_user(token)?.0);
         check_count(
             "task_grant_ids",
             grant_ids.len(),
@@ -351,6 +356,23 @@ impl Scheduler {
     /// the rest of a snapshot, for the dashboard's once-a-second grant rates.
     pub fn requesters(&self) -> Vec<RequesterView> {
         self.shared().with_state(|st, _| st.requesters.views())
+    }
+
+    /// Every tenant's standing and figures, configured ones first:
+    /// O(tenants), for metrics, the dashboard and `/api/v1/tenants`.
+    pub fn tenants(&self) -> Vec<TenantView> {
+        self.shared().with_state(|st, _| {
+            let slots = st.grants.len() as u64 + st.servants.free_slots();
+            st.tenants.views(slots)
+        })
+    }
+
+    /// Rule "reload": the tenants and tokens of `tenancy` from now on
+    /// (checked by whoever read it). A removed token's next call is
+    /// refused; its grants end as they would; its waiting calls stay queued
+    /// under their tenant.
+    pub fn set_tenancy(&self, tenancy: &Tenancy) {
+        self.shared().set_tenancy(tenancy);
     }
 
     /// Inspection data for the dashboard (O(cluster); not for hot paths).
