@@ -9,7 +9,7 @@ use yadcc_scheduler::{
     AppState,
     admin::{self, Admin, Store},
     app,
-    config::{Cli, Settings, server::LogFormat},
+    config::{self, Cli, Settings, server::LogFormat},
     dashboard::InspectAccess,
     edge,
     engine::{self, GrantFence, Scheduler},
@@ -101,6 +101,16 @@ async fn run(settings: Settings) -> std::io::Result<()> {
         leadership.clone(),
         admin,
     );
+    if let Some(path) = &settings.tenants_file {
+        let failures = state.metrics.config_reload_failures();
+        config::tenants_file::watch(
+            path.clone(),
+            engine.clone(),
+            Arc::new(move || {
+                failures.inc();
+            }),
+        );
+    }
     let listener = bind_when_free(settings.listen).await.map_err(|error| {
         std::io::Error::new(
             error.kind(),

@@ -80,7 +80,13 @@ pub use config::{Config, Limits};
 pub use cordons::{Cordon, CordonState, CordonView};
 pub use fence::GrantFence;
 pub use tenants::{DEFAULT_TENANT, MAX_TENANT_WEIGHT, TenantSpec, Tenancy, WAIT_BUCKETS};
-pub use tokens::{Redacted, TokenSet};
+pub use tokens::{Redacted, TokenDigest, TokenSet};
+
+/// SHA-256 of a user or servant token: what a tenants file's
+/// `user_token_sha256` lists.
+pub fn token_digest(token: &str) -> TokenDigest {
+    tokens::digest(token)
+}
 pub use types::{
     Grant, GrantRequest, Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask,
     RequesterId, RunningTask, ServantPriority,
