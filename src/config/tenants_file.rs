@@ -72,7 +72,10 @@ pub fn read(path: &Path) -> Result<Tenancy, String> {
 
 /// Checks a tenants file's text. An error starts with the line it names.
 pub fn parse(text: &str) -> Result<Tenancy, String> {
-    let line_of = |span: Range<usize>| text[..span.start.min(text.len())].lines().count().max(1);
+    let line_of = |span: Range<usize>| {
+        let start = span.start.min(text.len());
+        text.as_bytes()[..start].iter().filter(|&&b| b == b'\n').count() + 1
+    };
     let at = |span: Range<usize>, message: String| format!("{}: {message}", line_of(span));
     let raw: RawFile = toml::from_str(text).map_err(|error| {
         let line = error.span().map_or(1, &line_of);
@@ -251,4 +254,97 @@ pub fn watch(path: PathBuf, engine: Scheduler, failed: Arc<dyn Fn() + Send + Syn
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+[servants]
+tokens = ["servant-secret"]
+
+[[tenant]]
+name = "ci"
+weight = 1
+max_share = 0.5
+user_tokens = ["ci-token"]
+user_token_sha256 = ["5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"]
+
+[[tenant]]
+name = "developers"
+weight = 3
+user_tokens = ["dev-token"]
+"#;
+
+    fn error_of(text: &str) -> String {
+        parse(text).expect_err("a bad file")
+    }
+
+    #[test]
+    fn the_documented_example_is_read_whole() {
+        let t = parse(EXAMPLE).unwrap();
+        assert_eq!(t.tenants.len(), 2);
+        let (ci, dev) = (&t.tenants[0], &t.tenants[1]);
+        assert_eq!((ci.name.as_str(), ci.weight, ci.max_share), ("ci", 1.0, Some(0.5)));
+        assert_eq!((dev.name.as_str(), dev.weight, dev.max_share), ("developers", 3.0, None));
+        assert_eq!(
+            *ci.token_digests,
+            vec![engine::token_digest("ci-token"), engine::token_digest("password")]
+        );
+        let servants = t.servant_tokens.expect("servant tokens");
+        assert!(servants.accepts_token("servant-secret"));
+        assert!(!servants.accepts_token("ci-token"));
+    }
+
+    #[test]
+    fn without_servants_the_flag_s_tokens_stay() {
+        let t = parse("[[tenant]]\nname = \"a\"\nweight = 0.5\nuser_tokens = [\"x\"]\n").unwrap();
+        assert_eq!(t.servant_tokens, None);
+        assert_eq!(t.tenants[0].weight, 0.5);
+    }
+
+    #[test]
+    fn each_mistake_stops_the_read_naming_its_line() {
+        let cases = [
+            ("[[tenant]]\nname = \"a\"\nweight = 1\ncolour = \"red\"\n", "4: ", "colour"),
+            ("[[tenant]]\nname = \"a\"\nweight = 0\n", "3: ", "weight 0"),
+            ("[[tenant]]\nname = \"a\"\nweight = -2\n", "3: ", "weight -2"),
+            ("[[tenant]]\nname = \"a\"\nweight = 1\nmax_share = 0\n", "4: ", "max_share 0"),
+            ("[[tenant]]\nname = \"a\"\nweight = 1\nmax_share = 1.5\n", "4: ", "(0, 1]"),
+            (
+                "[[tenant]]\nname = \"a\"\nweight = 1\nuser_tokens = [\"t\"]\n\n[[tenant]]\nname = \"b\"\nweight = 1\nuser_tokens = [\"u\", \"t\"]\n",
+                "9: ",
+                "also in tenant \"a\"",
+            ),
+            (
+                "[[tenant]]\nname = \"a\"\nweight = 1\nuser_tokens = [\"t\"]\n[[tenant]]\nname = \"b\"\nweight = 1\nuser_token_sha256 = [\"e3b98a4da31a127d4bde6e43033f66ba274cab0eb7eb1c70ec41402bf6273dd8\"]\n",
+                "8: ",
+                "also in tenant",
+            ),
+            ("[[tenant]]\nname = \"a\"\nweight = 1\nuser_token_sha256 = [\"abc\"]\n", "4: ", "64 hex"),
+            ("[[tenant]]\nname = \"a b\"\nweight = 1\n", "2: ", "tenant name"),
+            ("[[tenant]]\nname = \"a\"\nweight = 1\n[[tenant]]\nname = \"a\"\nweight = 2\n", "5: ", "line 2"),
+            ("[[tenant]]\nname = \"a\"\n", "1: ", "weight"),
+            ("[servants]\ntokens = [\"s\"]\n", "1: ", "no [[tenant]]"),
+            ("[[tenant]]\nname = \"a\"\nweight = 1\n[extra]\n", "4: ", "extra"),
+        ];
+        for (text, line, says) in cases {
+            let error = error_of(text);
+            assert!(error.starts_with(line), "{text:?}: {error:?} does not name line {line}");
+            assert!(error.contains(says), "{text:?}: {error:?} does not say {says:?}");
+        }
+    }
+
+    #[test]
+    fn a_file_names_itself_in_its_errors_and_a_missing_one_is_an_error() {
+        let dir = std::env::temp_dir().join(format!("tenants-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tenants.toml");
+        std::fs::write(&path, "[[tenant]]\nname = \"a\"\nweight = 0\n").unwrap();
+        let error = read(&path).unwrap_err();
+        assert!(error.contains(&format!("{}:3: ", path.display())), "{error}");
+        std::fs::remove_file(&path).unwrap();
+        assert!(read(&path).unwrap_err().contains("--tenants_file"));
+    }
 }

@@ -28,7 +28,7 @@ fn with_tenants(tenants: Vec<TenantSpec>) -> Config {
 
 fn req_as(tenant: &str, machine: &str) -> GrantRequest {
     GrantRequest {
-        token: tenant.to_owned(),
+        token: tenant.into(),
         ..req_from(machine)
     }
 }
@@ -226,13 +226,17 @@ async fn a_hundred_waiting_tenants_share_by_weight() {
         .iter()
         .map(|t| &*Box::leak(t.name.clone().into_boxed_str()))
         .collect();
+    // A machine per tenant.
+    let machines: Vec<&'static str> = (0..100)
+        .map(|i| &*Box::leak(format!("10.1.0.{}", i + 1).into_boxed_str()))
+        .collect();
     let s = Scheduler::new(with_tenants(specs));
     s.heartbeat(hb("10.0.0.1:8335", 1)).unwrap();
-    let g = grant_one(&s, req_as(names[1], "10.1.1.1")).await;
-    let mut held = VecDeque::from([(g.id, (names[1], "10.1.1.1"))]);
+    let g = grant_one(&s, req_as(names[1], machines[1])).await;
+    let mut held = VecDeque::from([(g.id, (names[1], machines[1]))]);
     let (tx, mut rx) = mpsc::unbounded_channel();
-    for &name in &names {
-        spawn_labelled(&s, &tx, (name, "10.1.1.1"), req_as(name, "10.1.1.1"), 2);
+    for (&name, &machine) in names.iter().zip(&machines) {
+        spawn_labelled(&s, &tx, (name, machine), req_as(name, machine), 2);
     }
     settle().await;
     let order = churn(&s, &mut held, &mut rx, &tx, 1090, |_| true).await;
