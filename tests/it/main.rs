@@ -36,6 +36,7 @@ mod protocols;
 mod restart;
 mod sim;
 mod support;
+mod tenants;
 mod timeouts;
 mod tools;
 mod wire;
