@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use yadcc_scheduler::engine::{
-    Config, GrantRequest, Heartbeat, Redacted, Scheduler, ServantPriority, TenantSpec, Tenancy,
+    Config, GrantRequest, Heartbeat, Redacted, Scheduler, ServantPriority, Tenancy, TenantSpec,
     TokenSet, token_digest,
 };
 
@@ -163,7 +163,10 @@ fn main() {
         })
         .collect();
     for (i, &tenants) in sizes.iter().enumerate() {
-        println!("MEAN tenants={tenants:>3} grant_free={:>6.0} ns/grant", best[i]);
+        println!(
+            "MEAN tenants={tenants:>3} grant_free={:>6.0} ns/grant",
+            best[i]
+        );
     }
     let ratio = best[1] / best[0];
     let pass = ratio <= LIMIT;

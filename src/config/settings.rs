@@ -170,7 +170,10 @@ impl Cli {
         &self,
         tenancy: &engine::Tenancy,
     ) -> Result<(engine::TokenSet, engine::TokenSet), String> {
-        let servant = match (&tenancy.servant_tokens, &self.server.acceptable_servant_tokens) {
+        let servant = match (
+            &tenancy.servant_tokens,
+            &self.server.acceptable_servant_tokens,
+        ) {
             (Some(tokens), _) => tokens.clone(),
             (None, Some(tokens)) if !tokens.is_empty() => engine::TokenSet::from_flag(tokens),
             (None, _) => {

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::engine::{self, Redacted, Scheduler, TenantSpec, Tenancy, TokenSet};
+use crate::engine::{self, Redacted, Scheduler, Tenancy, TenantSpec, TokenSet};
 
 /// Largest tenants file read (a file of tokens and a few names).
 pub const MAX_TENANTS_FILE_BYTES: u64 = 1 << 20;
@@ -65,8 +65,8 @@ pub fn read(path: &Path) -> Result<Tenancy, String> {
             "--tenants_file {shown}: {size} bytes, more than the {MAX_TENANTS_FILE_BYTES} byte limit"
         ));
     }
-    let text =
-        std::fs::read_to_string(path).map_err(|error| format!("--tenants_file {shown}: {error}"))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| format!("--tenants_file {shown}: {error}"))?;
     parse(&text).map_err(|error| format!("--tenants_file {shown}:{error}"))
 }
 
@@ -74,7 +74,11 @@ pub fn read(path: &Path) -> Result<Tenancy, String> {
 pub fn parse(text: &str) -> Result<Tenancy, String> {
     let line_of = |span: Range<usize>| {
         let start = span.start.min(text.len());
-        text.as_bytes()[..start].iter().filter(|&&b| b == b'\n').count() + 1
+        text.as_bytes()[..start]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1
     };
     let at = |span: Range<usize>, message: String| format!("{}: {message}", line_of(span));
     let raw: RawFile = toml::from_str(text).map_err(|error| {
@@ -152,9 +156,7 @@ pub fn parse(text: &str) -> Result<Tenancy, String> {
                     Ok(()) => Ok((digest, hex_digest.span())),
                     Err(_) => Err(at(
                         hex_digest.span(),
-                        format!(
-                            "tenant {name:?}: user_token_sha256 entries are 64 hex characters"
-                        ),
+                        format!("tenant {name:?}: user_token_sha256 entries are 64 hex characters"),
                     )),
                 }
             })
@@ -177,14 +179,9 @@ pub fn parse(text: &str) -> Result<Tenancy, String> {
             token_digests: Redacted(digests),
         });
     }
-    let servant_tokens = raw.servants.map(|s| {
-        TokenSet::new(
-            s.tokens
-                .into_inner()
-                .into_iter()
-                .map(Spanned::into_inner),
-        )
-    });
+    let servant_tokens = raw
+        .servants
+        .map(|s| TokenSet::new(s.tokens.into_inner().into_iter().map(Spanned::into_inner)));
     Ok(Tenancy {
         tenants,
         servant_tokens,
@@ -286,11 +283,20 @@ user_tokens = ["dev-token"]
         let t = parse(EXAMPLE).unwrap();
         assert_eq!(t.tenants.len(), 2);
         let (ci, dev) = (&t.tenants[0], &t.tenants[1]);
-        assert_eq!((ci.name.as_str(), ci.weight, ci.max_share), ("ci", 1.0, Some(0.5)));
-        assert_eq!((dev.name.as_str(), dev.weight, dev.max_share), ("developers", 3.0, None));
+        assert_eq!(
+            (ci.name.as_str(), ci.weight, ci.max_share),
+            ("ci", 1.0, Some(0.5))
+        );
+        assert_eq!(
+            (dev.name.as_str(), dev.weight, dev.max_share),
+            ("developers", 3.0, None)
+        );
         assert_eq!(
             *ci.token_digests,
-            vec![engine::token_digest("ci-token"), engine::token_digest("password")]
+            vec![
+                engine::token_digest("ci-token"),
+                engine::token_digest("password")
+            ]
         );
         let servants = t.servant_tokens.expect("servant tokens");
         assert!(servants.accepts_token("servant-secret"));
@@ -307,11 +313,27 @@ user_tokens = ["dev-token"]
     #[test]
     fn each_mistake_stops_the_read_naming_its_line() {
         let cases = [
-            ("[[tenant]]\nname = \"a\"\nweight = 1\ncolour = \"red\"\n", "4: ", "colour"),
+            (
+                "[[tenant]]\nname = \"a\"\nweight = 1\ncolour = \"red\"\n",
+                "4: ",
+                "colour",
+            ),
             ("[[tenant]]\nname = \"a\"\nweight = 0\n", "3: ", "weight 0"),
-            ("[[tenant]]\nname = \"a\"\nweight = -2\n", "3: ", "weight -2"),
-            ("[[tenant]]\nname = \"a\"\nweight = 1\nmax_share = 0\n", "4: ", "max_share 0"),
-            ("[[tenant]]\nname = \"a\"\nweight = 1\nmax_share = 1.5\n", "4: ", "(0, 1]"),
+            (
+                "[[tenant]]\nname = \"a\"\nweight = -2\n",
+                "3: ",
+                "weight -2",
+            ),
+            (
+                "[[tenant]]\nname = \"a\"\nweight = 1\nmax_share = 0\n",
+                "4: ",
+                "max_share 0",
+            ),
+            (
+                "[[tenant]]\nname = \"a\"\nweight = 1\nmax_share = 1.5\n",
+                "4: ",
+                "(0, 1]",
+            ),
             (
                 "[[tenant]]\nname = \"a\"\nweight = 1\nuser_tokens = [\"t\"]\n\n[[tenant]]\nname = \"b\"\nweight = 1\nuser_tokens = [\"u\", \"t\"]\n",
                 "9: ",
@@ -322,17 +344,39 @@ user_tokens = ["dev-token"]
                 "8: ",
                 "also in tenant",
             ),
-            ("[[tenant]]\nname = \"a\"\nweight = 1\nuser_token_sha256 = [\"abc\"]\n", "4: ", "64 hex"),
-            ("[[tenant]]\nname = \"a b\"\nweight = 1\n", "2: ", "tenant name"),
-            ("[[tenant]]\nname = \"a\"\nweight = 1\n[[tenant]]\nname = \"a\"\nweight = 2\n", "5: ", "line 2"),
+            (
+                "[[tenant]]\nname = \"a\"\nweight = 1\nuser_token_sha256 = [\"abc\"]\n",
+                "4: ",
+                "64 hex",
+            ),
+            (
+                "[[tenant]]\nname = \"a b\"\nweight = 1\n",
+                "2: ",
+                "tenant name",
+            ),
+            (
+                "[[tenant]]\nname = \"a\"\nweight = 1\n[[tenant]]\nname = \"a\"\nweight = 2\n",
+                "5: ",
+                "line 2",
+            ),
             ("[[tenant]]\nname = \"a\"\n", "1: ", "weight"),
             ("[servants]\ntokens = [\"s\"]\n", "1: ", "no [[tenant]]"),
-            ("[[tenant]]\nname = \"a\"\nweight = 1\n[extra]\n", "4: ", "extra"),
+            (
+                "[[tenant]]\nname = \"a\"\nweight = 1\n[extra]\n",
+                "4: ",
+                "extra",
+            ),
         ];
         for (text, line, says) in cases {
             let error = error_of(text);
-            assert!(error.starts_with(line), "{text:?}: {error:?} does not name line {line}");
-            assert!(error.contains(says), "{text:?}: {error:?} does not say {says:?}");
+            assert!(
+                error.starts_with(line),
+                "{text:?}: {error:?} does not name line {line}"
+            );
+            assert!(
+                error.contains(says),
+                "{text:?}: {error:?} does not say {says:?}"
+            );
         }
     }
 
@@ -343,7 +387,10 @@ user_tokens = ["dev-token"]
         let path = dir.join("tenants.toml");
         std::fs::write(&path, "[[tenant]]\nname = \"a\"\nweight = 0\n").unwrap();
         let error = read(&path).unwrap_err();
-        assert!(error.contains(&format!("{}:3: ", path.display())), "{error}");
+        assert!(
+            error.contains(&format!("{}:3: ", path.display())),
+            "{error}"
+        );
         std::fs::remove_file(&path).unwrap();
         assert!(read(&path).unwrap_err().contains("--tenants_file"));
     }

@@ -79,7 +79,7 @@ mod tests;
 pub use config::{Config, Limits};
 pub use cordons::{Cordon, CordonState, CordonView};
 pub use fence::GrantFence;
-pub use tenants::{DEFAULT_TENANT, MAX_TENANT_WEIGHT, TenantSpec, Tenancy, WAIT_BUCKETS};
+pub use tenants::{DEFAULT_TENANT, MAX_TENANT_WEIGHT, Tenancy, TenantSpec, WAIT_BUCKETS};
 pub use tokens::{Redacted, TokenDigest, TokenSet};
 
 /// SHA-256 of a user or servant token: what a tenants file's
@@ -270,7 +270,9 @@ impl Scheduler {
         let immediate = req.immediate.min(total);
         let owner = Owner::new(req.requester_ip, &presented);
         let requester = RequesterId::of(&req);
-        match sh.with_state(|st, now| st.admit(&req, owner, requester, tenant, immediate, total, now))? {
+        match sh
+            .with_state(|st, now| st.admit(&req, owner, requester, tenant, immediate, total, now))?
+        {
             Admission::Granted(grants) => Ok(grants),
             Admission::Queued {
                 env,

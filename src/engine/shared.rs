@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::config::{Config, Limits};
 use super::state::State;
-use super::tenants::{Access, DEFAULT_TENANT, TenantId, TenantSpec, Tenancy, Tenants};
+use super::tenants::{Access, DEFAULT_TENANT, Tenancy, TenantId, TenantSpec, Tenants};
 use super::tokens::{self, Redacted, TokenDigest};
 use super::types::Rejection;
 

@@ -33,7 +33,9 @@ pub const MAX_TENANT_WEIGHT: f64 = 1_000_000.0;
 
 /// Upper bounds (seconds) of the wait-time histogram's buckets; the last
 /// bucket is everything above. Waits end within `Limits::max_wait` (10 s).
-pub const WAIT_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+pub const WAIT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 /// One tenant as configured: a tenants file's `[[tenant]]`, or the token
 /// flags' `default`.

@@ -33,8 +33,8 @@ use super::grants::{GrantEnd, NewGrant, Origin};
 use super::requesters::Owner;
 use super::shared::Shared;
 use super::state::State;
-use super::types::{EnvId, Grant, GrantRequest, Rejection, RequesterId, later};
 use super::tenants::TenantId;
+use super::types::{EnvId, Grant, GrantRequest, Rejection, RequesterId, later};
 use super::wait_queues::{Answer, GrantOrder, QueueKey, TenantKey, Waiter};
 
 /// Outcome of admitting a request under the lock.
@@ -275,8 +275,7 @@ impl State {
             }
             if let Some(entry) = self.envs.get(id)
                 && entry.has_free()
-                && let Some(next) =
-                    next.unwrap_or_else(|| entry.queue().next_after(Some(held)))
+                && let Some(next) = next.unwrap_or_else(|| entry.queue().next_after(Some(held)))
             {
                 heap.push(Reverse((next, i)));
             }

@@ -84,12 +84,14 @@ impl Collector for TenantCollector {
                 .zip(t.wait_buckets.iter().copied())
                 .collect();
             let count = t.wait_buckets.iter().sum();
-            family.encode_family(&labels(t))?.encode_histogram::<TenantLabels>(
-                t.wait_sum.as_secs_f64(),
-                count,
-                &buckets,
-                None,
-            )?;
+            family
+                .encode_family(&labels(t))?
+                .encode_histogram::<TenantLabels>(
+                    t.wait_sum.as_secs_f64(),
+                    count,
+                    &buckets,
+                    None,
+                )?;
         }
         Ok(())
     }

@@ -88,7 +88,11 @@ fn start(file: &TenantsFile) -> Binary {
 }
 
 /// Keeps one servant of `slots` slots registered until `stop`.
-fn keep_servant(addr: SocketAddr, slots: u32, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+fn keep_servant(
+    addr: SocketAddr,
+    slots: u32,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut connection = Connection::open_from(addr, Some(SERVANT_IP.parse().unwrap())).await;
         let body = heartbeat(&servant_location(SERVANT_IP, 8335), slots).encode_to_vec();
@@ -112,6 +116,8 @@ struct Tally {
     failures: Mutex<Vec<(String, String)>>,
     /// Grants that were not freed with a 200.
     bad_frees: AtomicU64,
+    /// Long polls that ended without a grant (asked again).
+    no_quota: AtomicU64,
 }
 
 impl Tally {
@@ -129,8 +135,9 @@ impl Tally {
 }
 
 /// A daemon's connection from `local` asking for one grant at a time with
-/// `token` (a long poll of 2 s), holding each for [`HOLD`], then freeing
-/// it, until `stop`; a refused call ends it.
+/// `token` (a long poll of 2 s, asked again when it ends without one),
+/// holding each for [`HOLD`], then freeing it, until `stop`; a refused call
+/// ends it.
 fn worker(
     addr: SocketAddr,
     local: IpAddr,
@@ -164,13 +171,18 @@ fn worker(
                 ))
                 .await;
             let answer = connection.read_response().await;
+            let no_quota = (pb::Status::NoQuotaAvailable as i32).to_string();
+            if answer.header("rpc-error-code") == Some(no_quota.as_str()) {
+                tally.no_quota.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             if answer.status != 200 {
                 let code = answer.header("rpc-error-code").unwrap_or("").to_owned();
                 tally.failures.lock().unwrap().push((token.clone(), code));
                 return;
             }
-            let granted = pb::WaitForStartingTaskResponse::decode(answer.body.clone())
-                .expect("a response");
+            let granted =
+                pb::WaitForStartingTaskResponse::decode(answer.body.clone()).expect("a response");
             let ids: Vec<u64> = granted.grants.iter().map(|g| g.task_grant_id).collect();
             *tally
                 .grants
@@ -206,7 +218,13 @@ struct Group {
 }
 
 impl Group {
-    fn start(addr: SocketAddr, local: &str, token: &str, count: usize, tally: &Arc<Tally>) -> Group {
+    fn start(
+        addr: SocketAddr,
+        local: &str,
+        token: &str,
+        count: usize,
+        tally: &Arc<Tally>,
+    ) -> Group {
         let stop = Arc::new(AtomicBool::new(false));
         let local: IpAddr = local.parse().unwrap();
         let tasks = (0..count)
@@ -296,8 +314,12 @@ async fn weights_three_to_one_share_a_saturated_farm_three_to_one() {
     stop.store(true, Ordering::Relaxed);
     servant.await.unwrap();
     assert_eq!(tally.failures(), [], "every call was granted");
-    assert!(developers + ci > 400, "too few grants to judge: {developers} + {ci}");
+    assert!(
+        developers + ci > 400,
+        "too few grants to judge: {developers} + {ci}"
+    );
     let r = ratio(developers, ci);
+    println!("FIGURE weights 3:1 over 6 s: developers {developers}, ci {ci}, ratio {r:.3}");
     assert!(
         (2.7..=3.3).contains(&r),
         "weights 3:1 gave {developers}:{ci} = {r:.2}"
@@ -307,10 +329,17 @@ async fn weights_three_to_one_share_a_saturated_farm_three_to_one() {
         "yadcc_scheduler_tenant_grants_total{tenant=\"developers\"}",
         "yadcc_scheduler_tenant_waiting{tenant=\"ci\"}",
         "yadcc_scheduler_tenant_slots_held{tenant=\"ci\"}",
-        "yadcc_scheduler_tenant_wait_seconds_bucket{tenant=\"ci\",le=\"0.1\"}",
+        "yadcc_scheduler_tenant_wait_seconds_count{tenant=\"ci\"}",
     ] {
         assert!(text.contains(series), "/metrics lacks {series}");
     }
+    assert!(
+        text.lines().any(
+            |line| line.starts_with("yadcc_scheduler_tenant_wait_seconds_bucket{")
+                && line.contains("tenant=\"developers\"")
+        ),
+        "/metrics lacks the wait histogram's buckets"
+    );
 }
 
 #[tokio::test]
@@ -343,12 +372,27 @@ async fn max_share_holds_while_another_tenant_waits_and_gives_way_when_none_does
     );
     developers.stop().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut least = u64::MAX;
-    for _ in 0..10 {
-        least = least.min(held(&tenants_view(binary.addr).await, "ci"));
+    tally.reset();
+    let mut most_alone = 0;
+    for _ in 0..20 {
+        most_alone = most_alone.max(held(&tenants_view(binary.addr).await, "ci"));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(least >= 6, "nobody else waits: CI should take the farm, held {least} of 8");
+    let alone = tally.grants_of("ci");
+    println!(
+        "FIGURE max_share 0.25, weight 3:1: CI held at most {most} of 8, {ci_grants} of {} grants in 2 s ({share:.3}); alone: held up to {most_alone}, {alone} grants in 1 s",
+        ci_grants + dev_grants
+    );
+    assert!(
+        most_alone >= 7,
+        "nobody else waits: CI should take the farm, held {most_alone} of 8"
+    );
+    // Two seconds capped against one alone: alone, its rate is over twice
+    // the capped one (8 slots against 2).
+    assert!(
+        alone as f64 >= 1.2 * ci_grants as f64,
+        "CI got {alone} grants in 1 s alone, {ci_grants} in 2 s capped"
+    );
     ci.stop().await;
     stop.store(true, Ordering::Relaxed);
     servant.await.unwrap();
@@ -379,6 +423,9 @@ async fn a_machine_with_200_connections_gets_no_more_than_its_tenant_s_share() {
     assert_eq!(tally.failures(), []);
     assert!(farm + dev > 300, "too few grants to judge: {farm} + {dev}");
     let share = ratio(farm, farm + dev);
+    println!(
+        "FIGURE 200 connections against 4, weights 1:1, 4 s: {farm} against {dev}, share {share:.3}"
+    );
     assert!(
         share <= 0.55,
         "200 connections took {farm} of {} grants: more than their tenant's half",
@@ -449,8 +496,7 @@ async fn one_call(addr: SocketAddr, token: &str) -> (u16, Option<String>) {
 }
 
 #[tokio::test]
-async fn reloads_under_load_fail_no_call_a_bad_file_keeps_the_old_one_a_removed_token_is_refused()
-{
+async fn reloads_under_load_fail_no_call_a_bad_file_keeps_the_old_one_a_removed_token_is_refused() {
     let _heavy = heavy().await;
     let file = TenantsFile::new("reload", &tenants(&[("a", 1.0, None), ("b", 1.0, None)]));
     let binary = start(&file);
@@ -462,9 +508,17 @@ async fn reloads_under_load_fail_no_call_a_bad_file_keeps_the_old_one_a_removed_
     let b = Group::start(binary.addr, "127.0.0.12", "b", 6, &tally);
     warm_up(&tally).await;
     // Weights change under load, by a change of the file and by SIGHUP.
-    file.write(&tenants(&[("a", 3.0, None), ("b", 1.0, None), ("c", 1.0, None)]));
+    file.write(&tenants(&[
+        ("a", 3.0, None),
+        ("b", 1.0, None),
+        ("c", 1.0, None),
+    ]));
     until_configured(binary.addr, &["a", "b", "c"]).await;
-    file.write(&tenants(&[("a", 1.0, None), ("b", 2.0, None), ("c", 1.0, None)]));
+    file.write(&tenants(&[
+        ("a", 1.0, None),
+        ("b", 2.0, None),
+        ("c", 1.0, None),
+    ]));
     hangup(&binary);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let view = tenants_view(binary.addr).await;
@@ -502,7 +556,11 @@ async fn reloads_under_load_fail_no_call_a_bad_file_keeps_the_old_one_a_removed_
     let denied = (pb::Status::AccessDenied as i32).to_string();
     let (status, code) = one_call(binary.addr, "b").await;
     assert_ne!(status, 200);
-    assert_eq!(code.as_deref(), Some(denied.as_str()), "b's token is refused");
+    assert_eq!(
+        code.as_deref(),
+        Some(denied.as_str()),
+        "b's token is refused"
+    );
     let (status, _) = one_call(binary.addr, "a").await;
     assert_eq!(status, 200, "a still gets grants");
     stop.store(true, Ordering::Relaxed);

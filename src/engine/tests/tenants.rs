@@ -82,7 +82,13 @@ async fn weights_three_to_one_give_three_grants_to_one_whatever_the_requesters()
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
     // One developer machine; CI spread over five machines with more calls.
-    spawn_labelled(&s, &tx, ("developers", "10.1.1.1"), req_as("developers", "10.1.1.1"), 8);
+    spawn_labelled(
+        &s,
+        &tx,
+        ("developers", "10.1.1.1"),
+        req_as("developers", "10.1.1.1"),
+        8,
+    );
     for machine in ["10.2.2.1", "10.2.2.2", "10.2.2.3", "10.2.2.4", "10.2.2.5"] {
         spawn_labelled(&s, &tx, ("ci", machine), req_as("ci", machine), 8);
     }
@@ -114,7 +120,13 @@ async fn max_share_holds_while_another_tenant_waits_and_gives_way_when_none_does
         held.push_back((g.id, ("developers", "10.1.1.1")));
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
-    spawn_labelled(&s, &tx, ("developers", "10.1.1.1"), req_as("developers", "10.1.1.1"), 8);
+    spawn_labelled(
+        &s,
+        &tx,
+        ("developers", "10.1.1.1"),
+        req_as("developers", "10.1.1.1"),
+        8,
+    );
     spawn_labelled(&s, &tx, ("ci", "10.2.2.2"), req_as("ci", "10.2.2.2"), 8);
     settle().await;
     let mut most = 0;
@@ -129,7 +141,11 @@ async fn max_share_holds_while_another_tenant_waits_and_gives_way_when_none_does
     // takes every slot they free.
     let order = churn(&s, &mut held, &mut rx, &tx, 30, |t| t == "ci").await;
     assert!(order.ends_with(&["ci"; 8]), "{order:?}");
-    assert_eq!(view(&s, "ci").held, 8, "nobody else waits: CI takes the farm");
+    assert_eq!(
+        view(&s, "ci").held,
+        8,
+        "nobody else waits: CI takes the farm"
+    );
     assert_eq!(view(&s, "developers").waiting, 0);
 }
 
@@ -166,7 +182,10 @@ async fn without_a_tenants_file_the_user_tokens_are_the_default_tenant() {
     let tenants = s.tenants();
     assert_eq!(tenants.len(), 1);
     let t = &tenants[0];
-    assert_eq!((t.name.as_str(), t.weight, t.held, t.grants_total), (DEFAULT_TENANT, 1.0, 1, 1));
+    assert_eq!(
+        (t.name.as_str(), t.weight, t.held, t.grants_total),
+        (DEFAULT_TENANT, 1.0, 1, 1)
+    );
     assert_eq!(t.slots, 2, "one held, one free");
     assert_eq!(t.wait_buckets[0], 1, "granted at once: a wait of zero");
 }
@@ -194,8 +213,16 @@ async fn a_reload_refuses_a_removed_token_and_admits_a_new_one() {
     );
     grant_one(&s, req_as("release", HOME)).await;
     // The removed tenant is shown while its grant runs, then no more.
-    let names = |s: &Scheduler| s.tenants().into_iter().map(|t| (t.name, t.configured)).collect::<Vec<_>>();
-    assert_eq!(names(&s), [("ci".to_owned(), false), ("release".to_owned(), true)]);
+    let names = |s: &Scheduler| {
+        s.tenants()
+            .into_iter()
+            .map(|t| (t.name, t.configured))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(&s),
+        [("ci".to_owned(), false), ("release".to_owned(), true)]
+    );
     advance(secs(16)).await;
     s.heartbeat(hb("10.0.0.1:8335", 2)).unwrap();
     assert_eq!(names(&s), [("release".to_owned(), true)]);
@@ -209,7 +236,10 @@ async fn a_reload_keeps_the_servant_tokens_of_the_file_or_the_flag() {
         tenants: vec![tenant("ci", 1.0, None)],
         servant_tokens: Some(TokenSet::new(["new-servant-token"])),
     });
-    assert_eq!(s.heartbeat(hb("10.0.0.1:8335", 2)).unwrap_err(), Rejection::AccessDenied);
+    assert_eq!(
+        s.heartbeat(hb("10.0.0.1:8335", 2)).unwrap_err(),
+        Rejection::AccessDenied
+    );
     let hb2 = Heartbeat {
         token: "new-servant-token".into(),
         ..hb("10.0.0.1:8335", 2)
@@ -241,7 +271,13 @@ async fn a_hundred_waiting_tenants_share_by_weight() {
     settle().await;
     let order = churn(&s, &mut held, &mut rx, &tx, 1090, |_| true).await;
     let heavy = order.iter().filter(|&&t| t == names[0]).count();
-    assert!((98..=102).contains(&heavy), "weight 10 of 109 got {heavy} of 1090");
+    assert!(
+        (98..=102).contains(&heavy),
+        "weight 10 of 109 got {heavy} of 1090"
+    );
     let light = order.iter().filter(|&&t| t == names[57]).count();
-    assert!((9..=11).contains(&light), "weight 1 of 109 got {light} of 1090");
+    assert!(
+        (9..=11).contains(&light),
+        "weight 1 of 109 got {light} of 1090"
+    );
 }
