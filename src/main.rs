@@ -102,6 +102,15 @@ async fn run(settings: Settings) -> std::io::Result<()> {
         admin,
     );
     if let Some(path) = &settings.tenants_file {
+        let tenants = settings.engine.tenancy.iter().flat_map(|t| &t.tenants);
+        tracing::info!(
+            "tenants from {} (read again on SIGHUP and when it changes): {}",
+            path.display(),
+            tenants
+                .map(|t| format!("{} (weight {})", t.name, t.weight))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         let failures = state.metrics.config_reload_failures();
         config::tenants_file::watch(
             path.clone(),

@@ -170,6 +170,11 @@ impl Cli {
         &self,
         tenancy: &engine::Tenancy,
     ) -> Result<(engine::TokenSet, engine::TokenSet), String> {
+        if self.sim.demo {
+            return Err("--demo cannot run with --tenants_file: the simulated daemons \
+                 present the demo's own tokens"
+                .to_owned());
+        }
         let servant = match (
             &tenancy.servant_tokens,
             &self.server.acceptable_servant_tokens,

@@ -21,8 +21,11 @@
 //!   `Requesters`).
 //! - `adoption`: what the window after start remembers (`AdoptionWindow`,
 //!   held by `Grants`).
-//! - `wait_queues`: per-environment queues fair between requesters, and
-//!   `WaitQueues`, the only writer of a queue, with the waiter caps.
+//! - `tenants`: tenants (owner: `Tenants`: weights, caps, virtual times,
+//!   figures) and the token directory a reload swaps whole (`Access`).
+//! - `wait_queues`: per-environment queues fair between tenants, then
+//!   between requesters, and `WaitQueues`, the only writer of a queue, with
+//!   the waiter caps.
 //! - `envs`: per-environment indexes (owner: `Envs`): servants with a free
 //!   slot in placement order, accepting versions, the queue; `Effects`, the
 //!   follow-up work a change of them asks for.
