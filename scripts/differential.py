@@ -227,7 +227,7 @@ def check_requests(args, rng, classes, failures):
 
 
 def scheduler_outcomes(readme):
-    """(HTTP status, rpc code) of every scheduler `Status` row of the README's
+    """(HTTP status, rpc code) of every scheduler `Status` row of docs/api.md's
     error table: the answers a well-formed call may get besides 200."""
     outcomes = set()
     for line in readme.splitlines():
@@ -236,7 +236,7 @@ def scheduler_outcomes(readme):
             if int(cells[2]) >= 1000:
                 outcomes.add((int(cells[1]), int(cells[2])))
     if not outcomes:
-        raise SystemExit("no scheduler rows found in the README's error table")
+        raise SystemExit("no scheduler rows found in the error table of docs/api.md")
     return outcomes
 
 
@@ -374,7 +374,7 @@ def main():
     parser.add_argument("--descriptors", required=True, help="FileDescriptorSet file")
     parser.add_argument("--count", type=int, default=400, help="messages per type and check")
     parser.add_argument("--seed", type=int, default=None, help="replays a run (printed first)")
-    parser.add_argument("--readme", required=True, help="README.md, whose error table lists the answers")
+    parser.add_argument("--readme", required=True, help="docs/api.md, whose error table lists the answers")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     # First, so that even a crash leaves the way to replay it.

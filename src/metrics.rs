@@ -8,7 +8,7 @@
 //!
 //! To add a family: register it in [`Metrics::new`] on `ours` (the
 //! `yadcc_scheduler_` prefix), or add a [`Collector`] for figures read at
-//! scrape time; the README's metrics table lists every family.
+//! scrape time; docs/endpoints.md's metrics table lists every family.
 
 mod exposition;
 mod process;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Parses scripts/deploy/kubernetes.yaml and checks what the README promises
+"""Parses scripts/deploy/kubernetes.yaml and checks what docs/failover.md promises
 of it: a Deployment of 2 with a /readyz readiness probe and --ha_* flags, a
 Service on 8336 and a PodDisruptionBudget, all selecting the same pods.
 Exits non-zero with a message on the first failure."""

@@ -68,7 +68,7 @@ const fn row(http_status: StatusCode, rpc_code: u32, connect_code: &'static str)
 }
 
 impl ErrorKind {
-    /// The error table. The README's table is this function, row by row, and a
+    /// The error table. The table of docs/api.md is this function, row by row, and a
     /// test checks every row over a real socket.
     pub fn wire(self) -> WireError {
         use pb::Status;
@@ -242,8 +242,8 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_error_table_is_this_table() {
-        let readme = include_str!("../../README.md");
+    fn the_documented_error_table_is_this_table() {
+        let readme = include_str!("../../docs/api.md");
         for kind in ErrorKind::ALL {
             let wire = kind.wire();
             let row = format!(
@@ -259,14 +259,14 @@ mod tests {
             });
             assert!(
                 readme.contains(&row) && named,
-                "README lacks {kind:?}: {row}"
+                "docs/api.md lacks {kind:?}: {row}"
             );
         }
     }
 
     #[test]
-    fn every_row_of_the_readme_error_table_is_a_row_of_this_table() {
-        let readme = include_str!("../../README.md");
+    fn every_row_of_the_documented_error_table_is_a_row_of_this_table() {
+        let readme = include_str!("../../docs/api.md");
         let rows: Vec<Vec<&str>> = readme
             .lines()
             .skip_while(|line| !line.starts_with("| outcome | HTTP | Rpc-Error-Code |"))
@@ -291,7 +291,10 @@ mod tests {
                     && wire.connect_code == connect_code
                     && named.is_none_or(|name| kind.status_name() == Some(name))
             });
-            assert!(matches, "the README row {outcome:?} is no row of the code");
+            assert!(
+                matches,
+                "the docs/api.md row {outcome:?} is no row of the code"
+            );
         }
     }
 }

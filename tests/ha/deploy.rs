@@ -2,7 +2,7 @@
 //! read it: HAProxy's own check of its configuration (it also runs in the
 //! failover tests), `systemd-analyze verify` of the units where the machine
 //! has it, and the Kubernetes example parsed as YAML and checked for what
-//! the README says it holds.
+//! docs/failover.md says it holds.
 
 use std::{path::Path, process::Command};
 
@@ -94,7 +94,7 @@ fn python() -> std::ffi::OsString {
 }
 
 #[test]
-fn the_kubernetes_example_parses_and_holds_what_the_readme_says() {
+fn the_kubernetes_example_parses_and_holds_what_the_failover_page_says() {
     let output = Command::new("timeout")
         .arg("30")
         .arg(python())

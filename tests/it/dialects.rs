@@ -152,7 +152,7 @@ async fn every_rpc_works_in_json_on_both_route_styles() {
             })).await;
             assert_eq!(status, 200, "{context}: {reply}");
             // 42 was never granted: still `true`, as the server started
-            // less than its adoption window ago (an early renewal, see README).
+            // less than its adoption window ago (an early renewal, see docs/differences.md).
             assert_eq!(reply["statuses"], json!([true, true, true]), "{context}");
 
             let (status, reply, _) =

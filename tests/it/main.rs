@@ -11,6 +11,7 @@ mod daemons;
 mod dashboard;
 mod dialects;
 mod differential;
+mod docs;
 mod edge;
 mod errors;
 mod fidelity;
