@@ -171,9 +171,11 @@ impl Cli {
         tenancy: &engine::Tenancy,
     ) -> Result<(engine::TokenSet, engine::TokenSet), String> {
         if self.sim.demo {
-            return Err("--demo cannot run with --tenants_file: the simulated daemons \
+            return Err(
+                "--demo cannot run with --tenants_file: the simulated daemons \
                  present the demo's own tokens"
-                .to_owned());
+                    .to_owned(),
+            );
         }
         let servant = match (
             &tenancy.servant_tokens,

@@ -556,8 +556,11 @@ fn a_tenants_file_replaces_the_user_tokens_flag() {
     )
     .unwrap();
     let without = dir.join("without.toml");
-    std::fs::write(&without, "[[tenant]]\nname = \"ci\"\nweight = 1\nuser_tokens = [\"ci\"]\n")
-        .unwrap();
+    std::fs::write(
+        &without,
+        "[[tenant]]\nname = \"ci\"\nweight = 1\nuser_tokens = [\"ci\"]\n",
+    )
+    .unwrap();
     let flag = |path: &std::path::Path| format!("--tenants_file={}", path.display());
 
     let settings = cli(&[&flag(&with_servants)]).settings().unwrap();
@@ -565,7 +568,10 @@ fn a_tenants_file_replaces_the_user_tokens_flag() {
     assert_eq!(tenancy.tenants[0].name, "ci");
     assert_eq!(tenancy.tenants[0].weight, 2.0);
     assert!(settings.engine.servant_tokens.accepts_token("s-file"));
-    assert_eq!(settings.tenants_file.as_deref(), Some(with_servants.as_path()));
+    assert_eq!(
+        settings.tenants_file.as_deref(),
+        Some(with_servants.as_path())
+    );
 
     let settings = cli(&[&flag(&without), "--acceptable_servant_tokens=s-flag"])
         .settings()
@@ -584,9 +590,13 @@ fn a_tenants_file_replaces_the_user_tokens_flag() {
         .settings()
         .unwrap_err();
     assert!(error.contains("--admin_tokens"), "{error}");
-    let error = cli(&[&flag(&with_servants), "--demo"]).settings().unwrap_err();
+    let error = cli(&[&flag(&with_servants), "--demo"])
+        .settings()
+        .unwrap_err();
     assert!(error.contains("--demo"), "{error}");
-    let error = cli(&[&flag(&dir.join("missing.toml"))]).settings().unwrap_err();
+    let error = cli(&[&flag(&dir.join("missing.toml"))])
+        .settings()
+        .unwrap_err();
     assert!(error.contains("missing.toml"), "{error}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -101,7 +101,7 @@ pub use views::{
 
 use requesters::Owner;
 use shared::Shared;
-use waiters::{Admission, WaitGuard};
+use waiters::{Admission, Caller, WaitGuard};
 
 /// Stops the expiry task when the last [`Scheduler`] clone is dropped.
 struct Handle {
@@ -273,9 +273,12 @@ impl Scheduler {
         let immediate = req.immediate.min(total);
         let owner = Owner::new(req.requester_ip, &presented);
         let requester = RequesterId::of(&req);
-        match sh
-            .with_state(|st, now| st.admit(&req, owner, requester, tenant, immediate, total, now))?
-        {
+        let caller = Caller {
+            owner,
+            requester,
+            tenant,
+        };
+        match sh.with_state(|st, now| st.admit(&req, caller, immediate, total, now))? {
             Admission::Granted(grants) => Ok(grants),
             Admission::Queued {
                 env,

@@ -37,6 +37,15 @@ use super::tenants::TenantId;
 use super::types::{EnvId, Grant, GrantRequest, Rejection, RequesterId, later};
 use super::wait_queues::{Answer, GrantOrder, QueueKey, TenantKey, Waiter};
 
+/// Who makes a `WaitForStartingTask` call: the grants' owner, who takes
+/// turns, and whose share they count against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caller {
+    pub owner: Owner,
+    pub requester: RequesterId,
+    pub tenant: TenantId,
+}
+
 /// Outcome of admitting a request under the lock.
 pub(crate) enum Admission {
     /// Capacity was free right now.
@@ -63,13 +72,16 @@ impl State {
     pub(crate) fn admit(
         &mut self,
         req: &GrantRequest,
-        owner: Owner,
-        requester: RequesterId,
-        tenant: TenantId,
+        caller: Caller,
         immediate: u32,
         total: u32,
         now: Instant,
     ) -> Result<Admission, Rejection> {
+        let Caller {
+            owner,
+            requester,
+            tenant,
+        } = caller;
         if total == 0 {
             self.waiters.count_no_quota();
             return Err(Rejection::NoQuotaAvailable);

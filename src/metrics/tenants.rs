@@ -24,6 +24,9 @@ pub(super) struct TenantCollector {
     pub(super) engine: Scheduler,
 }
 
+/// A gauge family: its name, help and value per tenant.
+type Gauge = (&'static str, &'static str, fn(&TenantView) -> f64);
+
 fn labels(t: &TenantView) -> TenantLabels {
     TenantLabels {
         tenant: t.name.clone(),
@@ -42,7 +45,7 @@ impl Collector for TenantCollector {
         for t in &tenants {
             ConstCounter::new(t.grants_total).encode(family.encode_family(&labels(t))?)?;
         }
-        let gauges: [(&str, &str, fn(&TenantView) -> f64); 4] = [
+        let gauges: [Gauge; 4] = [
             (
                 "tenant_waiting",
                 "WaitForStartingTask calls of each tenant queued now",

@@ -72,10 +72,20 @@ async fn the_tenants_view_shows_the_default_tenant_s_share_and_grants() {
     assert_eq!(tenants.len(), 1, "{view}");
     let t = &tenants[0];
     assert_eq!(t["name"], "default");
-    assert_eq!((t["weight"].as_f64(), t["weightShare"].as_f64()), (Some(1.0), Some(1.0)));
-    assert_eq!((t["held"].as_u64(), t["grantsTotal"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (t["weight"].as_f64(), t["weightShare"].as_f64()),
+        (Some(1.0), Some(1.0))
+    );
+    assert_eq!(
+        (t["held"].as_u64(), t["grantsTotal"].as_u64()),
+        (Some(1), Some(1))
+    );
     assert_eq!(t["share"].as_f64(), Some(0.25));
-    assert_eq!(t["waitP50Seconds"].as_f64(), Some(0.0025), "granted at once: the first bucket");
+    assert_eq!(
+        t["waitP50Seconds"].as_f64(),
+        Some(0.0025),
+        "granted at once: the first bucket"
+    );
     assert_eq!(t["maxShare"], Value::Null);
 }
 
