@@ -6,12 +6,14 @@
 //!
 //! [`server`]: the scheduler's flags; [`demo`]: the simulator run inside it;
 //! [`settings`]: value parsers, checks across flags, and the [`Settings`]
-//! the server starts with.
+//! the server starts with; [`tenants_file`]: `--tenants_file`, read and
+//! watched.
 
 pub mod demo;
 pub mod gflags;
 pub mod server;
 pub mod settings;
+pub mod tenants_file;
 #[cfg(test)]
 mod tests;
 

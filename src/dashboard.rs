@@ -13,12 +13,15 @@
 //! - `history.rs`: the ring of one sample per second for the chart, and the
 //!   grant rates (in all and per machine) over the last 10 s.
 //! - `overview.rs`: the dashboard's JSON (`/api/v1/overview`).
+//! - `tenants.rs`: the Tenants view (`/api/v1/tenants`) and the tenants'
+//!   grant rates, sampled with the history.
 //! - `vars.rs`: the original's dump under `/inspect/vars`.
 
 mod access;
 mod assets;
 mod history;
 mod overview;
+mod tenants;
 mod vars;
 
 use std::sync::{Arc, Mutex, Weak};
@@ -34,6 +37,7 @@ pub use overview::{
     EnvironmentRow, GrantRow, OVERVIEW_MAX_AGE, Overview, ReasonView, RequesterRow, RunningTaskRow,
     ServantRow, TotalsView, grant_fingerprint,
 };
+pub use tenants::{TenantRow, TenantsView};
 pub use vars::{
     DumpServant, DumpTask, INSPECT_VARS, InspectVars, TASK_DISPATCHER_PATH, TaskDispatcherDump,
     YadccVars,
@@ -45,6 +49,7 @@ pub use vars::{
 pub struct Dashboard {
     engine: Scheduler,
     history: Mutex<history::History>,
+    tenant_rates: Mutex<tenants::TenantRates>,
     /// The last overview served, as JSON, and when it was built.
     overview_cache: Mutex<Option<(tokio::time::Instant, bytes::Bytes)>>,
     access: access::Access,
@@ -69,6 +74,7 @@ impl Dashboard {
         let dashboard = Arc::new(Dashboard {
             engine,
             history: Mutex::default(),
+            tenant_rates: Mutex::default(),
             overview_cache: Mutex::default(),
             access: access::Access::from(access),
             peer_protocols,
@@ -90,6 +96,11 @@ impl Dashboard {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .record(&totals, counters.grants_issued, &requesters);
+        let tenants = self.engine.tenants();
+        self.tenant_rates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(tokio::time::Instant::now(), &tenants);
     }
 }
 
@@ -113,6 +124,7 @@ async fn sample_forever(dashboard: Weak<Dashboard>) {
     paths(
         overview::overview,
         history::history,
+        tenants::tenants,
         vars::inspect_vars,
         vars::inspect_vars_yadcc,
         vars::task_dispatcher
@@ -132,7 +144,9 @@ async fn sample_forever(dashboard: Weak<Dashboard>) {
         RunningTaskRow,
         EnvironmentRow,
         HistoryView,
-        HistorySample
+        HistorySample,
+        TenantsView,
+        TenantRow
     )),
     tags(
         (name = "dashboard", description = "The dashboard's JSON. Closed unless --inspect_credential (basic auth) or --debugging_no_inspect_auth is given."),
@@ -147,6 +161,7 @@ pub fn router<S>(dashboard: Arc<Dashboard>) -> Router<S> {
     assets::routes()
         .route("/api/v1/overview", get(overview::overview))
         .route("/api/v1/history", get(history::history))
+        .route("/api/v1/tenants", get(tenants::tenants))
         .merge(vars::routes())
         .layer(middleware::from_fn_with_state(
             Arc::clone(&dashboard),

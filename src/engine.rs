@@ -21,8 +21,11 @@
 //!   `Requesters`).
 //! - `adoption`: what the window after start remembers (`AdoptionWindow`,
 //!   held by `Grants`).
-//! - `wait_queues`: per-environment queues fair between requesters, and
-//!   `WaitQueues`, the only writer of a queue, with the waiter caps.
+//! - `tenants`: tenants (owner: `Tenants`: weights, caps, virtual times,
+//!   figures) and the token directory a reload swaps whole (`Access`).
+//! - `wait_queues`: per-environment queues fair between tenants, then
+//!   between requesters, and `WaitQueues`, the only writer of a queue, with
+//!   the waiter caps.
 //! - `envs`: per-environment indexes (owner: `Envs`): servants with a free
 //!   slot in placement order, accepting versions, the queue; `Effects`, the
 //!   follow-up work a change of them asks for.
@@ -66,6 +69,7 @@ mod servants;
 mod shared;
 mod snapshot;
 mod state;
+mod tenants;
 pub(crate) mod tokens;
 mod types;
 mod views;
@@ -79,18 +83,26 @@ pub use config::{Config, Limits};
 pub use cordons::{Cordon, CordonState, CordonView};
 pub use fence::GrantFence;
 pub use state::SERVANTS_SETTLE;
-pub use tokens::{Redacted, TokenSet};
+pub use tenants::{DEFAULT_TENANT, MAX_TENANT_WEIGHT, Tenancy, TenantSpec, WAIT_BUCKETS};
+pub use tokens::{Redacted, TokenDigest, TokenSet};
+
+/// SHA-256 of a user or servant token: what a tenants file's
+/// `user_token_sha256` lists.
+pub fn token_digest(token: &str) -> TokenDigest {
+    tokens::digest(token)
+}
 pub use types::{
     Grant, GrantRequest, Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask,
     RequesterId, RunningTask, ServantPriority,
 };
 pub use views::{
     ClusterTotals, Counters, EnvironmentView, GrantView, RequesterView, ServantView, Snapshot,
+    TenantView,
 };
 
 use requesters::Owner;
 use shared::Shared;
-use waiters::{Admission, WaitGuard};
+use waiters::{Admission, Caller, WaitGuard};
 
 /// Stops the expiry task when the last [`Scheduler`] clone is dropped.
 struct Handle {
@@ -190,8 +202,10 @@ impl Scheduler {
     pub fn heartbeat(&self, hb: Heartbeat) -> Result<HeartbeatReply, Rejection> {
         let sh = self.shared();
         let presented = tokens::digest(&hb.token);
-        let verified = sh.servant_tokens.accepts(&presented);
-        let user = sh.user_tokens.accepts(&presented);
+        let access = sh.access();
+        let verified = access.servant_tokens.accepts(&presented);
+        let user = access.tenant_of(&presented).is_some();
+        drop(access);
         if !(verified | user) {
             return Err(Rejection::AccessDenied);
         }
@@ -246,7 +260,7 @@ impl Scheduler {
         mut req: GrantRequest,
     ) -> Result<Vec<Grant>, Rejection> {
         let sh = self.shared();
-        let presented = sh.check_user(&req.token)?;
+        let (presented, tenant) = sh.check_user(&req.token)?;
         check_duration("milliseconds_to_wait", req.wait, sh.limits.max_wait)?;
         if let Some(left) = req.answer_within {
             req.wait = req.wait.min(left);
@@ -264,7 +278,12 @@ impl Scheduler {
         let immediate = req.immediate.min(total);
         let owner = Owner::new(req.requester_ip, &presented);
         let requester = RequesterId::of(&req);
-        match sh.with_state(|st, now| st.admit(&req, owner, requester, immediate, total, now))? {
+        let caller = Caller {
+            owner,
+            requester,
+            tenant,
+        };
+        match sh.with_state(|st, now| st.admit(&req, caller, immediate, total, now))? {
             Admission::Granted(grants) => Ok(grants),
             Admission::Queued {
                 env,
@@ -334,7 +353,7 @@ impl Scheduler {
         lease: Duration,
     ) -> Result<Owner, Rejection> {
         let sh = self.shared();
-        let caller = Owner::new(requester, &sh.check_user(token)?);
+        let caller = Owner::new(requester, &sh.check_user(token)?.0);
         check_duration("next_keep_alive_in_ms", lease, sh.limits.max_keep_alive)?;
         check_count("task_grant_ids", count, sh.limits.max_ids_per_request)?;
         Ok(caller)
@@ -345,7 +364,7 @@ impl Scheduler {
     /// serves waiting requests at once.
     pub fn free(&self, token: &str, requester: IpAddr, grant_ids: &[u64]) -> Result<(), Rejection> {
         let sh = self.shared();
-        let caller = Owner::new(requester, &sh.check_user(token)?);
+        let caller = Owner::new(requester, &sh.check_user(token)?.0);
         check_count(
             "task_grant_ids",
             grant_ids.len(),
@@ -391,6 +410,23 @@ impl Scheduler {
     /// the rest of a snapshot, for the dashboard's once-a-second grant rates.
     pub fn requesters(&self) -> Vec<RequesterView> {
         self.shared().with_state(|st, _| st.requesters.views())
+    }
+
+    /// Every tenant's standing and figures, configured ones first:
+    /// O(tenants), for metrics, the dashboard and `/api/v1/tenants`.
+    pub fn tenants(&self) -> Vec<TenantView> {
+        self.shared().with_state(|st, _| {
+            let slots = st.grants.len() as u64 + st.servants.free_slots();
+            st.tenants.views(slots)
+        })
+    }
+
+    /// Rule "reload": the tenants and tokens of `tenancy` from now on
+    /// (checked by whoever read it). A removed token's next call is
+    /// refused; its grants end as they would; its waiting calls stay queued
+    /// under their tenant.
+    pub fn set_tenancy(&self, tenancy: &Tenancy) {
+        self.shared().set_tenancy(tenancy);
     }
 
     /// Inspection data for the dashboard (O(cluster); not for hot paths).

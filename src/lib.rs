@@ -140,7 +140,10 @@
 //! version, capacity rule), `grants.rs` (grant table, leases, adoption
 //! memory, counters), `envs.rs` (per-environment indexes, `Envs`, and the
 //! follow-up `Effects` of a change), `wait_queues.rs` (queues fair between
-//! requesters, their count and the waiter caps, `WaitQueues`),
+//! tenants, then between requesters, their count and the waiter caps,
+//! `WaitQueues`), `tenants.rs` (tenants' weights, caps, virtual times and
+//! figures, `Tenants`; the token directory, `Access`, swapped whole by a
+//! reload),
 //! `requesters.rs` (owners by address and token, turns by requester: a
 //! daemon's connection or an address, figures per address), `adoption.rs`
 //! (the window after start), `cordons.rs` (the locations operators took
@@ -208,7 +211,7 @@
 //!   committed in `openapi/`.
 //! - [`dashboard`] (`src/dashboard/`): `overview.rs` the JSON over the engine
 //!   snapshot, `history.rs` the history ring and the grant rates over 10 s,
-//!   `vars.rs` the original's dump at
+//!   `tenants.rs` the Tenants view (`/api/v1/tenants`), `vars.rs` the original's dump at
 //!   `/inspect/vars/yadcc/task_dispatcher`, `access.rs` who may read them
 //!   ([`dashboard::InspectAccess`]: closed unless a flag opens them),
 //!   `assets.rs` the page from `web/` embedded and routed from one list, with
@@ -216,11 +219,12 @@
 //!   step: `app.js` (entry, polling), `api.js`, `table.js` (the one table
 //!   every panel uses), `cells.js`, `chart.js` and `chart-geometry.js`
 //!   (history), `format.js`, `dom.js`, `store.js`, and `views/` (servants,
-//!   grants, environments, requesters, summary cards, tabs, connection
+//!   grants, environments, requesters, tenants, summary cards, tabs, connection
 //!   status, and `admin.js`, the operators' panel: cordons, and an
 //!   operator's actions with the token kept in the tab).
 //! - [`metrics`]: Prometheus exposition, classic text or OpenMetrics as the
-//!   scraper asks (`exposition.rs`), the `process_*` series (`process.rs`)
+//!   scraper asks (`exposition.rs`), the `process_*` series (`process.rs`),
+//!   the per-tenant series (`tenants.rs`)
 //!   and the build's version and commit ([`build_info`], embedded by
 //!   `build.rs`; `--version` prints them too).
 //! - [`ha`] (`src/ha/`): the hot standby. `election.rs` campaigns on etcd
@@ -238,7 +242,9 @@
 //! - [`config`]: the command line (`src/main.rs` starts and stops the server):
 //!   `server.rs` (the scheduler's flags), `demo.rs` (`--demo`, and with the
 //!   `bench-route` cargo feature the hidden `--bench_bare_route`),
-//!   `settings.rs` (value parsers, checks across flags, [`config::Settings`]);
+//!   `settings.rs` (value parsers, checks across flags, [`config::Settings`]),
+//!   `tenants_file.rs` (`--tenants_file`: TOML read strictly, watched for
+//!   SIGHUP and changes, docs/tenants.md);
 //!   every flag's kebab alias and `YADCC_*` variable are added in one place,
 //!   and [`config::gflags`] first rewrites the original's gflags habits
 //!   (`--flagfile`, `--fromenv`, `-name=value`, `--noflag`, glog and

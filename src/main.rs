@@ -9,7 +9,7 @@ use yadcc_scheduler::{
     AppState,
     admin::{self, Admin, Store},
     app,
-    config::{Cli, Settings, server::LogFormat},
+    config::{self, Cli, Settings, server::LogFormat},
     dashboard::InspectAccess,
     edge,
     engine::{self, GrantFence, Scheduler},
@@ -101,6 +101,25 @@ async fn run(settings: Settings) -> std::io::Result<()> {
         leadership.clone(),
         admin,
     );
+    if let Some(path) = &settings.tenants_file {
+        let tenants = settings.engine.tenancy.iter().flat_map(|t| &t.tenants);
+        tracing::info!(
+            "tenants from {} (read again on SIGHUP and when it changes): {}",
+            path.display(),
+            tenants
+                .map(|t| format!("{} (weight {})", t.name, t.weight))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let failures = state.metrics.config_reload_failures();
+        config::tenants_file::watch(
+            path.clone(),
+            engine.clone(),
+            Arc::new(move || {
+                failures.inc();
+            }),
+        );
+    }
     let listener = bind_when_free(settings.listen).await.map_err(|error| {
         std::io::Error::new(
             error.kind(),

@@ -12,6 +12,7 @@
 
 mod exposition;
 mod process;
+mod tenants;
 
 use std::{fmt, sync::OnceLock, time::Duration};
 
@@ -145,6 +146,7 @@ pub struct Metrics {
     connections_accepted: Family<ProtocolLabels, Counter>,
     connections_open: Family<ProtocolLabels, Gauge>,
     connections_refused: Family<ReasonLabels, Counter>,
+    config_reload_failures: Counter,
     resolved: Resolved,
 }
 
@@ -224,6 +226,15 @@ impl Metrics {
             "Connections closed at accept, by the cap they were over (max_connections, max_connections_per_ip)",
             connections_refused.clone(),
         );
+        let config_reload_failures = Counter::default();
+        ours.register(
+            "config_reload_failures",
+            "Reloads of --tenants_file that failed (the running configuration stayed)",
+            config_reload_failures.clone(),
+        );
+        ours.register_collector(Box::new(tenants::TenantCollector {
+            engine: engine.clone(),
+        }));
         ours.register_collector(Box::new(EngineCollector { engine }));
         Self {
             registry,
@@ -233,6 +244,7 @@ impl Metrics {
             connections_accepted,
             connections_open,
             connections_refused,
+            config_reload_failures,
             resolved: Resolved::default(),
         }
     }
@@ -314,6 +326,11 @@ impl Metrics {
         let gauge = self.connections_open.get_or_create(&labels).clone();
         gauge.inc();
         OpenConnection { gauge }
+    }
+
+    /// The counter of failed `--tenants_file` reloads (the watcher counts).
+    pub fn config_reload_failures(&self) -> Counter {
+        self.config_reload_failures.clone()
     }
 
     /// Counts a connection closed at accept for being over `cap`.

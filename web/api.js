@@ -4,6 +4,7 @@
 
 export const OVERVIEW_URL = 'api/v1/overview';
 export const HISTORY_URL = 'api/v1/history';
+export const TENANTS_URL = 'api/v1/tenants';
 // How often the page asks: the overview drives the tables and cards, the
 // history (one sample a second, an hour of them) only the chart.
 export const OVERVIEW_EVERY_MS = 2000;

@@ -13,10 +13,12 @@
 // choices), api.js (fetching), table.js (the one table every panel uses),
 // cells.js (shared columns), chart.js and chart-geometry.js (history),
 // views/*.js (one per panel, the cards, the tabs, the connection banner and
-// the operators' panel, views/admin.js).
+// the operators' panel, views/admin.js). The Tenants panel polls
+// api/v1/tenants beside the overview.
 
 import {
-  HISTORY_EVERY_MS, HISTORY_URL, HttpError, OVERVIEW_EVERY_MS, OVERVIEW_URL, fetchJson, isUnauthorized,
+  HISTORY_EVERY_MS, HISTORY_URL, HttpError, OVERVIEW_EVERY_MS, OVERVIEW_URL, TENANTS_URL, fetchJson,
+  isUnauthorized,
 } from './api.js';
 import { createChart } from './chart.js';
 import { setText } from './dom.js';
@@ -30,12 +32,13 @@ import { servantsPanel } from './views/servants.js';
 import { conn, markFailed, markLive, watchConnection } from './views/status.js';
 import { renderSummary } from './views/summary.js';
 import { setUpTabs } from './views/tabs.js';
+import { tenantsPanel } from './views/tenants.js';
 
 // A link in one table opens another panel; the tabs know how.
 let jumpTo = () => {};
 const onJump = (name, query) => jumpTo(name, query);
 const tables = {};
-for (const panel of [servantsPanel, grantsPanel, environmentsPanel, requestersPanel]) {
+for (const panel of [servantsPanel, grantsPanel, environmentsPanel, requestersPanel, tenantsPanel]) {
   tables[panel.name] = new Table(Object.assign({ onJump: onJump }, panel));
 }
 jumpTo = setUpTabs(tables);
@@ -75,7 +78,7 @@ function renderOverview(d) {
   renderSummary(totals, d.rateWindowSeconds, servants, grants);
   chart.setNow(totals, d.generatedAtMs);
   const items = { servants: servants, grants: grants, environments: envs, requesters: requesters.rows };
-  for (const name of Object.keys(tables)) {
+  for (const name of Object.keys(items)) {
     tables[name].setItems(items[name], ctx);
     setText(countEls[name], NF.format(items[name].length));
   }
@@ -121,6 +124,27 @@ async function pollOverview() {
   }
 }
 
+// The tenants come from their own endpoint, polled with the overview.
+function renderTenants(d) {
+  const rows = d && typeof d === 'object' ? objs(d.tenants) : [];
+  tables.tenants.setItems(rows, { now: Date.now() });
+  setText(countEls.tenants, NF.format(rows.length));
+}
+
+let tenantsBusy = false;
+async function pollTenants() {
+  if (tenantsBusy) return;
+  tenantsBusy = true;
+  try {
+    renderTenants(await fetchJson(TENANTS_URL));
+  } catch (e) {
+    // The overview poll reports the outage; the panel keeps its last rows.
+  } finally {
+    tenantsBusy = false;
+    setTimeout(pollTenants, OVERVIEW_EVERY_MS);
+  }
+}
+
 let historyBusy = false;
 async function pollHistory() {
   if (historyBusy) return;
@@ -151,3 +175,4 @@ window.yadccDashboard = {
 watchConnection();
 pollOverview();
 pollHistory();
+pollTenants();

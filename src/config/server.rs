@@ -83,6 +83,14 @@ pub struct ServerFlags {
     #[arg(long)]
     pub state_file: Option<std::path::PathBuf>,
 
+    /// Named tenants sharing the farm by weight, with their user tokens (and
+    /// optionally the servants' tokens), in TOML (docs/tenants.md). Read
+    /// again on SIGHUP and when it changes; a bad file stops the start, and
+    /// at a reload keeps the running configuration. Replaces
+    /// --acceptable_user_tokens.
+    #[arg(long, conflicts_with_all = ["acceptable_user_tokens", "insecure_accept_any_token"])]
+    pub tenants_file: Option<std::path::PathBuf>,
+
     /// Open the dashboard, `/api/v1/*` and `/inspect/*` to anyone who can
     /// reach the port, without a credential (the original's flag; for
     /// debugging or a trusted network).

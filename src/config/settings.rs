@@ -92,6 +92,9 @@ pub struct Settings {
     pub admin_tokens: AdminTokens,
     /// Where the operators' state lasts without a hot standby (`--state_file`).
     pub state_file: Option<std::path::PathBuf>,
+    /// The tenants file to watch for changes (`--tenants_file`), already
+    /// read into `engine.tenancy`.
+    pub tenants_file: Option<std::path::PathBuf>,
     /// Mount the benchmark's bare route.
     #[cfg(feature = "bench-route")]
     pub bench_bare_route: bool,
@@ -123,7 +126,13 @@ impl Cli {
     /// for a list not given to the demo, or anyone with
     /// `--insecure_accept_any_token`. A list that is missing or empty stops
     /// the start (the original refuses an empty one too).
-    fn token_sets(&self) -> Result<(engine::TokenSet, engine::TokenSet), String> {
+    fn token_sets(
+        &self,
+        tenancy: Option<&engine::Tenancy>,
+    ) -> Result<(engine::TokenSet, engine::TokenSet), String> {
+        if let Some(tenancy) = tenancy {
+            return self.tenant_token_sets(tenancy);
+        }
         if self.server.insecure_accept_any_token {
             return Ok((engine::TokenSet::anyone(), engine::TokenSet::anyone()));
         }
@@ -155,12 +164,44 @@ impl Cli {
         })
     }
 
+    /// With `--tenants_file`: the user tokens are the file's (the engine
+    /// reads them from [`engine::Config::tenancy`]), the servants' the
+    /// file's or the flag's.
+    fn tenant_token_sets(
+        &self,
+        tenancy: &engine::Tenancy,
+    ) -> Result<(engine::TokenSet, engine::TokenSet), String> {
+        if self.sim.demo {
+            return Err(
+                "--demo cannot run with --tenants_file: the simulated daemons \
+                 present the demo's own tokens"
+                    .to_owned(),
+            );
+        }
+        let servant = match (
+            &tenancy.servant_tokens,
+            &self.server.acceptable_servant_tokens,
+        ) {
+            (Some(tokens), _) => tokens.clone(),
+            (None, Some(tokens)) if !tokens.is_empty() => engine::TokenSet::from_flag(tokens),
+            (None, _) => {
+                return Err(
+                    "--tenants_file: no servant tokens: add [servants] tokens = [...] \
+                     to the file or pass --acceptable_servant_tokens"
+                        .to_owned(),
+                );
+            }
+        };
+        Ok((engine::TokenSet::new(Vec::<String>::new()), servant))
+    }
+
     /// `--admin_tokens`, checked: not empty when given, and none of them a
     /// daemon's token (a daemon could act on the farm otherwise).
     fn admin_tokens(
         &self,
         user: &engine::TokenSet,
         servant: &engine::TokenSet,
+        tenancy: Option<&engine::Tenancy>,
     ) -> Result<AdminTokens, String> {
         let Some(flag) = &self.server.admin_tokens else {
             return Ok(AdminTokens::default());
@@ -175,9 +216,15 @@ impl Cli {
         }
         let listed =
             |set: &engine::TokenSet, token: &str| !set.accepts_anyone() && set.accepts_token(token);
+        let tenant_digests: Vec<engine::TokenDigest> = tenancy
+            .iter()
+            .flat_map(|t| &t.tenants)
+            .flat_map(|t| t.token_digests.iter().copied())
+            .collect();
+        let a_tenants = |token: &str| tenant_digests.contains(&engine::token_digest(token));
         if tokens
             .iter()
-            .any(|token| listed(user, token) || listed(servant, token))
+            .any(|token| listed(user, token) || listed(servant, token) || a_tenants(token))
         {
             return Err("--admin_tokens: a token is also a daemon's token \
                  (--acceptable_user_tokens or --acceptable_servant_tokens): operators need \
@@ -249,8 +296,12 @@ impl Cli {
 
     /// Checks the flags and turns them into settings. Errors say what to pass.
     pub fn settings(&self) -> Result<Settings, String> {
-        let (user_tokens, servant_tokens) = self.token_sets()?;
-        let admin_tokens = self.admin_tokens(&user_tokens, &servant_tokens)?;
+        let tenancy = match &self.server.tenants_file {
+            Some(path) => Some(super::tenants_file::read(path)?),
+            None => None,
+        };
+        let (user_tokens, servant_tokens) = self.token_sets(tenancy.as_ref())?;
+        let admin_tokens = self.admin_tokens(&user_tokens, &servant_tokens, tenancy.as_ref())?;
         let ha = self.ha_settings()?;
         if ha.is_some() && self.server.state_file.is_some() {
             return Err(
@@ -331,6 +382,7 @@ impl Cli {
                 max_waiters_per_requester: self.server.max_waiters_per_requester as usize,
                 ..engine::Limits::default()
             },
+            tenancy,
             ..engine::Config::default()
         };
         let listen = self.server.listen.unwrap_or_else(|| {
@@ -372,6 +424,7 @@ impl Cli {
             demo_protocol: self.sim.protocol,
             admin_tokens,
             state_file: self.server.state_file.clone(),
+            tenants_file: self.server.tenants_file.clone(),
             #[cfg(feature = "bench-route")]
             bench_bare_route: self.sim.bench_bare_route,
         })

@@ -544,3 +544,59 @@ fn a_hot_standby_needs_the_shared_secret_and_whole_second_leases() {
         assert!(error.contains(says), "{bad}: {error}");
     }
 }
+
+#[test]
+fn a_tenants_file_replaces_the_user_tokens_flag() {
+    let dir = std::env::temp_dir().join(format!("tenants-flags-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let with_servants = dir.join("with-servants.toml");
+    std::fs::write(
+        &with_servants,
+        "[servants]\ntokens = [\"s-file\"]\n[[tenant]]\nname = \"ci\"\nweight = 2\nuser_tokens = [\"ci\"]\n",
+    )
+    .unwrap();
+    let without = dir.join("without.toml");
+    std::fs::write(
+        &without,
+        "[[tenant]]\nname = \"ci\"\nweight = 1\nuser_tokens = [\"ci\"]\n",
+    )
+    .unwrap();
+    let flag = |path: &std::path::Path| format!("--tenants_file={}", path.display());
+
+    let settings = cli(&[&flag(&with_servants)]).settings().unwrap();
+    let tenancy = settings.engine.tenancy.expect("the file's tenants");
+    assert_eq!(tenancy.tenants[0].name, "ci");
+    assert_eq!(tenancy.tenants[0].weight, 2.0);
+    assert!(settings.engine.servant_tokens.accepts_token("s-file"));
+    assert_eq!(
+        settings.tenants_file.as_deref(),
+        Some(with_servants.as_path())
+    );
+
+    let settings = cli(&[&flag(&without), "--acceptable_servant_tokens=s-flag"])
+        .settings()
+        .unwrap();
+    assert!(settings.engine.servant_tokens.accepts_token("s-flag"));
+    let error = cli(&[&flag(&without)]).settings().unwrap_err();
+    assert!(error.contains("no servant tokens"), "{error}");
+
+    let both = Cli::try_parse_args([
+        "yadcc-scheduler",
+        &flag(&without),
+        "--acceptable_user_tokens=u",
+    ]);
+    assert!(both.is_err(), "the file and the user tokens flag conflict");
+    let error = cli(&[&flag(&with_servants), "--admin_tokens=ci"])
+        .settings()
+        .unwrap_err();
+    assert!(error.contains("--admin_tokens"), "{error}");
+    let error = cli(&[&flag(&with_servants), "--demo"])
+        .settings()
+        .unwrap_err();
+    assert!(error.contains("--demo"), "{error}");
+    let error = cli(&[&flag(&dir.join("missing.toml"))])
+        .settings()
+        .unwrap_err();
+    assert!(error.contains("missing.toml"), "{error}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

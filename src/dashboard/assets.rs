@@ -90,6 +90,7 @@ pub const ASSETS: &[Asset] = &web_assets![
     "views/status.js",
     "views/summary.js",
     "views/tabs.js",
+    "views/tenants.js",
 ];
 
 impl Asset {

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::fence::GrantFence;
+use super::tenants::Tenancy;
 use super::tokens::{Redacted, TokenSet};
 
 /// Engine configuration, fixed for the life of a [`Scheduler`](super::Scheduler).
@@ -44,6 +45,9 @@ pub struct Config {
     pub limits: Limits,
     /// Until when this instance may grant (rule "fencing"; default: always).
     pub grant_fence: GrantFence,
+    /// The tenants and their tokens (a tenants file); `None`: `user_tokens`
+    /// form the one tenant `default` of weight 1.
+    pub tenancy: Option<Tenancy>,
 }
 
 impl Default for Config {
@@ -60,6 +64,7 @@ impl Default for Config {
             running_tasks_refresh: Duration::from_secs(1),
             limits: Limits::default(),
             grant_fence: GrantFence::open(),
+            tenancy: None,
         }
     }
 }

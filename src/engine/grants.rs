@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::adoption::{AdoptionBounds, AdoptionWindow};
 use super::config::Config;
 use super::requesters::Owner;
+use super::tenants::TenantId;
 use super::types::{EnvId, RequesterId, ServantKey, later};
 use super::views::{Counters, GrantView};
 
@@ -27,6 +28,8 @@ pub(crate) struct GrantRec {
     pub servant_addr: SocketAddr,
     /// Who received it; `None` for an adopted grant nobody renewed yet.
     pub owner: Option<Owner>,
+    /// Whose share it counts against; `None` for an adopted grant.
+    pub tenant: Option<TenantId>,
     /// `None` for adopted grants.
     pub environment: Option<Arc<str>>,
     pub granted_at: Instant,
@@ -213,6 +216,7 @@ pub(crate) enum Origin {
         env: EnvId,
         owner: Owner,
         requester: RequesterId,
+        tenant: TenantId,
         lease: Duration,
         prefetch: bool,
     },

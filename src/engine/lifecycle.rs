@@ -22,15 +22,17 @@ impl State {
     /// reduces free capacity, so it never triggers serving.
     pub(crate) fn create_grant(&mut self, new: NewGrant, now: Instant) -> Grant {
         let NewGrant { servant, origin } = new;
-        let (owner, environment, lease_until, prefetch, adopted_id) = match origin {
+        let (owner, tenant, environment, lease_until, prefetch, adopted_id) = match origin {
             Origin::Issued {
                 env,
                 owner,
+                tenant,
                 lease,
                 prefetch,
                 ..
             } => (
                 Some(owner),
+                Some(tenant),
                 self.envs.get(env).map(|e| e.name().clone()),
                 later(now, lease),
                 prefetch,
@@ -38,7 +40,7 @@ impl State {
             ),
             Origin::Adopted { id } => {
                 let (owner, lease_until) = self.grants.adoption_terms(id, now);
-                (owner, None, lease_until, false, Some(id))
+                (owner, None, None, lease_until, false, Some(id))
             }
         };
         let servant_addr = self
@@ -52,6 +54,7 @@ impl State {
                 servant,
                 servant_addr,
                 owner,
+                tenant,
                 environment,
                 granted_at: now,
                 lease_until,
@@ -66,10 +69,16 @@ impl State {
         match (origin, owner) {
             (
                 Origin::Issued {
-                    owner, requester, ..
+                    owner,
+                    requester,
+                    tenant,
+                    ..
                 },
                 _,
-            ) => self.requesters.granted(owner.ip, requester),
+            ) => {
+                self.requesters.granted(owner.ip, requester);
+                self.tenants.granted(tenant);
+            }
             (Origin::Adopted { .. }, Some(owner)) => self.requesters.adopted_by(owner.ip),
             (Origin::Adopted { .. }, None) => {}
         }
@@ -92,6 +101,9 @@ impl State {
         };
         if let Some(owner) = g.owner {
             self.requesters.released(owner.ip);
+        }
+        if let Some(tenant) = g.tenant {
+            self.tenants.released(tenant);
         }
         match end {
             GrantEnd::Freed => {

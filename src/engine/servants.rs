@@ -262,6 +262,8 @@ pub(crate) struct Servants {
     running_tasks_refresh: Duration,
     /// Servants removed after expiry or leaving (counter).
     expired: u64,
+    /// Free slots over every servant's indexed presence (rule "max share").
+    free_total: u64,
 }
 
 impl Servants {
@@ -282,11 +284,17 @@ impl Servants {
             running_shown: None,
             running_tasks_refresh,
             expired: 0,
+            free_total: 0,
         }
     }
 
     pub(crate) fn get(&self, key: ServantKey) -> Option<&Servant> {
         self.by_key.get(&key)
+    }
+
+    /// Free slots over every servant, as the indexes see them.
+    pub(crate) fn free_slots(&self) -> u64 {
+        self.free_total
     }
 
     fn live(&mut self, key: ServantKey) -> &mut Servant {
@@ -437,6 +445,7 @@ impl Servants {
     pub(crate) fn reindex(&mut self, key: ServantKey, envs: &mut Envs, fx: &mut Effects) {
         if let Some(s) = self.by_key.get_mut(&key) {
             let (old, new) = s.repose();
+            track_free(&mut self.free_total, old, new);
             sync(envs, &mut s.envs, old, new, fx);
         }
     }
@@ -455,6 +464,7 @@ impl Servants {
             if s.cordoned != cordoned {
                 s.cordoned = cordoned;
                 let (old, new) = s.repose();
+                track_free(&mut self.free_total, old, new);
                 sync(envs, &mut s.envs, old, new, fx);
             }
         }
@@ -474,13 +484,17 @@ impl Servants {
     /// is counted inside a heartbeat, which reindexes the servant once at
     /// the end, so its presence is left alone here.
     pub(crate) fn count_grant(&mut self, key: ServantKey, id: u64, adopted: bool) -> SocketAddr {
-        let s = self.live(key);
+        let s = self
+            .by_key
+            .get_mut(&key)
+            .expect("the caller holds the key of a live servant");
         s.grants.insert(id);
         s.ever_assigned += 1;
         if adopted {
             s.adopted.insert(id);
         } else {
-            s.repose();
+            let (old, new) = s.repose();
+            track_free(&mut self.free_total, old, new);
         }
         s.observed
     }
@@ -506,6 +520,7 @@ impl Servants {
         if let Some(s) = self.by_key.get_mut(&key) {
             s.forget_grant(id);
             let (old, new) = s.repose();
+            track_free(&mut self.free_total, old, new);
             sync(envs, &mut s.envs, old, new, fx);
         }
     }
@@ -556,6 +571,7 @@ impl Servants {
         fx: &mut Effects,
     ) -> Option<HashSet<u64>> {
         let s = self.by_key.remove(&key)?;
+        track_free(&mut self.free_total, s.indexed, Presence::ABSENT);
         self.by_addr.remove(&s.observed);
         self.deadlines.remove(&(s.expires_at, key));
         self.reported_total -= s.reported_count;
@@ -620,4 +636,9 @@ impl Servants {
         self.running_shown = Some((self.running_version, now));
         (self.running_version, parts)
     }
+}
+
+/// Keeps the sum of free slots in step with one servant's new presence.
+fn track_free(total: &mut u64, old: Presence, new: Presence) {
+    *total = (*total + u64::from(new.free)).saturating_sub(u64::from(old.free));
 }

@@ -1,14 +1,15 @@
 //! What every handle shares (configuration, the state behind its one mutex,
 //! the expiry task's wake-up) and the expiry task itself.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::config::{Config, Limits};
 use super::state::State;
-use super::tokens::{self, TokenDigest, TokenSet};
+use super::tenants::{Access, DEFAULT_TENANT, Tenancy, TenantId, TenantSpec, Tenants};
+use super::tokens::{self, Redacted, TokenDigest};
 use super::types::Rejection;
 
 /// What every handle shares: immutable configuration, the state and the
@@ -16,8 +17,9 @@ use super::types::Rejection;
 pub(crate) struct Shared {
     pub(crate) limits: Limits,
     pub(crate) min_daemon_version: u32,
-    pub(crate) user_tokens: TokenSet,
-    pub(crate) servant_tokens: TokenSet,
+    /// The tokens and their tenants, replaced whole by a reload (a call
+    /// sees the old set or the new one, never a mix).
+    access: RwLock<Arc<Access>>,
     /// What a restart starts from (rule "leadership").
     config: Config,
     state: Mutex<State>,
@@ -28,13 +30,34 @@ impl Shared {
     /// The shared part of a new engine, with its expiry task spawned (so
     /// this must run inside a tokio runtime).
     pub(crate) fn start(config: &Config) -> Arc<Shared> {
+        let (tenants, access) = match &config.tenancy {
+            Some(tenancy) => {
+                let mut tenants = Tenants::new(&[]);
+                let access = access_for(config, tenancy, &mut tenants);
+                (tenants, access)
+            }
+            None => {
+                let default = TenantSpec {
+                    name: DEFAULT_TENANT.to_owned(),
+                    weight: 1.0,
+                    max_share: None,
+                    token_digests: Redacted(Vec::new()),
+                };
+                let tenants = Tenants::new(&[default]);
+                let access = Access::from_flags(
+                    config.user_tokens.clone(),
+                    TenantId(0),
+                    config.servant_tokens.clone(),
+                );
+                (tenants, access)
+            }
+        };
         let shared = Arc::new(Shared {
             limits: config.limits.clone(),
             min_daemon_version: config.min_daemon_version,
-            user_tokens: config.user_tokens.clone(),
-            servant_tokens: config.servant_tokens.clone(),
+            access: RwLock::new(Arc::new(access)),
             config: config.clone(),
-            state: Mutex::new(State::new(config, Instant::now())),
+            state: Mutex::new(State::new(config, tenants, Instant::now())),
             wake: Notify::new(),
         });
         tokio::spawn(run_expiry(shared.clone()));
@@ -73,16 +96,43 @@ impl Shared {
         result
     }
 
+    /// The tokens and tenants in force now.
+    pub(crate) fn access(&self) -> Arc<Access> {
+        self.access
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Rule "reload": makes `tenancy` the tokens and tenants in force, the
+    /// tenants' weights and caps under the state lock and the tokens at
+    /// the same moment, so no call sees a token without its tenant.
+    pub(crate) fn set_tenancy(&self, tenancy: &Tenancy) {
+        let mut st = self.lock();
+        let access = access_for(&self.config, tenancy, &mut st.tenants);
+        *self.access.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(access);
+    }
+
     /// Rule "order of checks": the token comes first in every call. Returns
-    /// the digest, which identifies the caller as a grant's owner.
-    pub(crate) fn check_user(&self, token: &str) -> Result<TokenDigest, Rejection> {
+    /// the digest, which identifies the caller as a grant's owner, and the
+    /// caller's tenant.
+    pub(crate) fn check_user(&self, token: &str) -> Result<(TokenDigest, TenantId), Rejection> {
         let presented = tokens::digest(token);
-        if self.user_tokens.accepts(&presented) {
-            Ok(presented)
-        } else {
-            Err(Rejection::AccessDenied)
+        match self.access().tenant_of(&presented) {
+            Some(tenant) => Ok((presented, tenant)),
+            None => Err(Rejection::AccessDenied),
         }
     }
+}
+
+/// The access `tenancy` gives, its tenants configured in `tenants`.
+fn access_for(config: &Config, tenancy: &Tenancy, tenants: &mut Tenants) -> Access {
+    let ids = tenants.configure(&tenancy.tenants);
+    let servants = tenancy
+        .servant_tokens
+        .clone()
+        .unwrap_or_else(|| config.servant_tokens.clone());
+    Access::from_specs(&tenancy.tenants, &ids, servants)
 }
 
 /// The one background task: sleeps until the earliest servant expiry or

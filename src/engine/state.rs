@@ -12,6 +12,7 @@ use super::fence::GrantFence;
 use super::grants::Grants;
 use super::requesters::Requesters;
 use super::servants::Servants;
+use super::tenants::Tenants;
 use super::tokens::TokenRing;
 use super::wait_queues::WaitQueues;
 
@@ -32,6 +33,8 @@ pub(crate) struct State {
     /// Requesters: ownership figures per address, turns and waiting calls
     /// per requester.
     pub(super) requesters: Requesters,
+    /// Tenants: weights, caps, virtual times and figures.
+    pub(super) tenants: Tenants,
     pub(super) tokens: TokenRing,
     /// Checked by every placement (rule "fencing").
     pub(super) fence: GrantFence,
@@ -55,7 +58,7 @@ pub(crate) struct State {
 pub const SERVANTS_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl State {
-    pub(crate) fn new(config: &Config, now: Instant) -> Self {
+    pub(crate) fn new(config: &Config, tenants: Tenants, now: Instant) -> Self {
         let limits = &config.limits;
         State {
             start: now,
@@ -68,6 +71,7 @@ impl State {
             envs: Envs::default(),
             waiters: WaitQueues::new(limits.max_waiters, limits.max_waiters_per_requester),
             requesters: Requesters::new(limits.max_requesters),
+            tenants,
             tokens: TokenRing::new(
                 config.serving_daemon_token_secret.clone().map(|s| s.0),
                 config.serving_daemon_token_rollout_interval,
@@ -89,7 +93,7 @@ impl State {
     /// are the operators', not what daemons told this instance (a new
     /// leader replaces them with the saved ones).
     pub(crate) fn restart(&mut self, config: &Config, now: Instant) -> State {
-        let mut fresh = State::new(config, now);
+        let mut fresh = State::new(config, self.tenants.restarted(), now);
         fresh.waiters.continue_after(&self.waiters);
         fresh.cordons = std::mem::take(&mut self.cordons);
         fresh.shutting_down = self.shutting_down;

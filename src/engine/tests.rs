@@ -22,6 +22,7 @@ mod rules;
 mod running_tasks;
 mod servants;
 mod snapshot;
+mod tenants;
 mod tokens;
 mod waiters;
 

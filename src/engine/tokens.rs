@@ -42,7 +42,7 @@ impl From<&str> for Redacted<String> {
 
 /// SHA-256 of a presented token. Comparing digests of fixed length means the
 /// comparison time does not depend on the lengths of the configured tokens.
-pub(crate) type TokenDigest = [u8; 32];
+pub type TokenDigest = [u8; 32];
 
 /// Hashes a presented token once per call; the digest is then checked against
 /// every configured set.

@@ -200,3 +200,30 @@ pub struct Counters {
     /// `max_waiters_per_requester` calls queued.
     pub wait_refused_requester_cap: u64,
 }
+
+/// One tenant's standing: its configuration and what it holds and waits for
+/// now, with its figures since start (the Tenants view, `/api/v1/tenants`,
+/// and the `tenant` label of the metrics).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantView {
+    pub name: String,
+    /// False for a tenant a reload removed that still waits or holds.
+    pub configured: bool,
+    pub weight: f64,
+    /// Its weight over the configured tenants' sum: its share when every
+    /// tenant waits.
+    pub weight_share: f64,
+    pub max_share: Option<f64>,
+    /// Its calls queued now.
+    pub waiting: u64,
+    /// Grants it holds now (live and zombie).
+    pub held: u64,
+    /// The farm's slots now (held and free), the same for every tenant.
+    pub slots: u64,
+    /// Grants made to it since start.
+    pub grants_total: u64,
+    /// How long its granted calls waited: counts per bucket of
+    /// [`super::WAIT_BUCKETS`], the last one above them all.
+    pub wait_buckets: Vec<u64>,
+    pub wait_sum: Duration,
+}

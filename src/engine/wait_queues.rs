@@ -1,5 +1,6 @@
-//! The queues of waiting requests: one per environment, grouped by
-//! requester ([`RequesterId`]: a daemon's connection, or an address), and
+//! The queues of waiting requests: one per environment, grouped by tenant
+//! and within a tenant by requester ([`RequesterId`]: a daemon's
+//! connection, or an address), and
 //! [`WaitQueues`], which numbers the calls, counts them across every queue
 //! and holds the caps. Only `WaitQueues` puts a call into a queue or takes
 //! one out, so its count is the sum of the queues' lengths.
@@ -9,8 +10,10 @@ use std::ops::Bound::{Excluded, Unbounded};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::requesters::Owner;
+use super::tenants::TenantId;
 use super::types::{EnvId, Grant, Rejection, RequesterId};
 
 /// The answer a queued request receives.
@@ -24,6 +27,8 @@ pub(crate) struct GrantOrder {
     pub owner: Owner,
     /// Who takes turns: the grants' owner's connection, or its address.
     pub requester: RequesterId,
+    /// Whose share the grants count against (the token's tenant).
+    pub tenant: TenantId,
     pub min_version: u32,
     pub lease: Duration,
     /// Grants before this index are immediate, the rest prefetch.
@@ -35,10 +40,13 @@ pub(crate) struct GrantOrder {
 /// A queued `WaitForStartingTask` call.
 pub(crate) struct Waiter {
     pub order: GrantOrder,
+    /// When it was queued (the tenant's wait-time histogram).
+    pub queued_at: Instant,
     pub tx: oneshot::Sender<Answer>,
 }
 
-/// Where a requester stands in an environment's queue.
+/// Where a requester stands among its tenant's requesters in an
+/// environment's queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct TurnKey {
     /// The requester's serve-clock stamp (see `Requesters::granted`).
@@ -48,19 +56,44 @@ pub(crate) struct TurnKey {
     pub requester: RequesterId,
 }
 
-/// One requester's calls in one environment, oldest first.
+/// Where a tenant stands in an environment's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct TenantKey {
+    /// The tenant's virtual time (see `tenants`).
+    pub vtime: u64,
+    pub tenant: TenantId,
+}
+
+/// Where a requester's calls stand in an environment's queue: its tenant's
+/// place, then its own among the tenant's requesters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct QueueKey {
+    pub tenant: TenantKey,
+    pub turn: TurnKey,
+}
+
+/// One requester's calls of one tenant in one environment, oldest first.
 struct RequesterQueue {
     seqs: BTreeSet<u64>,
-    /// The key the ordered set holds for it (never above the true key).
+    /// The key its tenant's ordered set holds for it (never above the true key).
     held: TurnKey,
 }
 
-/// The queued requests of one environment.
+/// One tenant's requesters in one environment.
+struct TenantQueue {
+    /// The key the queue's ordered set holds for it (never above the true key).
+    held: TenantKey,
+    order: BTreeSet<TurnKey>,
+}
+
+/// The queued requests of one environment: tenants in the order of their
+/// virtual time, each tenant's requesters in the order of their turns.
 #[derive(Default)]
 pub(crate) struct WaitQueue {
     by_seq: BTreeMap<u64, Waiter>,
-    order: BTreeSet<TurnKey>,
-    requesters: HashMap<RequesterId, RequesterQueue>,
+    tenants: BTreeSet<TenantKey>,
+    tenant_queues: HashMap<TenantId, TenantQueue>,
+    requesters: HashMap<(TenantId, RequesterId), RequesterQueue>,
 }
 
 impl WaitQueue {
@@ -72,41 +105,55 @@ impl WaitQueue {
         self.by_seq.is_empty()
     }
 
-    /// Queues a call; `served` is its requester's stamp now.
-    fn insert(&mut self, seq: u64, waiter: Waiter, served: u64) {
+    /// Queues a call; `served` is its requester's stamp now and `vtime`
+    /// its tenant's virtual time.
+    fn insert(&mut self, seq: u64, waiter: Waiter, served: u64, vtime: u64) {
         let requester = waiter.order.requester;
+        let tenant = waiter.order.tenant;
         self.by_seq.insert(seq, waiter);
-        match self.requesters.get_mut(&requester) {
-            Some(r) => {
-                r.seqs.insert(seq);
-            }
-            None => {
-                let held = TurnKey {
-                    served,
-                    head: seq,
-                    requester,
-                };
-                self.order.insert(held);
-                self.requesters.insert(
-                    requester,
-                    RequesterQueue {
-                        seqs: BTreeSet::from([seq]),
-                        held,
-                    },
-                );
-            }
+        if let Some(r) = self.requesters.get_mut(&(tenant, requester)) {
+            r.seqs.insert(seq);
+            return;
         }
+        let held = TurnKey {
+            served,
+            head: seq,
+            requester,
+        };
+        let tq = self.tenant_queues.entry(tenant).or_insert_with(|| {
+            let held = TenantKey { vtime, tenant };
+            self.tenants.insert(held);
+            TenantQueue {
+                held,
+                order: BTreeSet::new(),
+            }
+        });
+        tq.order.insert(held);
+        self.requesters.insert(
+            (tenant, requester),
+            RequesterQueue {
+                seqs: BTreeSet::from([seq]),
+                held,
+            },
+        );
     }
 
     /// Takes a call out of the queue.
     fn remove(&mut self, seq: u64) -> Option<Waiter> {
         let w = self.by_seq.remove(&seq)?;
-        let requester = w.order.requester;
-        if let Some(r) = self.requesters.get_mut(&requester) {
+        let key = (w.order.tenant, w.order.requester);
+        if let Some(r) = self.requesters.get_mut(&key) {
             r.seqs.remove(&seq);
             if r.seqs.is_empty() {
-                self.order.remove(&r.held);
-                self.requesters.remove(&requester);
+                let held = r.held;
+                self.requesters.remove(&key);
+                if let Some(tq) = self.tenant_queues.get_mut(&key.0) {
+                    tq.order.remove(&held);
+                    if tq.order.is_empty() {
+                        self.tenants.remove(&tq.held);
+                        self.tenant_queues.remove(&key.0);
+                    }
+                }
             }
         }
         Some(w)
@@ -122,17 +169,42 @@ impl WaitQueue {
         self.by_seq.iter()
     }
 
-    /// The first held key after `cursor` (from the start if `None`).
-    pub(crate) fn next_after(&self, cursor: Option<TurnKey>) -> Option<TurnKey> {
-        match cursor {
-            None => self.order.first().copied(),
-            Some(k) => self.order.range((Excluded(k), Unbounded)).next().copied(),
+    /// The first held key after `cursor` (from the start if `None`): the
+    /// next requester of the cursor's tenant, else the first of the next
+    /// tenant. A tenant moved since (its key only grows) comes after.
+    pub(crate) fn next_after(&self, cursor: Option<QueueKey>) -> Option<QueueKey> {
+        if let Some(c) = cursor
+            && let Some(tq) = self.tenant_queues.get(&c.tenant.tenant)
+            && tq.held == c.tenant
+            && let Some(&turn) = tq.order.range((Excluded(c.turn), Unbounded)).next()
+        {
+            return Some(QueueKey {
+                tenant: c.tenant,
+                turn,
+            });
         }
+        self.first_of_tenant_after(cursor.map(|c| c.tenant))
+    }
+
+    /// The first requester of the first tenant after `tenant` (from the
+    /// start if `None`): passes over every requester of `tenant`.
+    pub(crate) fn first_of_tenant_after(&self, tenant: Option<TenantKey>) -> Option<QueueKey> {
+        let next = match tenant {
+            None => self.tenants.first().copied(),
+            Some(k) => self.tenants.range((Excluded(k), Unbounded)).next().copied(),
+        }?;
+        let turn = *self.tenant_queues.get(&next.tenant)?.order.first()?;
+        Some(QueueKey { tenant: next, turn })
     }
 
     /// The requester's true key given its stamp now.
-    pub(crate) fn true_key(&self, requester: RequesterId, served: u64) -> Option<TurnKey> {
-        let head = *self.requesters.get(&requester)?.seqs.first()?;
+    pub(crate) fn true_key(
+        &self,
+        tenant: TenantId,
+        requester: RequesterId,
+        served: u64,
+    ) -> Option<TurnKey> {
+        let head = *self.requesters.get(&(tenant, requester))?.seqs.first()?;
         Some(TurnKey {
             served,
             head,
@@ -141,20 +213,32 @@ impl WaitQueue {
     }
 
     /// Moves a requester from its held key to its true one.
-    pub(crate) fn rekey(&mut self, requester: RequesterId, truth: TurnKey) {
-        if let Some(r) = self.requesters.get_mut(&requester)
+    pub(crate) fn rekey(&mut self, tenant: TenantId, requester: RequesterId, truth: TurnKey) {
+        if let Some(r) = self.requesters.get_mut(&(tenant, requester))
             && r.held != truth
+            && let Some(tq) = self.tenant_queues.get_mut(&tenant)
         {
-            self.order.remove(&r.held);
-            self.order.insert(truth);
+            tq.order.remove(&r.held);
+            tq.order.insert(truth);
             r.held = truth;
         }
     }
 
-    /// A requester's calls here, oldest first.
-    pub(crate) fn calls_of(&self, requester: RequesterId) -> Vec<u64> {
+    /// Moves a tenant, with all its requesters, to its true key.
+    pub(crate) fn rekey_tenant(&mut self, truth: TenantKey) {
+        if let Some(tq) = self.tenant_queues.get_mut(&truth.tenant)
+            && tq.held != truth
+        {
+            self.tenants.remove(&tq.held);
+            self.tenants.insert(truth);
+            tq.held = truth;
+        }
+    }
+
+    /// A requester's calls of a tenant here, oldest first.
+    pub(crate) fn calls_of(&self, tenant: TenantId, requester: RequesterId) -> Vec<u64> {
         self.requesters
-            .get(&requester)
+            .get(&(tenant, requester))
             .map(|r| r.seqs.iter().copied().collect())
             .unwrap_or_default()
     }
@@ -219,12 +303,18 @@ impl WaitQueues {
         (self.refused_total_cap, self.refused_requester_cap)
     }
 
-    /// Queues a call in `queue`; `served` is its requester's stamp now.
-    /// Returns the call's number.
-    pub(crate) fn enqueue(&mut self, queue: &mut WaitQueue, waiter: Waiter, served: u64) -> u64 {
+    /// Queues a call in `queue`; `served` is its requester's stamp now,
+    /// `vtime` its tenant's virtual time. Returns the call's number.
+    pub(crate) fn enqueue(
+        &mut self,
+        queue: &mut WaitQueue,
+        waiter: Waiter,
+        served: u64,
+        vtime: u64,
+    ) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
-        queue.insert(seq, waiter, served);
+        queue.insert(seq, waiter, served, vtime);
         self.count += 1;
         seq
     }

@@ -33,8 +33,18 @@ use super::grants::{GrantEnd, NewGrant, Origin};
 use super::requesters::Owner;
 use super::shared::Shared;
 use super::state::State;
+use super::tenants::TenantId;
 use super::types::{EnvId, Grant, GrantRequest, Rejection, RequesterId, later};
-use super::wait_queues::{Answer, GrantOrder, Waiter};
+use super::wait_queues::{Answer, GrantOrder, QueueKey, TenantKey, Waiter};
+
+/// Who makes a `WaitForStartingTask` call: the grants' owner, who takes
+/// turns, and whose share they count against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caller {
+    pub owner: Owner,
+    pub requester: RequesterId,
+    pub tenant: TenantId,
+}
 
 /// Outcome of admitting a request under the lock.
 pub(crate) enum Admission {
@@ -62,12 +72,16 @@ impl State {
     pub(crate) fn admit(
         &mut self,
         req: &GrantRequest,
-        owner: Owner,
-        requester: RequesterId,
+        caller: Caller,
         immediate: u32,
         total: u32,
         now: Instant,
     ) -> Result<Admission, Rejection> {
+        let Caller {
+            owner,
+            requester,
+            tenant,
+        } = caller;
         if total == 0 {
             self.waiters.count_no_quota();
             return Err(Rejection::NoQuotaAvailable);
@@ -94,6 +108,7 @@ impl State {
             env,
             owner,
             requester,
+            tenant,
             min_version: req.min_version,
             lease: req.lease,
             immediate,
@@ -101,6 +116,7 @@ impl State {
         };
         let grants = self.grant_now(&order, Vec::new(), now);
         if !grants.is_empty() {
+            self.tenants.served_at_once(tenant);
             return Ok(Admission::Granted(grants));
         }
         if self.shutting_down || req.wait.is_zero() {
@@ -119,8 +135,14 @@ impl State {
         }
         let (tx, rx) = oneshot::channel();
         let served = self.requesters.started_waiting(requester);
+        let vtime = self.tenants.started_waiting(tenant);
         let queue = self.envs.queue_mut(env).expect("looked up above");
-        let seq = self.waiters.enqueue(queue, Waiter { order, tx }, served);
+        let waiter = Waiter {
+            order,
+            queued_at: now,
+            tx,
+        };
+        let seq = self.waiters.enqueue(queue, waiter, served, vtime);
         Ok(Admission::Queued {
             env,
             seq,
@@ -158,6 +180,7 @@ impl State {
                 env: order.env,
                 owner: order.owner,
                 requester: order.requester,
+                tenant: order.tenant,
                 lease: order.lease,
                 prefetch: grants.len() >= order.immediate as usize,
             };
@@ -166,89 +189,24 @@ impl State {
         grants
     }
 
-    /// Rule "fair shares per requester" (see the module documentation):
-    /// hands free capacity of the given environments to queued requests,
-    /// one first grant per visit, visiting requesters least recently served
-    /// first (across the environments merged by that key) and a requester's
-    /// calls oldest first, skipping (not blocking on) calls the free
-    /// capacity cannot satisfy (min_version). A requester just served goes
-    /// to the back.
+    /// Rules "fair shares per tenant", "max share" and "fair shares per
+    /// requester" (see the module documentation): hands free capacity of
+    /// the given environments to queued requests, one first grant per
+    /// visit, visiting tenants of least virtual time first, within one its
+    /// requesters least recently served first (across the environments
+    /// merged by that key) and a requester's calls oldest first, skipping
+    /// (not blocking on) calls the free capacity cannot satisfy
+    /// (min_version). A tenant or requester just served moves back. A
+    /// tenant at its `max_share` is passed over; what nobody else could
+    /// take is then offered to those passed over.
     /// Only then do served requests take their extra grants, from capacity
     /// no queued request can use.
     pub(crate) fn serve(&mut self, mut ids: Vec<EnvId>, now: Instant) {
         ids.sort_unstable();
         ids.dedup();
-        let mut heap = BinaryHeap::new();
-        for (i, &id) in ids.iter().enumerate() {
-            if let Some(entry) = self.envs.get(id)
-                && entry.has_free()
-                && let Some(key) = entry.queue().next_after(None)
-            {
-                heap.push(Reverse((key, i)));
-            }
-        }
         let mut served: Vec<(Waiter, Vec<Grant>)> = Vec::new();
-        // Per environment, the lowest min_version that found nothing: capacity
-        // only shrinks during the pass, so higher ones are skipped unasked.
-        let mut failed_at: Vec<Option<u32>> = vec![None; ids.len()];
-        while let Some(Reverse((held, i))) = heap.pop() {
-            let id = ids[i];
-            let stamp = self.requesters.last_served(&held.requester);
-            let Some(entry) = self.envs.get(id) else {
-                continue;
-            };
-            if !entry.has_free() {
-                continue;
-            }
-            let requester = held.requester;
-            match entry.queue().true_key(requester, stamp) {
-                Some(truth) if truth != held => {
-                    // Stale: put the requester in its true place, look again.
-                    if let Some(queue) = self.envs.queue_mut(id) {
-                        queue.rekey(requester, truth);
-                    }
-                }
-                Some(_) => {
-                    for seq in entry.queue().calls_of(requester) {
-                        let Some(w) = self.envs.get(id).and_then(|e| e.queue().get(seq)) else {
-                            continue;
-                        };
-                        let min_version = w.order.min_version;
-                        if failed_at[i].is_some_and(|v| min_version >= v) {
-                            continue;
-                        }
-                        let Some(servant) = self.pick(id, requester.ip, min_version, now) else {
-                            failed_at[i] = Some(min_version);
-                            continue;
-                        };
-                        let w = self.take_waiter(id, seq).expect("seen above");
-                        let origin = Origin::Issued {
-                            env: id,
-                            owner: w.order.owner,
-                            requester,
-                            lease: w.order.lease,
-                            prefetch: w.order.immediate == 0,
-                        };
-                        let first = self.create_grant(NewGrant { servant, origin }, now);
-                        served.push((w, vec![first]));
-                        // Its stamp just grew: behind every requester waiting longer.
-                        let stamp = self.requesters.last_served(&requester);
-                        if let Some(queue) = self.envs.queue_mut(id)
-                            && let Some(truth) = queue.true_key(requester, stamp)
-                        {
-                            queue.rekey(requester, truth);
-                        }
-                        break;
-                    }
-                }
-                None => {}
-            }
-            if let Some(entry) = self.envs.get(id)
-                && entry.has_free()
-                && let Some(next) = entry.queue().next_after(Some(held))
-            {
-                heap.push(Reverse((next, i)));
-            }
+        if self.serve_pass(&ids, true, &mut served, now) {
+            self.serve_pass(&ids, false, &mut served, now);
         }
         let mut undelivered = Vec::new();
         for (w, first) in served {
@@ -268,10 +226,141 @@ impl State {
         }
     }
 
+    /// One pass of [`State::serve`]: first grants to queued calls, pushed on
+    /// `served`. With `caps`, tenants at their `max_share` are passed
+    /// over; returns true if one was.
+    fn serve_pass(
+        &mut self,
+        ids: &[EnvId],
+        caps: bool,
+        served: &mut Vec<(Waiter, Vec<Grant>)>,
+        now: Instant,
+    ) -> bool {
+        let mut capped = false;
+        let mut heap = BinaryHeap::new();
+        for (i, &id) in ids.iter().enumerate() {
+            if let Some(entry) = self.envs.get(id)
+                && entry.has_free()
+                && let Some(key) = entry.queue().next_after(None)
+            {
+                heap.push(Reverse((key, i)));
+            }
+        }
+        // Per environment, the lowest min_version that found nothing: capacity
+        // only shrinks during the pass, so higher ones are skipped unasked.
+        let mut failed_at: Vec<Option<u32>> = vec![None; ids.len()];
+        while let Some(Reverse((held, i))) = heap.pop() {
+            let id = ids[i];
+            let Some(entry) = self.envs.get(id) else {
+                continue;
+            };
+            if !entry.has_free() {
+                continue;
+            }
+            let tenant = held.tenant.tenant;
+            let requester = held.turn.requester;
+            let tenant_truth = TenantKey {
+                vtime: self.tenants.vtime(tenant),
+                tenant,
+            };
+            let mut next = None;
+            if tenant_truth != held.tenant {
+                // Stale: put the tenant in its true place, look again.
+                if let Some(queue) = self.envs.queue_mut(id) {
+                    queue.rekey_tenant(tenant_truth);
+                }
+            } else if caps && self.tenants.at_cap(tenant, self.slots()) {
+                capped = true;
+                next = Some(entry.queue().first_of_tenant_after(Some(held.tenant)));
+            } else {
+                let stamp = self.requesters.last_served(&requester);
+                match entry.queue().true_key(tenant, requester, stamp) {
+                    Some(truth) if truth != held.turn => {
+                        if let Some(queue) = self.envs.queue_mut(id) {
+                            queue.rekey(tenant, requester, truth);
+                        }
+                    }
+                    Some(_) => {
+                        if let Some(w) = self.serve_requester(id, i, held, &mut failed_at, now) {
+                            served.push(w);
+                        }
+                    }
+                    None => {}
+                }
+            }
+            if let Some(entry) = self.envs.get(id)
+                && entry.has_free()
+                && let Some(next) = next.unwrap_or_else(|| entry.queue().next_after(Some(held)))
+            {
+                heap.push(Reverse((next, i)));
+            }
+        }
+        capped
+    }
+
+    /// The first grant for the oldest call of the requester at `held` that
+    /// the free capacity of environment `ids[i]` can satisfy; its tenant and
+    /// itself then move back.
+    fn serve_requester(
+        &mut self,
+        id: EnvId,
+        i: usize,
+        held: QueueKey,
+        failed_at: &mut [Option<u32>],
+        now: Instant,
+    ) -> Option<(Waiter, Vec<Grant>)> {
+        let tenant = held.tenant.tenant;
+        let requester = held.turn.requester;
+        let calls = self.envs.get(id)?.queue().calls_of(tenant, requester);
+        for seq in calls {
+            let Some(w) = self.envs.get(id).and_then(|e| e.queue().get(seq)) else {
+                continue;
+            };
+            let min_version = w.order.min_version;
+            if failed_at[i].is_some_and(|v| min_version >= v) {
+                continue;
+            }
+            let Some(servant) = self.pick(id, requester.ip, min_version, now) else {
+                failed_at[i] = Some(min_version);
+                continue;
+            };
+            let w = self.take_waiter(id, seq).expect("seen above");
+            let origin = Origin::Issued {
+                env: id,
+                owner: w.order.owner,
+                requester,
+                tenant,
+                lease: w.order.lease,
+                prefetch: w.order.immediate == 0,
+            };
+            let first = self.create_grant(NewGrant { servant, origin }, now);
+            self.tenants
+                .served_from_queue(tenant, now.saturating_duration_since(w.queued_at));
+            // Their keys just grew: behind every tenant and requester
+            // waiting longer.
+            let stamp = self.requesters.last_served(&requester);
+            let vtime = self.tenants.vtime(tenant);
+            if let Some(queue) = self.envs.queue_mut(id) {
+                if let Some(truth) = queue.true_key(tenant, requester, stamp) {
+                    queue.rekey(tenant, requester, truth);
+                }
+                queue.rekey_tenant(TenantKey { vtime, tenant });
+            }
+            return Some((w, vec![first]));
+        }
+        None
+    }
+
+    /// The farm's slots now: grants held and free slots (rule "max share").
+    fn slots(&self) -> u64 {
+        self.grants.len() as u64 + self.servants.free_slots()
+    }
+
     /// Takes a call out of its queue and its requester's count.
     fn take_waiter(&mut self, env: EnvId, seq: u64) -> Option<Waiter> {
         let w = self.waiters.dequeue(self.envs.queue_mut(env)?, seq)?;
         self.requesters.stopped_waiting(w.order.requester);
+        self.tenants.stopped_waiting(w.order.tenant);
         Some(w)
     }
 

@@ -14,11 +14,12 @@ use crate::support::*;
 
 /// The pages and the inspection API a credential or the default posture
 /// closes.
-const INSPECTION_PAGES: [&str; 5] = [
+const INSPECTION_PAGES: [&str; 6] = [
     "/",
     "/app.js",
     "/api/v1/overview",
     "/api/v1/history",
+    "/api/v1/tenants",
     "/inspect/vars/yadcc/task_dispatcher",
 ];
 
@@ -57,6 +58,35 @@ async fn get_config_status(server: &Server) -> u16 {
     call_http_pb(server.addr, Method::GetConfig, &request)
         .await
         .status
+}
+
+/// Without a tenants file the token flags are one tenant, `default`.
+#[tokio::test]
+async fn the_tenants_view_shows_the_default_tenant_s_share_and_grants() {
+    let server = Server::start_inspectable().await;
+    register_servant(&server, 8335, 4).await;
+    assert_eq!(acquire(&server, 1, 0).await.grants.len(), 1);
+    let view = get_json(&server, "/api/v1/tenants").await;
+    assert_eq!(view["slots"], 4, "{view}");
+    let tenants = view["tenants"].as_array().expect("tenants");
+    assert_eq!(tenants.len(), 1, "{view}");
+    let t = &tenants[0];
+    assert_eq!(t["name"], "default");
+    assert_eq!(
+        (t["weight"].as_f64(), t["weightShare"].as_f64()),
+        (Some(1.0), Some(1.0))
+    );
+    assert_eq!(
+        (t["held"].as_u64(), t["grantsTotal"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(t["share"].as_f64(), Some(0.25));
+    assert_eq!(
+        t["waitP50Seconds"].as_f64(),
+        Some(0.0025),
+        "granted at once: the first bucket"
+    );
+    assert_eq!(t["maxShare"], Value::Null);
 }
 
 #[tokio::test]

@@ -40,6 +40,7 @@ mod protocols;
 mod restart;
 mod sim;
 mod support;
+mod tenants;
 mod timeouts;
 mod tls;
 mod tools;

@@ -334,6 +334,7 @@ fn grant_table_slab_and_side_map_hold_distinct_ids() {
         servant: 1,
         servant_addr: addr("10.0.0.1:8335"),
         owner: None,
+        tenant: None,
         environment: None,
         granted_at: Instant::now(),
         lease_until: Instant::now(),
