@@ -44,6 +44,10 @@ pub struct Config {
     pub limits: Limits,
     /// Until when this instance may grant (rule "fencing"; default: always).
     pub grant_fence: GrantFence,
+    /// Rule "own load": the foreign load on a servant is its reported load
+    /// minus the 15 s average of this scheduler's grants there, not minus
+    /// the grants held now (`--foreign_load_from_own_average`).
+    pub foreign_load_from_own_average: bool,
 }
 
 impl Default for Config {
@@ -60,6 +64,7 @@ impl Default for Config {
             running_tasks_refresh: Duration::from_secs(1),
             limits: Limits::default(),
             grant_fence: GrantFence::open(),
+            foreign_load_from_own_average: false,
         }
     }
 }
