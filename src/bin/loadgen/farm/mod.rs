@@ -124,7 +124,7 @@ pub(crate) async fn run(
     let planned = scenario.builds.len();
     let ideal = model::ideal(scenario.clone(), limit);
     let mut line = serde_json::Map::new();
-    line.insert("mode".into(), json!("farm"));
+    line.insert("bench".into(), json!("farm"));
     line.insert(
         "mix".into(),
         json!(format!("{:?}", args.mix).to_lowercase()),
