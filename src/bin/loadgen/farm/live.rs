@@ -31,6 +31,8 @@ const RENEW_LEASE_MS: u32 = 10_000;
 const WAIT_MS: u32 = 5_000;
 const GRANT_LEASE_MS: u32 = 15_000;
 const PREFETCH: u32 = 1;
+/// Largest `immediate_reqs` asked at once (the scheduler's bound is 1,024).
+const MOST_IMMEDIATE: usize = 1000;
 /// A prefetched grant is treated as expiring 5 s before its lease.
 const SPARE_LIFE: Duration = Duration::from_secs(10);
 const RETRY_AFTER_ERROR: Duration = Duration::from_millis(100);
@@ -379,7 +381,7 @@ async fn long_polls(
             env_desc: Some(pb::EnvironmentDesc {
                 compiler_digest: environment(),
             }),
-            immediate_reqs: immediate as u32,
+            immediate_reqs: immediate.min(MOST_IMMEDIATE) as u32,
             prefetch_reqs: PREFETCH,
             next_keep_alive_in_ms: GRANT_LEASE_MS,
             min_version: DAEMON_VERSION,
