@@ -213,11 +213,11 @@ pub(crate) async fn run(
                     .or_default()
                     .push(ended.grant);
             }
-            for developer in 0..developers {
+            for (developer, wakeup) in wakeups.iter().enumerate() {
                 let stale = state.use_spares(developer, now);
                 by_developer.entry(developer).or_default().extend(stale);
                 if state.farm.waiting(developer) > 0 {
-                    wakeups[developer].notify_one();
+                    wakeup.notify_one();
                 }
             }
             frees.extend(by_developer.into_iter().filter(|(_, ids)| !ids.is_empty()));
