@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The crate's module graph from its sources, its import cycles and its imports that point up.
 
-Every file under src/ is a node (`http/routes.rs` is `http::routes`,
-`http/mod.rs` is `http`). An edge is any path into the crate the file names:
+Every file under src/ is a node (`http/handler.rs` is `http::handler`,
+`http.rs` or `http/mod.rs` is `http`). An edge is any path into the crate the file names:
 `use crate::...` (brace groups expanded, however they are nested and
 wrapped), `use super::...`, and `crate::a::b` written inline in code. A path
 lands on the deepest module that exists (`crate::rpc::error::ApiError` is an

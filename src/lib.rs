@@ -1,6 +1,40 @@
 //! yadcc scheduler: decides which compile servant runs which compilation, for a
 //! whole cluster, behind an HTTP gateway that speaks binary protobuf and JSON.
 //!
+//! Words, one concept each (types named after them; `renames.md` of issue
+//! 36 lists the names they replaced):
+//!
+//! - **connection**: one accepted TCP stream, under the connection caps
+//!   ([`edge`]). Its first bytes pick the server that takes it for good
+//!   (`net::ConnectionServer`): a daemon framing, or hyper.
+//! - **protocol**: what a call speaks on the wire, one of six
+//!   ([`protocol::Protocol`]: `flare`, `http+pb`, `http`, `connect`, `grpc`,
+//!   `grpc-web`), the label in metrics, the access log and the dashboard.
+//!   A simulated daemon's choice is its **wire** ([`sim::Wire`]: `flare`,
+//!   `http+pb`, `json`).
+//! - **framing**: how a daemon connection's bytes split into requests and
+//!   answers ([`daemon::Framing`]: `daemon::flare`, `daemon::http_pb`).
+//!   gRPC's length-prefixed messages come in three flavours
+//!   ([`http::grpc::GrpcFlavour`]: gRPC, gRPC-Web, gRPC-Web text).
+//! - **dialect**: how one protocol over HTTP reads a request's head and body
+//!   and writes its answer ([`http::handler::Dialect`], implemented by
+//!   [`http::dialect::RouteDialect`] and [`http::grpc::Grpc`]). A **route
+//!   style** ([`http::dialect::RouteStyle`]) is the family of paths and
+//!   headers a request used: `/rpc/...` (`http+pb`) or Connect's.
+//! - **call**: one RPC, from its request to its answer, whatever the
+//!   protocol ([`rpc::Call`]).
+//! - **answer**: what a call gets back, a message or an error
+//!   ([`rpc::EncodedAnswer`]); a daemon connection queues its answers in
+//!   `daemon::conn::AnswerSender`, a hyper connection's are counted by
+//!   [`net::answers::AnswerTracker`]. "Response" is kept for the prost
+//!   `*Response` messages and hyper's `Response`.
+//! - **requester**: who waits for grants in the engine, a daemon's
+//!   connection or an address (`engine/requesters.rs`); turns are fair
+//!   between requesters.
+//! - **tenant**: a named group of user tokens with a weight (issue 31,
+//!   `--tenants_file`); grants are shared between tenants with waiting calls
+//!   in proportion to their weights, then between a tenant's requesters.
+//!
 //! One request travels one way, and each layer knows one thing:
 //!
 //! ```text
@@ -11,18 +45,51 @@
 //!                                   finish, matched by id, one overload, idle and
 //!                                   close rule; framings daemon::flare (binary
 //!                                   frames) and daemon::http_pb (`Rpc-SeqNo`)
-//!    otherwise   -> hyper -> http::routes    wiring only; picks the protocol per request
-//!                         -> http::handler   the seam: each protocol (http::dialect:
+//!    otherwise   -> hyper -> router          wiring only; picks the dialect per request
+//!                         -> http::handler   the seam: each dialect (http::dialect:
 //!                                            http+pb and Connect; http::grpc: gRPC and
 //!                                            gRPC-Web) says what a head means; the head
 //!                                            checks run once, in one order
 //!        -> rpc             the call core every protocol calls: deadline, dispatch,
-//!                           metrics, access log, peer protocol ([`protocol::CallProtocol`])
+//!                           metrics, access log, peer protocol ([`protocol::Protocol`])
 //!        -> rpc::codec      bytes <-> prost message (binary protobuf, proto3 JSON;
 //!                           rpc::json reads JSON in one pass into binary protobuf)
 //!        -> service         prost message <-> engine domain types; scheduler `Status`
 //!                           (service::admin: the operators' service -> admin)
 //!        -> engine          servants, grants, waiters, tokens, expiry, cordons (no HTTP, no protobuf)
+//! ```
+//!
+//! A `Heartbeat`, file by file (the other RPCs take the same way):
+//!
+//! ```text
+//! flare://   src/net.rs            serve: accept under the caps; serve_connection, sniff,
+//!                                  classify:
+//!                                  "CPRF" -> ConnectionServer::Flare
+//!            src/daemon.rs         serve: the connection loop, with the framing Flare
+//!            src/daemon/conn.rs    Connection: the reader, calls in flight, AnswerSender
+//!            src/daemon/flare.rs   read_request (frame.rs: the frame, RequestMeta), method_of
+//! http+pb    src/net.rs            classify: `Rpc-SeqNo` head -> ConnectionServer::DaemonHttp
+//! (daemon)   src/daemon.rs, src/daemon/conn.rs   as above, with the framing HttpPb
+//!            src/daemon/http_pb.rs read_request: the head checked by http/dialect.rs's
+//!                                  RouteDialect (DAEMON_HTTP_PB), as on the general server
+//! curl, Connect, gRPC:
+//!            src/net.rs            classify -> ConnectionServer::Hyper; serve_hyper
+//!                                  (net/answers.rs: AnswerTracker counts its answers)
+//!            src/router.rs         rpc_path / service_path: the dialect by path and
+//!                                  Content-Type (RouteStyle::HttpPb.served(), Connect, Grpc)
+//!            src/http/handler.rs   serve, check_head: the head checks in one order;
+//!                                  Dialect::message reads the body (http/dialect.rs, http/grpc.rs)
+//! then, every protocol:
+//!            src/rpc.rs            call: deadline, leadership, metrics, access log;
+//!                                  dispatch: Method::Heartbeat
+//!            src/rpc/codec.rs      decode: the pb::HeartbeatRequest (rpc/json.rs for JSON)
+//!            src/service.rs        SchedulerService::heartbeat: prost -> engine::Heartbeat
+//!            src/engine.rs         Scheduler::heartbeat: the token, the version, the limits,
+//!                                  then the one lock (engine/shared.rs)
+//!            src/engine/heartbeat.rs  State::heartbeat: admission, reports, adoption
+//! and back:  src/service.rs -> src/rpc/codec.rs (encode) -> rpc::EncodedAnswer ->
+//!            src/daemon/flare.rs answer / src/daemon/http_pb.rs answer, written by
+//!            AnswerSender; or the dialect's respond, written by hyper.
 //! ```
 //!
 //! The call core ([`rpc`]) is below every transport and imports none of
@@ -50,7 +117,7 @@
 //! config                          the command line
 //! net                             listener, caps, sniffing, shutdown
 //! daemon                          the daemons' connections and framings
-//! http::routes                    the router: wiring every handler
+//! router                          the router, at the root: wiring every handler
 //! openapi                         the document, built from the descriptors
 //! http                            HTTP protocols: seam, dialects, gRPC, reflection, health
 //! rpc                             the call core: dispatch, state, errors, codecs
@@ -64,7 +131,7 @@
 //! pb                              generated types, Method, Encoding, the framework's compression formats
 //! ```
 //!
-//! Inside the engine (`src/engine/`): `mod.rs` is the cheap-to-clone handle;
+//! Inside the engine (`src/engine.rs` and `src/engine/`): `engine.rs` is the cheap-to-clone handle;
 //! `shared.rs` the one `Mutex<State>`, the token check and the one expiry
 //! task; `state.rs` the state: one owner type per index family, each with
 //! private fields and the methods that keep it consistent: `servants.rs`
@@ -116,7 +183,7 @@
 //!   the bearer token, the seam for a client certificate's subject, the
 //!   [`admin::Identity`] the audit names), `audit.rs` (the log line and the
 //!   bounded list), `store.rs` (the saved state: `--state_file`, or etcd
-//!   through [`ha::Leadership::save_state`]); `mod.rs` checks, saves, then
+//!   through [`ha::Leadership::save_state`]); `admin.rs` checks, saves, then
 //!   applies each action on the engine's cordons.
 //! - [`http::reflection`]: gRPC server reflection from that descriptor set;
 //!   [`http::health`]: the gRPC health service, reporting [`readiness`] (the
@@ -147,7 +214,7 @@
 //! - [`ha`] (`src/ha/`): the hot standby. `election.rs` campaigns on etcd
 //!   (etcd's own election and lease services, stubs from `proto/etcd/` in
 //!   `etcd.rs`) and, on winning, opens the engine's [`engine::GrantFence`]
-//!   until the lease could expire; `mod.rs` is the narrow side the rest
+//!   until the lease could expire; `ha.rs` is the narrow side the rest
 //!   sees, [`ha::Leadership`]: whether this instance serves (the call core
 //!   refuses RPCs otherwise), whether a daemon connection is admitted and
 //!   until when ([`net`] closes them), the takeover of daemons whose leader
@@ -216,9 +283,10 @@ pub mod openapi;
 pub mod pb;
 pub mod protocol;
 pub mod readiness;
+pub mod router;
 pub mod rpc;
 pub mod service;
 pub mod sim;
 
-pub use http::routes::app;
+pub use router::app;
 pub use rpc::state::AppState;

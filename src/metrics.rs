@@ -42,7 +42,7 @@ use crate::{
     engine::Scheduler,
     ha::Leadership,
     pb::{self, Encoding, Method},
-    protocol::CallProtocol,
+    protocol::Protocol,
 };
 
 /// The prefix of every family of the scheduler's own.
@@ -109,7 +109,7 @@ struct OutcomeLabels {
 type HistogramFamily = Family<LatencyLabels, Histogram, fn() -> Histogram>;
 
 const METHODS: usize = Method::ALL.len();
-const PROTOCOLS: usize = CallProtocol::ALL.len();
+const PROTOCOLS: usize = Protocol::ALL.len();
 const ENCODINGS: usize = 2;
 
 /// The series every answered call writes, per protocol, method and
@@ -235,7 +235,7 @@ impl Metrics {
     /// server has (labelled `unknown`).
     pub fn observe_rpc(
         &self,
-        protocol: CallProtocol,
+        protocol: Protocol,
         method: Option<Method>,
         encoding: Encoding,
         end: CallEnd,
@@ -295,7 +295,7 @@ impl Metrics {
 
     /// Counts a connection whose protocol is known; it counts as open until
     /// the returned value is dropped.
-    pub fn connection_opened(&self, protocol: CallProtocol) -> OpenConnection {
+    pub fn connection_opened(&self, protocol: Protocol) -> OpenConnection {
         let labels = ProtocolLabels {
             protocol: protocol.label(),
         };

@@ -11,7 +11,7 @@ use std::{
 
 /// The protocol of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CallProtocol {
+pub enum Protocol {
     /// The daemons' binary framework protocol (`flare://`, frames starting `CPRF`).
     Flare,
     /// The daemons' `http+pb` (requests carrying `Rpc-SeqNo`), answered out of order.
@@ -26,26 +26,26 @@ pub enum CallProtocol {
     GrpcWeb,
 }
 
-impl CallProtocol {
+impl Protocol {
     /// Every protocol, for documentation and tests.
-    pub const ALL: [CallProtocol; 6] = [
-        CallProtocol::Flare,
-        CallProtocol::HttpPb,
-        CallProtocol::Http,
-        CallProtocol::Connect,
-        CallProtocol::Grpc,
-        CallProtocol::GrpcWeb,
+    pub const ALL: [Protocol; 6] = [
+        Protocol::Flare,
+        Protocol::HttpPb,
+        Protocol::Http,
+        Protocol::Connect,
+        Protocol::Grpc,
+        Protocol::GrpcWeb,
     ];
 
     /// The label in metrics, the access log and the dashboard.
     pub fn label(self) -> &'static str {
         match self {
-            CallProtocol::Flare => "flare",
-            CallProtocol::HttpPb => "http+pb",
-            CallProtocol::Http => "http",
-            CallProtocol::Connect => "connect",
-            CallProtocol::Grpc => "grpc",
-            CallProtocol::GrpcWeb => "grpc-web",
+            Protocol::Flare => "flare",
+            Protocol::HttpPb => "http+pb",
+            Protocol::Http => "http",
+            Protocol::Connect => "connect",
+            Protocol::Grpc => "grpc",
+            Protocol::GrpcWeb => "grpc-web",
         }
     }
 
@@ -55,11 +55,11 @@ impl CallProtocol {
     /// to end in DEADLINE_EXCEEDED at it (gRPC's rule, which its clients and
     /// their retry policies expect).
     pub fn answers_no_quota_before_deadline(self) -> bool {
-        !matches!(self, CallProtocol::Grpc | CallProtocol::GrpcWeb)
+        !matches!(self, Protocol::Grpc | Protocol::GrpcWeb)
     }
 }
 
-impl std::fmt::Display for CallProtocol {
+impl std::fmt::Display for Protocol {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.label())
     }
@@ -84,7 +84,7 @@ pub struct PeerProtocols {
 
 #[derive(Debug, Default)]
 struct PeerTable {
-    latest: HashMap<IpAddr, (CallProtocol, Instant)>,
+    latest: HashMap<IpAddr, (Protocol, Instant)>,
     /// No sweep before this; None: none yet.
     next_sweep: Option<Instant>,
     sweeps: u64,
@@ -92,11 +92,11 @@ struct PeerTable {
 
 impl PeerProtocols {
     /// Notes a call from `peer` over `protocol`.
-    pub fn record(&self, peer: IpAddr, protocol: CallProtocol) {
+    pub fn record(&self, peer: IpAddr, protocol: Protocol) {
         self.record_at(peer, protocol, Instant::now());
     }
 
-    fn record_at(&self, peer: IpAddr, protocol: CallProtocol, now: Instant) {
+    fn record_at(&self, peer: IpAddr, protocol: Protocol, now: Instant) {
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         let table = &mut *table;
         if let Some(entry) = table.latest.get_mut(&peer) {
@@ -136,19 +136,19 @@ mod tests {
 
     #[test]
     fn labels_are_distinct() {
-        let labels: std::collections::HashSet<_> = CallProtocol::ALL
+        let labels: std::collections::HashSet<_> = Protocol::ALL
             .iter()
             .map(|protocol| protocol.label())
             .collect();
-        assert_eq!(labels.len(), CallProtocol::ALL.len());
+        assert_eq!(labels.len(), Protocol::ALL.len());
     }
 
     #[test]
     fn the_latest_call_wins() {
         let peers = PeerProtocols::default();
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
-        peers.record(ip, CallProtocol::HttpPb);
-        peers.record(ip, CallProtocol::Flare);
+        peers.record(ip, Protocol::HttpPb);
+        peers.record(ip, Protocol::Flare);
         assert_eq!(peers.labels().get("10.0.0.1"), Some(&"flare"));
     }
 
@@ -159,29 +159,21 @@ mod tests {
         let address = |n: u32| IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + n));
         let full = u32::try_from(MAX_PEERS).unwrap();
         for n in 0..full {
-            peers.record_at(address(n), CallProtocol::Flare, start);
+            peers.record_at(address(n), Protocol::Flare, start);
         }
         let sweeps = || peers.table.lock().unwrap().sweeps;
         assert_eq!(sweeps(), 0);
 
         // A flood of new addresses while nobody is old enough to forget.
         for n in full..full + 10_000 {
-            peers.record_at(
-                address(n),
-                CallProtocol::Http,
-                start + Duration::from_secs(1),
-            );
+            peers.record_at(address(n), Protocol::Http, start + Duration::from_secs(1));
         }
         assert_eq!(sweeps(), 1, "one sweep for the whole flood");
         assert_eq!(peers.labels().len(), MAX_PEERS);
         assert!(!peers.labels().contains_key(&address(full).to_string()));
 
         // Known peers are still updated in place.
-        peers.record_at(
-            address(0),
-            CallProtocol::HttpPb,
-            start + Duration::from_secs(2),
-        );
+        peers.record_at(address(0), Protocol::HttpPb, start + Duration::from_secs(2));
         assert_eq!(
             peers.labels().get(&address(0).to_string()),
             Some(&"http+pb")
@@ -191,7 +183,7 @@ mod tests {
         // Once the old peers are forgettable and the interval has passed,
         // the next new peer sweeps and gets in.
         let later = start + PEER_FORGET_AFTER + Duration::from_secs(1);
-        peers.record_at(address(full + 20_000), CallProtocol::Flare, later);
+        peers.record_at(address(full + 20_000), Protocol::Flare, later);
         assert_eq!(sweeps(), 2);
         let labels = peers.labels();
         assert!(labels.contains_key(&address(full + 20_000).to_string()));

@@ -116,7 +116,7 @@ pub struct SchedulerService {
 /// A `GetRunningTasks` answer and the version of the engine's list it shows
 /// ([`Scheduler::running_tasks_version`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct RunningTasksAnswer {
+pub struct VersionedRunningTasks {
     pub version: u64,
     pub response: pb::GetRunningTasksResponse,
     /// Tasks of the list left out to keep the answer within its bound.
@@ -272,10 +272,10 @@ impl SchedulerService {
         _request: pb::GetRunningTasksRequest,
         _ctx: &CallContext,
         max_bytes: usize,
-    ) -> Result<RunningTasksAnswer, RpcStatus> {
+    ) -> Result<VersionedRunningTasks, RpcStatus> {
         let (version, tasks) = self.engine.running_tasks_with_version();
         let (response, left_out) = running_tasks_response(&tasks, max_bytes);
-        Ok(RunningTasksAnswer {
+        Ok(VersionedRunningTasks {
             version,
             response,
             left_out,

@@ -30,7 +30,7 @@ fn caller(admin: &Admin) -> Caller {
         .authenticate(
             &Credentials::bearer(ADMIN),
             "10.1.2.3".parse().unwrap(),
-            CallProtocol::Connect,
+            Protocol::Connect,
         )
         .expect("an admin token")
 }
@@ -47,8 +47,7 @@ async fn only_an_admin_token_may_act_and_a_missing_one_is_told_apart() {
     let engine = engine();
     let admin = admin_with(&engine, Store::Memory);
     let peer = "10.1.2.3".parse().unwrap();
-    let with =
-        |credentials: Credentials| admin.authenticate(&credentials, peer, CallProtocol::Http);
+    let with = |credentials: Credentials| admin.authenticate(&credentials, peer, Protocol::Http);
     assert!(matches!(
         with(Credentials::NONE),
         Err(AdminError::Unauthenticated(_))
@@ -70,7 +69,7 @@ async fn only_an_admin_token_may_act_and_a_missing_one_is_told_apart() {
     // Closed without --admin_tokens: even a token is refused.
     let closed = Admin::closed(engine, Leadership::solo());
     assert!(matches!(
-        closed.authenticate(&Credentials::bearer(ADMIN), peer, CallProtocol::Http),
+        closed.authenticate(&Credentials::bearer(ADMIN), peer, Protocol::Http),
         Err(AdminError::Forbidden(_))
     ));
 }

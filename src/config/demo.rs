@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use crate::sim::Protocol;
+use crate::sim::Wire;
 
 #[derive(Debug, Clone, Args)]
 #[command(rename_all = "snake_case")]
@@ -17,7 +17,7 @@ pub struct DemoFlags {
     /// Demo: the wire protocol of the simulated daemons: flare (what stock
     /// daemons use), http+pb or json.
     #[arg(long, default_value = "flare")]
-    pub protocol: Protocol,
+    pub protocol: Wire,
 
     /// Benchmarks only: also serve `POST /bench/bare` (fixed bytes, no RPC
     /// work) on the same server stack, as the baseline of `yadcc-loadgen heartbeat-rate`.

@@ -10,7 +10,7 @@ use crate::{
     edge::{self, EdgeSettings},
     engine::{self, Redacted},
     ha::{self, HaSettings},
-    rpc::state::HttpSettings,
+    rpc::state::ServeSettings,
 };
 
 /// Parses `4096`, `512K`, `512M`, `10G`, `1T` (binary multiples; a trailing `B`
@@ -79,14 +79,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub struct Settings {
     pub listen: SocketAddr,
     pub engine: engine::Config,
-    pub http: HttpSettings,
+    pub http: ServeSettings,
     /// Run the simulated demo cluster against this scheduler.
     pub demo: bool,
     /// A hot standby elected on etcd (`--ha_*`); None: the only scheduler.
     /// `instance` is left empty: `main` names the instance once it listens.
     pub ha: Option<HaSettings>,
     /// What the demo's simulated daemons speak.
-    pub demo_protocol: crate::sim::Protocol,
+    pub demo_protocol: crate::sim::Wire,
     /// Who may act on the farm (`--admin_tokens`; closed when empty).
     pub admin_tokens: AdminTokens,
     /// Where the operators' state lasts without a hot standby (`--state_file`).
@@ -343,7 +343,7 @@ impl Cli {
         Ok(Settings {
             listen,
             engine,
-            http: HttpSettings {
+            http: ServeSettings {
                 max_body_bytes,
                 max_running_tasks_bytes,
                 trusted_proxies: self.server.trusted_proxies.clone(),

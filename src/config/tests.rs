@@ -233,9 +233,9 @@ fn the_demo_needs_no_other_flag_and_stays_on_loopback() {
     assert_eq!(given.engine.user_tokens, engine::TokenSet::new(["u"]));
     assert_eq!(given.listen.port(), 9);
     // Stock daemons speak flare: so does the demo unless told otherwise.
-    assert_eq!(settings.demo_protocol, crate::sim::Protocol::Flare);
+    assert_eq!(settings.demo_protocol, crate::sim::Wire::Flare);
     let over_http = cli(&["--demo", "--protocol=http+pb"]).settings().unwrap();
-    assert_eq!(over_http.demo_protocol, crate::sim::Protocol::HttpPb);
+    assert_eq!(over_http.demo_protocol, crate::sim::Wire::HttpPb);
     assert!(cli(&["--demo"]).settings().is_ok());
     assert!(Cli::try_parse_args(["yadcc-scheduler", "--demo", "--protocol=grpc"]).is_err());
 }

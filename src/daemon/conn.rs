@@ -200,7 +200,7 @@ impl InFlight {
 pub struct Connection {
     pub reader: Reader,
     /// Where calls send their encoded answers, in the order they finish.
-    pub answers: Answers,
+    pub answers: AnswerSender,
     writer: WriterTask,
     in_flight: InFlight,
     calls: JoinSet<()>,
@@ -399,7 +399,7 @@ impl Connection {
 /// what the socket does not take at once is queued for the connection's
 /// writer task, which writes the queue in order, gathered into large writes.
 #[derive(Debug, Clone)]
-pub struct Answers {
+pub struct AnswerSender {
     outbox: Arc<Outbox>,
 }
 
@@ -459,7 +459,7 @@ impl Outbox {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Broken;
 
-impl Answers {
+impl AnswerSender {
     /// Sends one answer; first waits while the answers queued exceed the
     /// connection's bound ([`answer_queue_bound`]).
     pub async fn send(&self, mut answer: Answer) -> Result<(), Broken> {
@@ -562,7 +562,7 @@ impl Drop for WriterTask {
 /// order; it ends when the connection finishes (after writing the queue), or
 /// when a write makes no progress for `write_timeout` (a client that stops
 /// reading).
-fn spawn_writer(write: OwnedWriteHalf, write_timeout: Duration) -> (Answers, JoinHandle<()>) {
+fn spawn_writer(write: OwnedWriteHalf, write_timeout: Duration) -> (AnswerSender, JoinHandle<()>) {
     let outbox = Arc::new(Outbox {
         write,
         queue: Mutex::new(Queue::default()),
@@ -570,7 +570,7 @@ fn spawn_writer(write: OwnedWriteHalf, write_timeout: Duration) -> (Answers, Joi
         room: Notify::new(),
     });
     let task = tokio::spawn(write_queued(Arc::clone(&outbox), write_timeout));
-    (Answers { outbox }, task)
+    (AnswerSender { outbox }, task)
 }
 
 async fn write_queued(outbox: Arc<Outbox>, write_timeout: Duration) {

@@ -19,7 +19,7 @@ use super::{
 use crate::{
     edge::Reservation,
     pb::{Encoding, Method, SCHEDULER_SERVICE, Service},
-    protocol::CallProtocol,
+    protocol::Protocol,
     rpc::{
         self,
         compression::{Accepted, Algorithm, InflateError},
@@ -204,7 +204,7 @@ async fn fill_by(
 fn call_of(peer: SocketAddr, meta: &RequestMeta) -> rpc::Call {
     let timeout = meta.timeout.filter(|&ms| ms > 0);
     let mut call = rpc::Call::new(
-        CallProtocol::Flare,
+        Protocol::Flare,
         Encoding::Binary,
         peer.ip().to_canonical(),
         timeout.map(|ms| Duration::from_millis(u64::from(ms))),

@@ -25,11 +25,11 @@ use crate::{
     edge::ConnectionBudget,
     grammar,
     http::{
-        dialect::{self, Dialect, DialectAnswer, RPC_SEQ_NO, Served},
+        dialect::{self, RPC_SEQ_NO, RouteAnswer, RouteDialect, RouteStyle},
         handler,
     },
     pb::RPC_PATH_PREFIX,
-    protocol::CallProtocol,
+    protocol::Protocol,
     rpc::{
         self,
         error::{ApiError, ErrorKind},
@@ -57,25 +57,25 @@ impl HttpPb {
 
 /// `http+pb` as the daemons' connections serve it: the general HTTP
 /// path's rules, the calls recorded as `http+pb`.
-const DAEMON_HTTP_PB: Served = Served {
-    dialect: Dialect::HttpPb,
-    protocol: CallProtocol::HttpPb,
+const DAEMON_HTTP_PB: RouteDialect = RouteDialect {
+    style: RouteStyle::HttpPb,
+    protocol: Protocol::HttpPb,
 };
 
 impl Framing for HttpPb {
     /// The request's media type and `Rpc-SeqNo`.
-    type Reply = DialectAnswer;
+    type Reply = RouteAnswer;
 
     async fn read_request(
         &mut self,
         reader: &mut Reader,
         state: &AppState,
         peer: SocketAddr,
-    ) -> Result<Incoming<DialectAnswer>, String> {
+    ) -> Result<Incoming<RouteAnswer>, String> {
         read_request(reader, state, peer, &self.router).await
     }
 
-    fn answer(reply: DialectAnswer, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer {
+    fn answer(reply: RouteAnswer, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer {
         // Never compressed: only the binary protocol's callers say what they
         // inflate.
         let outcome = outcome.map(|answer| answer.payload);
@@ -179,7 +179,7 @@ async fn read_request(
     state: &AppState,
     peer: SocketAddr,
     router: &Router,
-) -> Result<Incoming<DialectAnswer>, String> {
+) -> Result<Incoming<RouteAnswer>, String> {
     let edge = &state.settings.edge;
     let head_deadline = Instant::now() + edge.header_read_timeout;
     let mut scan = HeadScan::default();
@@ -224,7 +224,7 @@ async fn read_request(
     });
     // From here on, a refusal is answered like any failed call, then the
     // connection is closed (its body was not read).
-    let refused = |error: ApiError, reply: DialectAnswer| {
+    let refused = |error: ApiError, reply: RouteAnswer| {
         Ok(Incoming::Call(Request {
             call: checked.call.clone(),
             method: Err(error),

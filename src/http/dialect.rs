@@ -1,5 +1,5 @@
-//! The two ways an RPC arrives in the dialects of the route styles, each a
-//! protocol of the seam ([`super::handler::RpcProtocol`]):
+//! The two route styles an RPC arrives in over HTTP, each served as a
+//! dialect of the seam ([`super::handler::Dialect`], by [`RouteDialect`]):
 //!
 //! - `http+pb`, as the yadcc daemons' framework writes it:
 //!   `POST /rpc/yadcc.scheduler.SchedulerService.<Method>`, `Rpc-SeqNo` echoed,
@@ -22,7 +22,7 @@ use axum::{
 };
 use bytes::Bytes;
 
-use super::handler::{self, Decision, RpcProtocol};
+use super::handler::{self, Decision, Dialect};
 use crate::rpc::{
     codec::BodyFormat,
     error::{ApiError, ErrorKind},
@@ -31,7 +31,7 @@ use crate::rpc::{
 use crate::{
     grammar,
     pb::{Encoding, Method, Service},
-    protocol::CallProtocol,
+    protocol::Protocol,
 };
 
 /// Header carrying the numeric error code on the `http+pb` wire.
@@ -48,26 +48,26 @@ pub const CONNECT_TIMEOUT_MS: HeaderName = HeaderName::from_static("connect-time
 /// The `WWW-Authenticate` of a call of the operators' service without a token.
 pub const BEARER_CHALLENGE: &str = "Bearer realm=\"yadcc-admin\"";
 
-/// Which framing a request used.
+/// Which of the two route styles (paths, headers, error form) a request used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
+pub enum RouteStyle {
     HttpPb,
     Connect,
 }
 
-impl Dialect {
+impl RouteStyle {
     fn timeout_header(self) -> HeaderName {
         match self {
-            Dialect::HttpPb => RPC_TIMEOUT,
-            Dialect::Connect => CONNECT_TIMEOUT_MS,
+            RouteStyle::HttpPb => RPC_TIMEOUT,
+            RouteStyle::Connect => CONNECT_TIMEOUT_MS,
         }
     }
 
     /// A request without `Content-Type` is taken as binary protobuf.
     fn default_format(self) -> BodyFormat {
         let media_type = match self {
-            Dialect::HttpPb => "application/x-protobuf",
-            Dialect::Connect => "application/proto",
+            RouteStyle::HttpPb => "application/x-protobuf",
+            RouteStyle::Connect => "application/proto",
         };
         BodyFormat {
             encoding: Encoding::Binary,
@@ -128,7 +128,7 @@ fn check_seq_no(value: &HeaderValue) -> Result<(), ApiError> {
 }
 
 /// A method of `service` on the Connect, gRPC and gRPC-Web path.
-pub(super) fn resolve(service: Service, method: &str) -> Result<Method, ApiError> {
+pub fn resolve(service: Service, method: &str) -> Result<Method, ApiError> {
     service.method(method).ok_or_else(|| {
         ApiError::new(
             ErrorKind::MethodNotFound,
@@ -137,62 +137,62 @@ pub(super) fn resolve(service: Service, method: &str) -> Result<Method, ApiError
     })
 }
 
-impl Dialect {
+impl RouteStyle {
     /// The path of `method` in this route style.
     pub fn path(self, method: Method) -> &'static str {
         match self {
-            Dialect::HttpPb => method.rpc_path(),
-            Dialect::Connect => method.connect_path(),
+            RouteStyle::HttpPb => method.rpc_path(),
+            RouteStyle::Connect => method.connect_path(),
         }
     }
 
-    /// The protocol label this dialect's calls are recorded under.
-    pub fn protocol(self) -> CallProtocol {
+    /// The protocol this route style's calls are recorded under.
+    pub fn protocol(self) -> Protocol {
         match self {
-            Dialect::HttpPb => CallProtocol::Http,
-            Dialect::Connect => CallProtocol::Connect,
+            RouteStyle::HttpPb => Protocol::Http,
+            RouteStyle::Connect => Protocol::Connect,
         }
     }
 }
 
-impl Dialect {
-    /// This dialect as the general HTTP server serves it, its calls recorded
-    /// under [`Dialect::protocol`].
-    pub fn served(self) -> Served {
-        Served {
-            dialect: self,
+impl RouteStyle {
+    /// This route style as the general HTTP server serves it, its calls recorded
+    /// under [`RouteStyle::protocol`].
+    pub fn served(self) -> RouteDialect {
+        RouteDialect {
+            style: self,
             protocol: self.protocol(),
         }
     }
 }
 
-/// A dialect as one server serves it: the daemons' own `http+pb`
-/// connections record their calls as [`CallProtocol::HttpPb`], the general HTTP
-/// server's as [`Dialect::protocol`].
+/// A route style as one server serves it, the seam's dialect: the daemons' own `http+pb`
+/// connections record their calls as [`Protocol::HttpPb`], the general HTTP
+/// server's as [`RouteStyle::protocol`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Served {
-    pub dialect: Dialect,
-    pub protocol: CallProtocol,
+pub struct RouteDialect {
+    pub style: RouteStyle,
+    pub protocol: Protocol,
 }
 
-/// How a dialect's answer is written: the request's media type, and for
+/// How a route style's answer is written: the request's media type, and for
 /// `http+pb` the `Rpc-SeqNo` it echoes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DialectAnswer {
+pub struct RouteAnswer {
     pub media_type: &'static str,
     pub seq_no: Option<HeaderValue>,
 }
 
-impl RpcProtocol for Served {
-    type Answer = DialectAnswer;
+impl Dialect for RouteDialect {
+    type Answer = RouteAnswer;
 
     /// `Rpc-SeqNo`, `Content-Type`, `Content-Encoding`, then the deadline
     /// header, in that order.
-    fn decide(&self, headers: &HeaderMap) -> Decision<DialectAnswer> {
-        let dialect = self.dialect;
-        let format = BodyFormat::from_headers(headers, dialect.default_format());
+    fn decide(&self, headers: &HeaderMap) -> Decision<RouteAnswer> {
+        let style = self.style;
+        let format = BodyFormat::from_headers(headers, style.default_format());
         let checked = (|| {
-            if dialect == Dialect::HttpPb
+            if style == RouteStyle::HttpPb
                 && let Some(seq_no) = headers.get(RPC_SEQ_NO)
             {
                 check_seq_no(seq_no)?;
@@ -205,16 +205,16 @@ impl RpcProtocol for Served {
             encoding: format
                 .as_ref()
                 .map_or(Encoding::Binary, |format| format.encoding),
-            answer: DialectAnswer {
+            answer: RouteAnswer {
                 media_type: format
                     .as_ref()
                     .map_or("application/octet-stream", |format| format.media_type),
-                seq_no: match dialect {
-                    Dialect::HttpPb => echoed_seq_no(headers),
-                    Dialect::Connect => None,
+                seq_no: match style {
+                    RouteStyle::HttpPb => echoed_seq_no(headers),
+                    RouteStyle::Connect => None,
                 },
             },
-            timeout: timeout(headers, dialect.timeout_header()),
+            timeout: timeout(headers, style.timeout_header()),
             checked,
             post_only: "RPCs are called with POST",
         }
@@ -222,7 +222,7 @@ impl RpcProtocol for Served {
 
     async fn message(
         &self,
-        _answer: &DialectAnswer,
+        _answer: &RouteAnswer,
         state: &AppState,
         head: &Parts,
         body: Body,
@@ -230,7 +230,7 @@ impl RpcProtocol for Served {
         handler::read_body(head, body, state, state.settings.max_body_bytes).await
     }
 
-    fn respond(&self, answer: DialectAnswer, outcome: Result<Bytes, ApiError>) -> Response {
+    fn respond(&self, answer: RouteAnswer, outcome: Result<Bytes, ApiError>) -> Response {
         let mut response = answer_parts(outcome, answer.media_type).into_response();
         if let Some(seq_no) = answer.seq_no {
             response.headers_mut().insert(RPC_SEQ_NO, seq_no);

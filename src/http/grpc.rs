@@ -34,12 +34,12 @@ use base64::Engine as _;
 use bytes::{BufMut, Bytes, BytesMut};
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 
-use super::handler::{self, Decision, RpcProtocol};
+use super::handler::{self, Decision, Dialect};
 use crate::rpc::{
     error::{ApiError, ErrorKind},
     state::AppState,
 };
-use crate::{pb::Encoding, protocol::CallProtocol};
+use crate::{pb::Encoding, protocol::Protocol};
 
 /// The gRPC deadline header: at most 8 digits and a unit (`200m`).
 pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
@@ -61,7 +61,7 @@ const FLAG_TRAILERS: u8 = 0x80;
 
 /// The three framings served here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub enum GrpcFlavour {
     /// gRPC over HTTP/2, outcome in trailers.
     Grpc,
     /// gRPC-Web, outcome in a trailer frame.
@@ -70,12 +70,12 @@ pub enum Framing {
     WebText,
 }
 
-impl Framing {
+impl GrpcFlavour {
     /// The protocol its calls are recorded under.
-    pub fn protocol(self) -> CallProtocol {
+    pub fn protocol(self) -> Protocol {
         match self {
-            Framing::Grpc => CallProtocol::Grpc,
-            Framing::Web | Framing::WebText => CallProtocol::GrpcWeb,
+            GrpcFlavour::Grpc => Protocol::Grpc,
+            GrpcFlavour::Web | GrpcFlavour::WebText => Protocol::GrpcWeb,
         }
     }
 }
@@ -83,28 +83,40 @@ impl Framing {
 /// A request's framing and message encoding, from its `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrpcFormat {
-    pub framing: Framing,
+    pub framing: GrpcFlavour,
     pub encoding: Encoding,
     /// The answer's `Content-Type`: the request's own.
     pub content_type: &'static str,
 }
 
 /// The content types served, each with what it selects.
-pub const CONTENT_TYPES: &[(&str, Framing, Encoding)] = &[
-    ("application/grpc", Framing::Grpc, Encoding::Binary),
-    ("application/grpc+proto", Framing::Grpc, Encoding::Binary),
-    ("application/grpc+json", Framing::Grpc, Encoding::Json),
-    ("application/grpc-web", Framing::Web, Encoding::Binary),
-    ("application/grpc-web+proto", Framing::Web, Encoding::Binary),
-    ("application/grpc-web+json", Framing::Web, Encoding::Json),
+pub const CONTENT_TYPES: &[(&str, GrpcFlavour, Encoding)] = &[
+    ("application/grpc", GrpcFlavour::Grpc, Encoding::Binary),
+    (
+        "application/grpc+proto",
+        GrpcFlavour::Grpc,
+        Encoding::Binary,
+    ),
+    ("application/grpc+json", GrpcFlavour::Grpc, Encoding::Json),
+    ("application/grpc-web", GrpcFlavour::Web, Encoding::Binary),
+    (
+        "application/grpc-web+proto",
+        GrpcFlavour::Web,
+        Encoding::Binary,
+    ),
+    (
+        "application/grpc-web+json",
+        GrpcFlavour::Web,
+        Encoding::Json,
+    ),
     (
         "application/grpc-web-text",
-        Framing::WebText,
+        GrpcFlavour::WebText,
         Encoding::Binary,
     ),
     (
         "application/grpc-web-text+proto",
-        Framing::WebText,
+        GrpcFlavour::WebText,
         Encoding::Binary,
     ),
 ];
@@ -130,9 +142,9 @@ impl GrpcFormat {
         let web =
             essence(headers).is_some_and(|essence| essence.starts_with("application/grpc-web"));
         let (content_type, framing) = if web {
-            ("application/grpc-web+proto", Framing::Web)
+            ("application/grpc-web+proto", GrpcFlavour::Web)
         } else {
-            ("application/grpc+proto", Framing::Grpc)
+            ("application/grpc+proto", GrpcFlavour::Grpc)
         };
         GrpcFormat {
             framing,
@@ -177,7 +189,7 @@ pub fn error_response(headers: &HeaderMap, error: ApiError) -> Response {
 #[derive(Debug, Clone, Copy)]
 pub struct Grpc;
 
-impl RpcProtocol for Grpc {
+impl Dialect for Grpc {
     /// The framing and encoding of the answer: the request's, or the
     /// fallback for a type this server does not serve.
     type Answer = GrpcFormat;
@@ -212,8 +224,8 @@ impl RpcProtocol for Grpc {
         let raw_limit = raw_body_limit(answer.framing, max_message);
         let body = handler::read_body(head, body, state, raw_limit).await?;
         let body = match answer.framing {
-            Framing::WebText => decode_text(&body)?,
-            Framing::Grpc | Framing::Web => body,
+            GrpcFlavour::WebText => decode_text(&body)?,
+            GrpcFlavour::Grpc | GrpcFlavour::Web => body,
         };
         let range = unary_message(&body, max_message, &head.headers)?;
         Ok(body.slice(range))
@@ -225,11 +237,11 @@ impl RpcProtocol for Grpc {
 }
 
 /// The largest body that can hold one message of `max_message` bytes.
-fn raw_body_limit(framing: Framing, max_message: usize) -> usize {
+fn raw_body_limit(framing: GrpcFlavour, max_message: usize) -> usize {
     let framed = max_message.saturating_add(PREFIX_LEN);
     match framing {
-        Framing::Grpc | Framing::Web => framed,
-        Framing::WebText => framed.div_ceil(3).saturating_mul(4),
+        GrpcFlavour::Grpc | GrpcFlavour::Web => framed,
+        GrpcFlavour::WebText => framed.div_ceil(3).saturating_mul(4),
     }
 }
 
@@ -447,7 +459,7 @@ fn respond(format: GrpcFormat, outcome: Result<Bytes, ApiError>) -> Response {
         .header(GRPC_ACCEPT_ENCODING, "identity");
     let fields = status_fields(outcome.as_ref().map(|_| ()));
     let body = match format.framing {
-        Framing::Grpc => match outcome {
+        GrpcFlavour::Grpc => match outcome {
             Ok(payload) => Body::new(Chunks {
                 chunks: [prefix(0, payload.len()), payload].into(),
                 trailers: Some(fields),
@@ -460,7 +472,7 @@ fn respond(format: GrpcFormat, outcome: Result<Bytes, ApiError>) -> Response {
                 Body::empty()
             }
         },
-        Framing::Web => {
+        GrpcFlavour::Web => {
             let mut trailer = BytesMut::new();
             encode_trailer_frame(&fields, &mut trailer);
             let chunks = match outcome {
@@ -472,7 +484,7 @@ fn respond(format: GrpcFormat, outcome: Result<Bytes, ApiError>) -> Response {
                 trailers: None,
             })
         }
-        Framing::WebText => {
+        GrpcFlavour::WebText => {
             let mut frames = BytesMut::new();
             if let Ok(payload) = &outcome {
                 encode_frame(0, payload, &mut frames);

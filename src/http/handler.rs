@@ -1,5 +1,5 @@
 //! The seam every RPC protocol over HTTP plugs into, as connect-go's
-//! `protocolHandler`: a protocol ([`RpcProtocol`]) says what a request's
+//! `protocolHandler`: a dialect ([`Dialect`]) says what a request's
 //! head means (encoding, deadline, its own checks, how to answer) and how
 //! its body carries the message; [`serve`] does the rest once for all of
 //! them: the head checks in one order, the caller's address, the call, the
@@ -23,7 +23,7 @@ use crate::{
     edge::{ConnectionBudget, QueuedAnswers},
     grammar,
     pb::{Encoding, Method},
-    protocol::CallProtocol,
+    protocol::Protocol,
     rpc::{
         self,
         error::{ApiError, ErrorKind},
@@ -31,8 +31,8 @@ use crate::{
     },
 };
 
-/// One RPC protocol over HTTP.
-pub trait RpcProtocol: Sync {
+/// How one RPC protocol over HTTP reads a request and writes its answer.
+pub trait Dialect: Sync {
     /// How an answer is written (media type, framing, what it echoes), known
     /// from the head even when the head is refused.
     type Answer: Send;
@@ -54,16 +54,16 @@ pub trait RpcProtocol: Sync {
     fn respond(&self, answer: Self::Answer, outcome: Result<Bytes, ApiError>) -> Response;
 }
 
-/// What a protocol decides about a request from its head.
+/// What a dialect decides about a request from its head.
 #[derive(Debug)]
 pub struct Decision<A> {
     /// The label the call is recorded under.
-    pub protocol: CallProtocol,
+    pub protocol: Protocol,
     pub encoding: Encoding,
     pub answer: A,
     /// The deadline the caller asks for, before [`rpc::Call::new`] clamps it.
     pub timeout: Result<Option<Duration>, ApiError>,
-    /// The protocol's own checks of the head (content type, its headers), in
+    /// The dialect's own checks of the head (content type, its headers), in
     /// its order: the first failure.
     pub checked: Result<(), ApiError>,
     /// What a verb other than POST is told (after "GET is not allowed; ").
@@ -80,19 +80,19 @@ pub struct CheckedHead<A> {
 }
 
 /// Checks a request's head, the same for every protocol: the verb, the
-/// method, the protocol's own checks, the deadline. The first failure is the
+/// method, the dialect's own checks, the deadline. The first failure is the
 /// call's error. `peer` is the socket's address; the caller may be a
 /// trusted proxy's client.
-pub fn check_head<P: RpcProtocol>(
+pub fn check_head<P: Dialect>(
     state: &AppState,
-    protocol: &P,
+    dialect: &P,
     http_method: &HttpMethod,
     method: Result<Method, ApiError>,
     headers: &HeaderMap,
     peer: SocketAddr,
 ) -> CheckedHead<P::Answer> {
     let started = Instant::now();
-    let decision = protocol.decide(headers);
+    let decision = dialect.decide(headers);
     let mut call = rpc::Call::new(
         decision.protocol,
         decision.encoding,
@@ -120,16 +120,16 @@ pub fn check_head<P: RpcProtocol>(
     }
 }
 
-/// Serves one RPC over HTTP in `protocol`.
-pub async fn serve<P: RpcProtocol>(
+/// Serves one RPC over HTTP in `dialect`.
+pub async fn serve<P: Dialect>(
     state: &AppState,
-    protocol: &P,
+    dialect: &P,
     method: Result<Method, ApiError>,
     peer: SocketAddr,
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let mut head = check_head(state, protocol, &parts.method, method, &parts.headers, peer);
+    let mut head = check_head(state, dialect, &parts.method, method, &parts.headers, peer);
     head.call.credentials =
         std::mem::take(&mut head.call.credentials).with_certificate_from(&parts.extensions);
     let queued = parts.extensions.get::<QueuedAnswers>();
@@ -140,13 +140,13 @@ pub async fn serve<P: RpcProtocol>(
         if let Some(queued) = queued {
             queued.room().await;
         }
-        protocol.message(&head.answer, state, &parts, body).await
+        dialect.message(&head.answer, state, &parts, body).await
     };
     // Never compressed: only the binary protocol's callers say what they inflate.
     let outcome = rpc::call(state, &head.call, head.method, message)
         .await
         .map(|answer| answer.payload);
-    let mut response = protocol.respond(head.answer, outcome);
+    let mut response = dialect.respond(head.answer, outcome);
     response.extensions_mut().insert(CallLogged);
     response
 }
@@ -217,7 +217,7 @@ mod tests {
     use crate::{
         edge::ANSWER_QUEUE_FLOOR,
         engine::{self, Scheduler},
-        rpc::state::HttpSettings,
+        rpc::state::ServeSettings,
     };
 
     #[tokio::test(start_paused = true)]
@@ -226,7 +226,7 @@ mod tests {
             user_tokens: engine::TokenSet::new(["u"]),
             ..engine::Config::default()
         });
-        let state = AppState::new(engine, HttpSettings::default());
+        let state = AppState::new(engine, ServeSettings::default());
         let router = crate::app(state);
         let queued = QueuedAnswers::default();
         for _ in 0..4 {

@@ -7,7 +7,7 @@
 //! hyper's send buffer; HTTP/1: within its write buffer), so a body that
 //! makes no progress for the write timeout is one nobody reads: an HTTP/2
 //! stream whose window stays shut, or a socket whose peer stopped reading.
-//! The listener then closes the connection ([`Answers::stalled_for`]).
+//! The listener then closes the connection ([`AnswerTracker::stalled_for`]).
 
 use std::{
     pin::Pin,
@@ -38,14 +38,14 @@ const NOT_WAITING: u64 = u64::MAX;
 
 /// The answers of one connection: what is queued, and each body's progress.
 #[derive(Debug)]
-pub struct Answers {
+pub struct AnswerTracker {
     queued: QueuedAnswers,
     started: Instant,
     /// The stamps of the bodies alive; dead ones are pruned as it is read.
     bodies: Mutex<Vec<Weak<Stamp>>>,
 }
 
-impl Answers {
+impl AnswerTracker {
     pub fn new(queued: QueuedAnswers) -> Arc<Self> {
         Arc::new(Self {
             queued,
@@ -101,7 +101,7 @@ impl Answers {
 /// A response body counted on its connection until taken.
 struct Counted {
     inner: Body,
-    answers: Arc<Answers>,
+    answers: Arc<AnswerTracker>,
     stamp: Arc<Stamp>,
     /// Bytes still counted on the connection.
     counted: usize,
@@ -200,7 +200,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_body_is_counted_until_taken_and_its_progress_stamped() {
         let queued = QueuedAnswers::default();
-        let answers = Answers::new(queued.clone());
+        let answers = AnswerTracker::new(queued.clone());
         let payload = Bytes::from(vec![5u8; 3 * ANSWER_SLICE + 10]);
         let mut body = answers.track(Body::from(payload.clone()));
         assert_eq!(queued.bytes(), payload.len());
@@ -231,7 +231,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_streaming_answer_waiting_for_its_own_bytes_is_not_stalled() {
-        let answers = Answers::new(QueuedAnswers::default());
+        let answers = AnswerTracker::new(QueuedAnswers::default());
         let (sender, receiver) = tokio::sync::mpsc::channel::<Bytes>(1);
         let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
             let bytes = receiver.recv().await?;
@@ -252,7 +252,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_body_dropped_unread_is_uncounted() {
         let queued = QueuedAnswers::default();
-        let answers = Answers::new(queued.clone());
+        let answers = AnswerTracker::new(queued.clone());
         let body = answers.track(Body::from(vec![1u8; 1000]));
         tokio::time::advance(Duration::from_secs(3)).await;
         assert_eq!(answers.stalled_for(), Duration::from_secs(3));

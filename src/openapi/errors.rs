@@ -151,7 +151,7 @@ fn transport_meaning(kind: ErrorKind) -> String {
 mod tests {
     use super::*;
     use crate::{
-        http::dialect::Dialect,
+        http::dialect::RouteStyle,
         openapi::{JSON_MEDIA_TYPE, document},
     };
 
@@ -159,7 +159,7 @@ mod tests {
     fn error_responses_follow_the_error_table() {
         let json = document();
         for method in Method::ALL {
-            for dialect in [Dialect::HttpPb, Dialect::Connect] {
+            for dialect in [RouteStyle::HttpPb, RouteStyle::Connect] {
                 let responses = &json["paths"][dialect.path(method)]["post"]["responses"];
                 for kind in operation_errors(method) {
                     let wire = kind.wire();

@@ -1,4 +1,4 @@
-//! The RPC operations: one per method and route style ([`Dialect`]), their
+//! The RPC operations: one per method and route style ([`RouteStyle`]), their
 //! request and response bodies in every media type, the header parameters
 //! and response headers the route styles use.
 
@@ -24,7 +24,7 @@ use super::{
 use crate::{
     contract::{FieldRule, Rule},
     grammar,
-    http::dialect::Dialect,
+    http::dialect::RouteStyle,
     pb::{Encoding, Method, Service},
     rpc::{codec::MEDIA_TYPES, error::ErrorKind},
 };
@@ -32,7 +32,7 @@ use crate::{
 /// Every RPC in both route styles, `http+pb` first.
 pub(super) fn rpc_paths(rules: &[FieldRule]) -> Paths {
     let mut paths = PathsBuilder::new();
-    for dialect in [Dialect::HttpPb, Dialect::Connect] {
+    for dialect in [RouteStyle::HttpPb, RouteStyle::Connect] {
         for method in Method::ALL {
             paths = paths.path(
                 dialect.path(method),
@@ -44,16 +44,16 @@ pub(super) fn rpc_paths(rules: &[FieldRule]) -> Paths {
 }
 
 /// The `operationId` of one RPC in one route style.
-pub fn operation_id(dialect: Dialect, method: Method) -> String {
+pub fn operation_id(dialect: RouteStyle, method: Method) -> String {
     let style = match dialect {
-        Dialect::HttpPb => "httpPb",
-        Dialect::Connect => "connect",
+        RouteStyle::HttpPb => "httpPb",
+        RouteStyle::Connect => "connect",
     };
     format!("{}_{style}", method.name())
 }
 
 fn rpc_operation(
-    dialect: Dialect,
+    dialect: RouteStyle,
     rpc: Method,
     rules: &[FieldRule],
 ) -> utoipa::openapi::path::Operation {
@@ -74,8 +74,8 @@ fn rpc_operation(
             input.full_name(),
             output.full_name(),
             match dialect {
-                Dialect::HttpPb => "The `http+pb` framing of the yadcc daemons.",
-                Dialect::Connect => {
+                RouteStyle::HttpPb => "The `http+pb` framing of the yadcc daemons.",
+                RouteStyle::Connect => {
                     "A Connect unary call. The same path answers gRPC (`application/grpc`, \
                      HTTP/2) and gRPC-Web (`application/grpc-web`, `application/grpc-web-text`) \
                      with the same messages, told apart by `Content-Type`."
@@ -85,8 +85,8 @@ fn rpc_operation(
     );
 
     let mut operation = OperationBuilder::new().tag(match dialect {
-        Dialect::HttpPb => TAG_HTTP_PB,
-        Dialect::Connect => TAG_CONNECT,
+        RouteStyle::HttpPb => TAG_HTTP_PB,
+        RouteStyle::Connect => TAG_CONNECT,
     });
     if rpc.service() == Service::Admin {
         operation = operation.tag(TAG_ADMIN);
@@ -143,7 +143,7 @@ fn rpc_operation(
             },
         );
     }
-    if dialect == Dialect::HttpPb {
+    if dialect == RouteStyle::HttpPb {
         ok = ok.header_ref(RPC_SEQ_NO, header_ref(RPC_SEQ_NO));
     }
     operation = operation.response("200", ok.build());
@@ -170,7 +170,7 @@ fn rpc_operation(
             )
             .header_ref(RPC_ERROR_CODE, header_ref(RPC_ERROR_CODE))
             .header_ref(RPC_ERROR_REASON, header_ref(RPC_ERROR_REASON));
-        if dialect == Dialect::HttpPb {
+        if dialect == RouteStyle::HttpPb {
             response = response.header_ref(RPC_SEQ_NO, header_ref(RPC_SEQ_NO));
         }
         operation = operation.response(status.as_str(), response.build());
@@ -222,10 +222,10 @@ fn protobuf_content(message: &MessageDescriptor, media_type: &str) -> utoipa::op
     ContentBuilder::new().schema(Some(schema)).build()
 }
 
-fn dialect_parameters(dialect: Dialect) -> &'static [&'static str] {
+fn dialect_parameters(dialect: RouteStyle) -> &'static [&'static str] {
     match dialect {
-        Dialect::HttpPb => &[RPC_SEQ_NO, RPC_TIMEOUT],
-        Dialect::Connect => &[CONNECT_TIMEOUT_MS],
+        RouteStyle::HttpPb => &[RPC_SEQ_NO, RPC_TIMEOUT],
+        RouteStyle::Connect => &[CONNECT_TIMEOUT_MS],
     }
 }
 

@@ -9,7 +9,7 @@ use super::{
     errors::error_table,
 };
 use crate::{
-    http::dialect::Dialect,
+    http::dialect::RouteStyle,
     pb::{self, Encoding},
     rpc::{codec::MEDIA_TYPES, error::ErrorKind, state::DEFAULT_MAX_BODY_BYTES},
 };
@@ -90,16 +90,16 @@ pub(super) fn admin_description() -> String {
     text
 }
 
-pub(super) fn dialect_description(dialect: Dialect) -> String {
+pub(super) fn dialect_description(dialect: RouteStyle) -> String {
     let service = pb::SCHEDULER_SERVICE;
     match dialect {
-        Dialect::HttpPb => format!(
+        RouteStyle::HttpPb => format!(
             "`POST /rpc/{service}.<Method>`: the framing of the yadcc daemons' RPC framework \
              (`--scheduler_uri=http+pb://HOST:PORT`). `{RPC_SEQ_NO}` is echoed; \
              `{RPC_TIMEOUT}` is the caller's deadline in milliseconds. A failure is a non-200 \
              status with `{RPC_ERROR_CODE}` and `{RPC_ERROR_REASON}`."
         ),
-        Dialect::Connect => format!(
+        RouteStyle::Connect => format!(
             "`POST /{service}/<Method>`: Connect unary calls. `{CONNECT_TIMEOUT_MS}` is the \
              caller's deadline. A failure is a non-200 status with a JSON body whose `code` \
              and `message` Connect clients read.\n\n\

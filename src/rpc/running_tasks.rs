@@ -66,7 +66,7 @@ fn slot(encoding: Encoding, compression: Option<Algorithm>) -> usize {
 /// caller of an answer already built, goes on meanwhile: a build never holds
 /// a runtime thread or the lock callers read the answer under.
 #[derive(Debug)]
-pub struct RunningTasksAnswers {
+pub struct RunningTasksCache {
     latest: Arc<Mutex<Latest>>,
     /// Held by the one build (or encoding) in progress.
     building: tokio::sync::Mutex<()>,
@@ -135,13 +135,13 @@ impl Built {
     }
 }
 
-impl Default for RunningTasksAnswers {
+impl Default for RunningTasksCache {
     fn default() -> Self {
         Self::new(DEFAULT_MAX_ANSWER_BYTES)
     }
 }
 
-impl RunningTasksAnswers {
+impl RunningTasksCache {
     /// Answers whose encoding is at most `max_bytes`.
     pub fn new(max_bytes: usize) -> Self {
         Self {
@@ -305,7 +305,7 @@ mod tests {
 
     /// The answer `answers` gives a caller of `encoding` accepting `accepts`.
     async fn ask(
-        answers: &RunningTasksAnswers,
+        answers: &RunningTasksCache,
         service: &SchedulerService,
         encoding: Encoding,
         accepts: Accepted,
@@ -330,7 +330,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_answer_is_encoded_once_per_version_and_encoding() {
         let service = service();
-        let answers = RunningTasksAnswers::default();
+        let answers = RunningTasksCache::default();
         let plain = |encoding| ask(&answers, &service, encoding, Accepted::NONE);
         let empty = plain(Encoding::Binary).await.payload;
         assert!(empty.is_empty());
@@ -356,7 +356,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_large_list_is_compressed_once_per_version_and_algorithm() {
         let service = service();
-        let answers = RunningTasksAnswers::default();
+        let answers = RunningTasksCache::default();
         servant_with_tasks(&service, 2000);
         tokio::time::advance(engine::Config::default().running_tasks_refresh).await;
         let binary = |accepts| ask(&answers, &service, Encoding::Binary, accepts);
@@ -401,7 +401,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn callers_of_a_new_version_share_one_build() {
         let service = service();
-        let answers = RunningTasksAnswers::default();
+        let answers = RunningTasksCache::default();
         servant_with_tasks(&service, 2000);
         tokio::time::advance(engine::Config::default().running_tasks_refresh).await;
         let callers: Vec<_> = (0..8)
@@ -423,7 +423,7 @@ mod tests {
         servant_with_tasks(&service, 2000);
         tokio::time::advance(engine::Config::default().running_tasks_refresh).await;
         let whole = ask(
-            &RunningTasksAnswers::default(),
+            &RunningTasksCache::default(),
             &service,
             Encoding::Binary,
             Accepted::NONE,
@@ -431,7 +431,7 @@ mod tests {
         .await;
         let bound = whole.payload.len() / 3;
         let cut = ask(
-            &RunningTasksAnswers::new(bound),
+            &RunningTasksCache::new(bound),
             &service,
             Encoding::Binary,
             Accepted::NONE,

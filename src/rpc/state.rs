@@ -1,5 +1,5 @@
 //! Everything a request handler may need ([`AppState`]) and the transport
-//! settings fixed at start ([`HttpSettings`]). Every transport (the daemons'
+//! settings fixed at start ([`ServeSettings`]). Every transport (the daemons'
 //! connections, the HTTP protocols) and [`crate::rpc`] take it; it knows
 //! none of them.
 
@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, HeaderValue};
 
 use super::{
     AccessKind,
-    running_tasks::{self, RunningTasksAnswers},
+    running_tasks::{self, RunningTasksCache},
 };
 use crate::{
     admin::Admin,
@@ -32,7 +32,7 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Transport settings fixed at start.
 #[derive(Debug, Clone)]
-pub struct HttpSettings {
+pub struct ServeSettings {
     /// Largest accepted request body.
     pub max_body_bytes: usize,
     /// Largest `GetRunningTasks` answer (its encoding, before compression);
@@ -51,7 +51,7 @@ pub struct HttpSettings {
     pub access_log: AccessLog,
 }
 
-impl Default for HttpSettings {
+impl Default for ServeSettings {
     fn default() -> Self {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -65,7 +65,7 @@ impl Default for HttpSettings {
     }
 }
 
-impl HttpSettings {
+impl ServeSettings {
     /// The caller's address. Self-avoidance and NAT detection depend on it, so a
     /// forwarded address is believed only from a proxy the operator named: the
     /// rightmost `X-Forwarded-For` entry that is not itself a trusted proxy.
@@ -108,7 +108,7 @@ pub struct AppParts {
     pub service: SchedulerService,
     /// The operators' service (closed unless `--admin_tokens`).
     pub admin: AdminService,
-    pub settings: HttpSettings,
+    pub settings: ServeSettings,
     pub metrics: Metrics,
     pub dashboard: Arc<Dashboard>,
     /// The protocol of each peer's latest call (shown by the dashboard).
@@ -118,7 +118,7 @@ pub struct AppParts {
     pub body_budget: BodyBudget,
     /// `GetRunningTasks` answers, encoded once per list, encoding and
     /// compression.
-    pub running_tasks: RunningTasksAnswers,
+    pub running_tasks: RunningTasksCache,
     /// Access lines of failed and slow calls, one a second per kind.
     pub access_lines: RateLimit<AccessKind>,
     /// Whether this instance serves (always, unless it is a hot standby).
@@ -139,14 +139,14 @@ impl std::ops::Deref for AppState {
 impl AppState {
     /// The only scheduler. Must run inside a tokio runtime (the dashboard
     /// starts its sampler).
-    pub fn new(engine: Scheduler, settings: HttpSettings) -> Self {
+    pub fn new(engine: Scheduler, settings: ServeSettings) -> Self {
         Self::with_leadership(engine, settings, Leadership::solo())
     }
 
     /// One of several elected on etcd ([`crate::ha`]), or [`Leadership::solo`].
     pub fn with_leadership(
         engine: Scheduler,
-        settings: HttpSettings,
+        settings: ServeSettings,
         leadership: Leadership,
     ) -> Self {
         let admin = Admin::closed(engine.clone(), leadership.clone());
@@ -156,7 +156,7 @@ impl AppState {
     /// With the operators' side `admin` (over the same engine).
     pub fn with_admin(
         engine: Scheduler,
-        settings: HttpSettings,
+        settings: ServeSettings,
         leadership: Leadership,
         admin: Admin,
     ) -> Self {
@@ -175,7 +175,7 @@ impl AppState {
             body_budget: BodyBudget::new(settings.edge.max_buffered_body_bytes),
             service: SchedulerService::new(engine),
             admin: AdminService::new(admin),
-            running_tasks: RunningTasksAnswers::new(settings.max_running_tasks_bytes),
+            running_tasks: RunningTasksCache::new(settings.max_running_tasks_bytes),
             settings,
             access_lines: RateLimit::default(),
             readiness: leadership.readiness().clone(),
@@ -197,12 +197,12 @@ mod tests {
         );
         let peer: SocketAddr = "10.0.0.1:5000".parse().unwrap();
 
-        let untrusting = HttpSettings::default();
+        let untrusting = ServeSettings::default();
         assert_eq!(untrusting.client_ip(peer, &headers), peer.ip());
 
-        let trusting = HttpSettings {
+        let trusting = ServeSettings {
             trusted_proxies: vec!["10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()],
-            ..HttpSettings::default()
+            ..ServeSettings::default()
         };
         assert_eq!(
             trusting.client_ip(peer, &headers),
@@ -214,7 +214,7 @@ mod tests {
     fn ipv4_mapped_peers_are_plain_ipv4() {
         let peer: SocketAddr = "[::ffff:10.1.2.3]:80".parse().unwrap();
         assert_eq!(
-            HttpSettings::default().client_ip(peer, &HeaderMap::new()),
+            ServeSettings::default().client_ip(peer, &HeaderMap::new()),
             "10.1.2.3".parse::<IpAddr>().unwrap()
         );
     }

@@ -31,7 +31,7 @@ use super::{
     process::{self, ProcessSample},
     servant::{self, ServantBehaviour, ServantSpec},
     stats::{Histogram, Row, Stats},
-    wire::{self, Outcome, Protocol},
+    wire::{self, Outcome, Wire},
 };
 use crate::pb::{self, Method};
 
@@ -87,11 +87,11 @@ impl Target {
     }
 
     /// How answers come back on the connection.
-    fn protocol(self) -> Protocol {
+    fn protocol(self) -> Wire {
         match self {
-            Target::HeartbeatFlare => Protocol::Flare,
-            Target::HeartbeatHttpPb | Target::HeartbeatProtobuf | Target::Bare => Protocol::HttpPb,
-            Target::HeartbeatJson => Protocol::Json,
+            Target::HeartbeatFlare => Wire::Flare,
+            Target::HeartbeatHttpPb | Target::HeartbeatProtobuf | Target::Bare => Wire::HttpPb,
+            Target::HeartbeatJson => Wire::Json,
         }
     }
 }
@@ -124,7 +124,7 @@ pub struct HeartbeatRateConfig {
     /// The scheduler's PID, if on this host: its CPU time per request is measured.
     pub scheduler_pid: Option<u32>,
     /// How servants register and grants are set up before the measured phases.
-    pub setup_protocol: Protocol,
+    pub setup_protocol: Wire,
 }
 
 impl std::fmt::Debug for HeartbeatRateConfig {
@@ -500,7 +500,7 @@ pub async fn run(
 /// `--bench_bare_route` serves the bare route: say so at once rather than
 /// measure a phase of 404s.
 async fn check_bare_route(target: SocketAddr) -> Result<(), String> {
-    let mut connection = SerialConn::connect(None, target, Protocol::HttpPb)
+    let mut connection = SerialConn::connect(None, target, Wire::HttpPb)
         .await
         .map_err(|error| format!("cannot connect to {target}: {error}"))?;
     let request = encode_target(Target::Bare, &pb::HeartbeatRequest::default(), "", 1);

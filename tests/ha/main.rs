@@ -22,7 +22,7 @@ use prost::Message;
 use yadcc_scheduler::{
     pb::{self, Method},
     sim::{
-        Cluster, ClusterConfig, Protocol, Workload, stats::Stats, wire::flare::encode_flare_request,
+        Cluster, ClusterConfig, Wire, Workload, stats::Stats, wire::flare::encode_flare_request,
     },
 };
 
@@ -215,7 +215,7 @@ fn cluster_config(target: std::net::SocketAddr) -> ClusterConfig {
             jobs_per_second: 1.0,
         },
     );
-    config.protocol = Protocol::Flare;
+    config.protocol = Wire::Flare;
     config.servant_capacity = Some(4);
     config.delegate.task_duration = Duration::from_millis(1500)..=Duration::from_millis(4500);
     config.seed = Some(20);

@@ -14,7 +14,7 @@ use std::{
 use serde_json::{Value, json};
 use yadcc_scheduler::{
     admin::fingerprint,
-    sim::{Cluster, ClusterConfig, Protocol, Workload},
+    sim::{Cluster, ClusterConfig, Wire, Workload},
 };
 
 use crate::{
@@ -118,7 +118,7 @@ async fn cordon_drain_and_uncordon_a_servant_of_a_busy_farm() {
             jobs_per_second: 1.0,
         },
     );
-    config.protocol = Protocol::Flare;
+    config.protocol = Wire::Flare;
     config.servant_capacity = Some(4);
     config.delegate.task_duration = Duration::from_millis(1500)..=LONGEST_TASK;
     config.seed = Some(32);

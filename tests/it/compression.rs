@@ -18,7 +18,7 @@ use tokio::{
 use yadcc_scheduler::{
     engine,
     pb::{self, flare::rpc::RpcMeta},
-    rpc::state::HttpSettings,
+    rpc::state::ServeSettings,
     sim::wire,
 };
 
@@ -153,7 +153,7 @@ async fn server() -> Server {
         running_tasks_refresh: Duration::ZERO,
         ..engine_config()
     };
-    Server::start_with(config, HttpSettings::default(), "127.0.0.1:0").await
+    Server::start_with(config, ServeSettings::default(), "127.0.0.1:0").await
 }
 
 /// A heartbeat of the servant on 127.0.0.1:`port` reporting `tasks` running

@@ -13,7 +13,7 @@ use std::{
 
 use yadcc_scheduler::{
     pb::Method,
-    sim::{Cluster, ClusterConfig, Protocol, Workload, stats::Call},
+    sim::{Cluster, ClusterConfig, Wire, Workload, stats::Call},
 };
 
 use crate::support::{SERVANT_TOKEN, STEP, Server, USER_TOKEN, heavy};
@@ -26,7 +26,7 @@ const MACHINES: usize = 4;
 /// stuck cluster reaches it.
 const PATIENCE: Duration = Duration::from_secs(90);
 
-async fn stock_daemons_run_cleanly_over(protocol: Protocol) {
+async fn stock_daemons_run_cleanly_over(protocol: Wire) {
     let _heavy = heavy().await;
     let server = Server::start().await;
     let mut config = ClusterConfig::new(
@@ -101,10 +101,10 @@ async fn stock_daemons_run_cleanly_over(protocol: Protocol) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_daemons_over_flare_see_no_timeouts_and_no_errors() {
-    stock_daemons_run_cleanly_over(Protocol::Flare).await;
+    stock_daemons_run_cleanly_over(Wire::Flare).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_daemons_over_http_pb_see_no_timeouts_and_no_errors() {
-    stock_daemons_run_cleanly_over(Protocol::HttpPb).await;
+    stock_daemons_run_cleanly_over(Wire::HttpPb).await;
 }

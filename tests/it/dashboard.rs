@@ -7,7 +7,7 @@ use serde_json::Value;
 use yadcc_scheduler::{
     dashboard::{ASSETS, InspectAccess, SECURITY_HEADERS},
     pb,
-    rpc::state::HttpSettings,
+    rpc::state::ServeSettings,
 };
 
 use crate::support::*;
@@ -135,9 +135,9 @@ async fn history_is_sampled_every_second() {
 async fn a_credential_guards_the_dashboard_but_not_the_rpcs() {
     let server = Server::start_with(
         engine_config(),
-        HttpSettings {
+        ServeSettings {
             inspect: InspectAccess::Credential("ops:s3cret".into()),
-            ..HttpSettings::default()
+            ..ServeSettings::default()
         },
         "127.0.0.1:0",
     )

@@ -31,7 +31,7 @@ use yadcc_scheduler::{
     pb::{self, Encoding},
     rpc::{
         codec::{decode, encode},
-        state::HttpSettings,
+        state::ServeSettings,
     },
 };
 
@@ -130,7 +130,7 @@ async fn json_mapping_agrees_with_googles_protobuf() {
         servant_tokens: TokenSet::anyone(),
         ..Config::default()
     });
-    let state = AppState::new(engine, HttpSettings::default());
+    let state = AppState::new(engine, ServeSettings::default());
     let harness = Router::new()
         .route("/test/decode/{name}", post(decode_route))
         .route("/test/encode/{name}", post(encode_route));

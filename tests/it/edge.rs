@@ -16,10 +16,10 @@ use tokio::{
 use yadcc_scheduler::{
     edge::EdgeSettings,
     pb,
-    rpc::state::HttpSettings,
+    rpc::state::ServeSettings,
     sim::{
         client::SerialConn,
-        wire::{Outcome, Protocol},
+        wire::{Outcome, Wire},
     },
 };
 
@@ -68,13 +68,13 @@ async fn half_sent_requests_are_closed_after_the_header_timeout_while_others_are
     let header_timeout = Duration::from_secs(2);
     let server = Server::start_with(
         engine_config(),
-        HttpSettings {
+        ServeSettings {
             edge: EdgeSettings {
                 header_read_timeout: header_timeout,
                 max_connections_per_ip: Some(1000),
                 ..EdgeSettings::default()
             },
-            ..HttpSettings::default()
+            ..ServeSettings::default()
         },
         "127.0.0.1:0",
     )
@@ -157,9 +157,7 @@ async fn flare_call_from(addr: SocketAddr, local: &str) -> bool {
     .encode_to_vec();
     let call = async {
         let local = Some(local.parse::<IpAddr>().unwrap());
-        let mut connection = SerialConn::connect(local, addr, Protocol::Flare)
-            .await
-            .ok()?;
+        let mut connection = SerialConn::connect(local, addr, Wire::Flare).await.ok()?;
         let request = flare_request(1, Method::GetConfig, 2000, &config);
         let answer = connection.exchange(&request).await.ok()?;
         Some(answer.id == Some(1) && matches!(answer.outcome, Outcome::Ok(_)))

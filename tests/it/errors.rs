@@ -4,7 +4,7 @@
 use prost::Message;
 use yadcc_scheduler::{
     engine, pb,
-    rpc::{error::ErrorKind, state::HttpSettings},
+    rpc::{error::ErrorKind, state::ServeSettings},
 };
 
 use crate::support::*;
@@ -17,9 +17,9 @@ async fn server() -> Server {
             min_daemon_version: 5,
             ..engine_config()
         },
-        HttpSettings {
+        ServeSettings {
             max_body_bytes: BODY_LIMIT,
-            ..HttpSettings::default()
+            ..ServeSettings::default()
         },
         "127.0.0.1:0",
     )

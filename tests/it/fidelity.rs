@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use prost::Message;
-use yadcc_scheduler::{engine, pb, rpc::state::HttpSettings};
+use yadcc_scheduler::{engine, pb, rpc::state::ServeSettings};
 
 use crate::{fixtures::eventually, support::*};
 
@@ -147,7 +147,7 @@ async fn the_token_is_checked_before_anything_else() {
             min_daemon_version: 5,
             ..engine_config()
         },
-        HttpSettings::default(),
+        ServeSettings::default(),
         "127.0.0.1:0",
     )
     .await;
@@ -188,7 +188,7 @@ async fn get_running_tasks_lists_live_grants_of_trusted_servants_without_grant_i
             adoption_window: Duration::ZERO,
             ..engine_config()
         },
-        HttpSettings::default(),
+        ServeSettings::default(),
         "127.0.0.1:0",
     )
     .await;

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use yadcc_scheduler::{
     engine,
     pb::{self, flare::rpc::RpcMeta},
-    rpc::state::HttpSettings,
+    rpc::state::ServeSettings,
     sim::wire::{self, client_timeout},
 };
 
@@ -59,8 +59,12 @@ fn server_for_vectors() -> engine::Config {
 
 #[tokio::test]
 async fn the_documented_heartbeat_is_decoded_and_answered_in_the_documented_form() {
-    let server =
-        Server::start_with(server_for_vectors(), HttpSettings::default(), "127.0.0.1:0").await;
+    let server = Server::start_with(
+        server_for_vectors(),
+        ServeSettings::default(),
+        "127.0.0.1:0",
+    )
+    .await;
     let mut connection = Connection::open(server.addr).await;
     let request = hex(HEARTBEAT_VECTOR);
     assert_eq!(request.len(), 144);

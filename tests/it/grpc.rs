@@ -10,7 +10,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 use tokio::{net::TcpStream, time::Instant};
-use yadcc_scheduler::{engine, pb, rpc::state::HttpSettings};
+use yadcc_scheduler::{engine, pb, rpc::state::ServeSettings};
 
 use crate::{fixtures::take_the_only_slot, support::*};
 
@@ -27,9 +27,9 @@ pub async fn server() -> Server {
             adoption_window: std::time::Duration::ZERO,
             ..engine_config()
         },
-        HttpSettings {
+        ServeSettings {
             max_body_bytes: BODY_LIMIT,
-            ..HttpSettings::default()
+            ..ServeSettings::default()
         },
         "127.0.0.1:0",
     )

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use axum::http::HeaderValue;
 use base64::Engine as _;
 use prost::Message;
-use yadcc_scheduler::{pb, rpc::state::HttpSettings};
+use yadcc_scheduler::{pb, rpc::state::ServeSettings};
 
 use crate::{
     grpc::{GRPC, frame, frames, get_config, h2_call, rpc_path, server},
@@ -128,12 +128,12 @@ async fn grpc_web_text_is_base64_both_ways() {
 async fn server_with_cors(origins: &[&str]) -> Server {
     Server::start_with(
         engine_config(),
-        HttpSettings {
+        ServeSettings {
             cors_allowed_origins: origins
                 .iter()
                 .map(|origin| HeaderValue::from_str(origin).unwrap())
                 .collect(),
-            ..HttpSettings::default()
+            ..ServeSettings::default()
         },
         "127.0.0.1:0",
     )

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use serde_json::{Value, json};
 use yadcc_scheduler::{
-    http::dialect::Dialect,
+    http::dialect::RouteStyle,
     openapi,
     pb::{self, Method},
 };
@@ -92,7 +92,7 @@ async fn every_contract_rule_is_what_the_server_enforces() {
             .unwrap()
     };
     let base = |message: &str| {
-        let path = Dialect::HttpPb.path(method_of(message)).to_owned();
+        let path = RouteStyle::HttpPb.path(method_of(message)).to_owned();
         let schema = &doc["paths"][&path]["post"]["requestBody"]["content"]
             [openapi::JSON_MEDIA_TYPE]["schema"];
         let mut request = example(&doc, schema, 0);

@@ -10,7 +10,7 @@ use prost::Message as _;
 use prost_reflect::DynamicMessage;
 use serde_json::Value;
 use yadcc_scheduler::{
-    http::dialect::Dialect,
+    http::dialect::RouteStyle,
     openapi,
     pb::{self, Method},
 };
@@ -62,7 +62,7 @@ async fn example_requests_built_from_the_schema_are_accepted() {
                         .header("content-type", media_type)
                         .body(body),
                 );
-                if dialect == Dialect::HttpPb {
+                if dialect == RouteStyle::HttpPb {
                     call = call.header(openapi::RPC_SEQ_NO, "17");
                 }
                 let response = call
@@ -107,7 +107,7 @@ async fn example_requests_built_from_the_schema_are_accepted() {
 async fn check_answer(
     schemas: &Schemas,
     operation: &Value,
-    dialect: Dialect,
+    dialect: RouteStyle,
     media_type: &str,
     response: reqwest::Response,
     path: &str,
@@ -121,7 +121,7 @@ async fn check_answer(
         "{path} ({media_type}): status {status} is not documented: {}",
         String::from_utf8_lossy(&body)
     );
-    if dialect == Dialect::HttpPb {
+    if dialect == RouteStyle::HttpPb {
         assert_eq!(
             headers
                 .get(openapi::RPC_SEQ_NO)

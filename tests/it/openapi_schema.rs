@@ -14,9 +14,9 @@ use yadcc_scheduler::{
     app,
     engine::{Config, Scheduler, TokenSet},
     ha::Leadership,
-    http::dialect::Dialect,
+    http::dialect::RouteStyle,
     openapi, pb,
-    rpc::state::HttpSettings,
+    rpc::state::ServeSettings,
 };
 
 /// Accepted as user and as servant token, so every RPC passes the token check
@@ -37,7 +37,7 @@ pub fn authorized(path: &str, request: reqwest::RequestBuilder) -> reqwest::Requ
 }
 
 /// The route styles every RPC is documented under.
-pub const STYLES: [Dialect; 2] = [Dialect::HttpPb, Dialect::Connect];
+pub const STYLES: [RouteStyle; 2] = [RouteStyle::HttpPb, RouteStyle::Connect];
 
 /// Every service the server implements, as the descriptor pool has them.
 pub fn services() -> Vec<prost_reflect::ServiceDescriptor> {
@@ -73,9 +73,9 @@ pub async fn start_server() -> SocketAddr {
     );
     let state = AppState::with_admin(
         engine,
-        HttpSettings {
+        ServeSettings {
             inspect: yadcc_scheduler::dashboard::InspectAccess::Open,
-            ..HttpSettings::default()
+            ..ServeSettings::default()
         },
         leadership,
         admin,

@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use yadcc_scheduler::sim::{Cluster, ClusterConfig, Protocol, Workload, stats::Stats};
+use yadcc_scheduler::sim::{Cluster, ClusterConfig, Wire, Workload, stats::Stats};
 
 use crate::support::{Binary, Launch, SERVANT_TOKEN, STEP, USER_TOKEN, heavy, http_client};
 
@@ -108,7 +108,7 @@ async fn run_through_restart(restart_flags: &'static [&'static str]) -> Outcome 
             jobs_per_second: 1.0,
         },
     );
-    config.protocol = Protocol::Flare;
+    config.protocol = Wire::Flare;
     config.servant_capacity = Some(4);
     config.delegate.task_duration = Duration::from_millis(1500)..=LONGEST_TASK;
     config.seed = Some(10);

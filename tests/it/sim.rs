@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use yadcc_scheduler::sim::{Cluster, ClusterConfig, Protocol, Workload};
+use yadcc_scheduler::sim::{Cluster, ClusterConfig, Wire, Workload};
 
 use crate::{
     fixtures::eventually,
@@ -30,7 +30,7 @@ async fn a_small_simulated_cluster_runs_without_errors() {
     config.seed = Some(1);
     // Plain-HTTP JSON, as scripts call; the daemons' own protocols are
     // exercised in `daemons.rs`.
-    config.protocol = Protocol::Json;
+    config.protocol = Wire::Json;
     let cluster = Cluster::start(config);
     assert!(
         cluster.wait_ready(STEP).await,

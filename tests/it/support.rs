@@ -19,10 +19,10 @@ use yadcc_scheduler::{
     net,
     pb::{self, flare::rpc::RpcMeta},
     readiness::Readiness,
-    rpc::state::HttpSettings,
+    rpc::state::ServeSettings,
     sim::{
         client::{CallError, SerialConn},
-        wire::{self, Protocol},
+        wire::{self, Wire},
     },
 };
 pub use yadcc_scheduler::{
@@ -88,10 +88,10 @@ pub fn engine_config() -> engine::Config {
 }
 
 /// Settings of a scheduler started with `--debugging_no_inspect_auth`.
-pub fn open_inspection() -> HttpSettings {
-    HttpSettings {
+pub fn open_inspection() -> ServeSettings {
+    ServeSettings {
         inspect: yadcc_scheduler::dashboard::InspectAccess::Open,
-        ..HttpSettings::default()
+        ..ServeSettings::default()
     }
 }
 
@@ -106,7 +106,7 @@ pub struct Server {
 
 impl Server {
     pub async fn start() -> Server {
-        Server::start_with(engine_config(), HttpSettings::default(), "127.0.0.1:0").await
+        Server::start_with(engine_config(), ServeSettings::default(), "127.0.0.1:0").await
     }
 
     /// A server whose dashboard and inspection pages are open
@@ -115,7 +115,7 @@ impl Server {
         Server::start_with(engine_config(), open_inspection(), "127.0.0.1:0").await
     }
 
-    pub async fn start_with(config: engine::Config, settings: HttpSettings, bind: &str) -> Server {
+    pub async fn start_with(config: engine::Config, settings: ServeSettings, bind: &str) -> Server {
         let engine = Scheduler::new(config);
         let state = AppState::new(engine.clone(), settings);
         Server::serve(engine, state, bind).await
@@ -299,7 +299,7 @@ impl Connection {
     /// several machines.
     pub async fn open_from(addr: SocketAddr, local: Option<IpAddr>) -> Connection {
         // The protocol only matters to `exchange`, which tests do not use.
-        let connecting = SerialConn::connect(local, addr, Protocol::HttpPb);
+        let connecting = SerialConn::connect(local, addr, Wire::HttpPb);
         Connection(
             tokio::time::timeout(STEP, connecting)
                 .await

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use prost::Message;
 use tokio::{io::AsyncWriteExt, net::TcpStream, time::Instant};
-use yadcc_scheduler::{edge::EdgeSettings, pb, rpc::state::HttpSettings};
+use yadcc_scheduler::{edge::EdgeSettings, pb, rpc::state::ServeSettings};
 
 use crate::{
     edge::{closed_within, read_some},
@@ -16,9 +16,9 @@ use crate::{
 async fn server_with_edge(edge: EdgeSettings) -> Server {
     Server::start_with(
         engine_config(),
-        HttpSettings {
+        ServeSettings {
             edge,
-            ..HttpSettings::default()
+            ..ServeSettings::default()
         },
         "127.0.0.1:0",
     )

@@ -3,7 +3,7 @@
 
 use bytes::BytesMut;
 use prost::Message;
-use yadcc_scheduler::{engine, pb, rpc::state::HttpSettings, sim::wire};
+use yadcc_scheduler::{engine, pb, rpc::state::ServeSettings, sim::wire};
 
 use crate::support::*;
 
@@ -131,7 +131,7 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
             adoption_window: std::time::Duration::ZERO,
             ..engine_config()
         },
-        HttpSettings::default(),
+        ServeSettings::default(),
         "127.0.0.1:0",
     )
     .await;
@@ -288,7 +288,7 @@ async fn over_the_in_flight_cap_http_pb_is_answered_overloaded_and_connection_cl
     // the calls in flight reach the cap.
     let mut config = engine_config();
     config.limits.max_waiters_per_requester = 2 * MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
-    let server = Server::start_with(config, HttpSettings::default(), "127.0.0.1:0").await;
+    let server = Server::start_with(config, ServeSettings::default(), "127.0.0.1:0").await;
     crate::fixtures::take_the_only_slot(&server, 1).await;
     let mut connection = Connection::open(server.addr).await;
     let wait = wait_request(1500, 1, 0).encode_to_vec();

@@ -11,7 +11,7 @@ use prost::Message;
 use tokio::task::JoinSet;
 use yadcc_scheduler::sim::{
     client::SerialConn,
-    wire::{self, Outcome, Protocol},
+    wire::{self, Outcome, Wire},
 };
 
 use crate::{
@@ -32,7 +32,7 @@ pub enum Legitimate {
 pub enum Client {
     Daemon {
         connection: SerialConn,
-        protocol: Protocol,
+        protocol: Wire,
         next_id: u64,
     },
     Grpc {
@@ -54,8 +54,8 @@ impl Legitimate {
         match self {
             Legitimate::Flare | Legitimate::HttpPb => {
                 let protocol = match self {
-                    Legitimate::Flare => Protocol::Flare,
-                    _ => Protocol::HttpPb,
+                    Legitimate::Flare => Wire::Flare,
+                    _ => Wire::HttpPb,
                 };
                 Client::Daemon {
                     connection: SerialConn::connect(Some(ip(LEGITIMATE)), addr, protocol)
@@ -93,7 +93,7 @@ impl Client {
                 *next_id += 1;
                 let mut request = BytesMut::new();
                 match protocol {
-                    Protocol::Flare => wire::encode_flare_request(
+                    Wire::Flare => wire::encode_flare_request(
                         &mut request,
                         *next_id,
                         Method::Heartbeat,

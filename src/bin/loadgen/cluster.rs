@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use yadcc_scheduler::{
     pb::Method,
     sim::{
-        Cluster, ClusterConfig, Protocol, Workload, process,
+        Cluster, ClusterConfig, Wire, Workload, process,
         stats::{Call, Report, millis, quantile_of},
         wire::{DAEMON_ACCEPTABLE_COMPRESSION, compression::ACCEPT_UNCOMPRESSED},
     },
@@ -142,14 +142,14 @@ pub(crate) struct TaskListArgs {
 }
 
 /// Applies the window's options.
-fn apply_window(config: &mut ClusterConfig, window: &WindowArgs, protocol: Protocol) {
+fn apply_window(config: &mut ClusterConfig, window: &WindowArgs, protocol: Wire) {
     config.protocol = protocol;
     config.environments = window.environments;
     config.seed = window.seed;
 }
 
 /// Applies the options `grant-cycles` and `daemon-mix` share.
-fn apply(config: &mut ClusterConfig, run: &RunArgs, protocol: Protocol) {
+fn apply(config: &mut ClusterConfig, run: &RunArgs, protocol: Wire) {
     apply_window(config, &run.window, protocol);
     config.delegate.prefetch = run.prefetch;
     config.delegate.task_duration = Duration::from_millis(run.task_min_ms)
@@ -161,7 +161,7 @@ pub(crate) async fn run_grant_cycles(
     cli: &Cli,
     args: &ClusterArgs,
     target: SocketAddr,
-    protocol: Protocol,
+    protocol: Wire,
 ) -> Result<u64, String> {
     if args.delegates == 0 && args.cycles_per_second > 0.0 {
         return Err("--cycles-per-second needs at least one delegate".to_owned());
@@ -204,7 +204,7 @@ pub(crate) async fn run_daemon_mix(
     cli: &Cli,
     args: &MixArgs,
     target: SocketAddr,
-    protocol: Protocol,
+    protocol: Wire,
 ) -> Result<u64, String> {
     let mut config = ClusterConfig::new(
         target,
@@ -237,7 +237,7 @@ pub(crate) async fn run_task_list(
     cli: &Cli,
     args: &TaskListArgs,
     target: SocketAddr,
-    protocol: Protocol,
+    protocol: Wire,
 ) -> Result<u64, String> {
     if args.pollers == 0 || args.pollers > args.servants {
         return Err("--pollers must be between 1 and --servants".to_owned());

@@ -19,7 +19,7 @@ use std::{net::SocketAddr, time::Duration};
 use clap::Args;
 use serde_json::json;
 use tokio::time::Instant;
-use yadcc_scheduler::sim::Protocol;
+use yadcc_scheduler::sim::Wire;
 
 use crate::{
     Cli,
@@ -95,7 +95,7 @@ pub(crate) async fn run(
     cli: &Cli,
     args: &FarmArgs,
     target: SocketAddr,
-    protocol: Protocol,
+    protocol: Wire,
 ) -> Result<u64, String> {
     if args.servants == 0 || args.developers == 0 {
         return Err("farm: --servants and --developers must be at least 1".into());

@@ -5,7 +5,7 @@ use std::{net::SocketAddr, time::Duration};
 use clap::Args;
 use serde_json::{Value, json};
 use yadcc_scheduler::sim::{
-    Protocol,
+    Wire,
     heartbeat_rate::{self, HeartbeatRateConfig, Target},
     stats::millis,
 };
@@ -63,7 +63,7 @@ pub(crate) async fn run(
     cli: &Cli,
     args: &HeartbeatRateArgs,
     target: SocketAddr,
-    protocol: Protocol,
+    protocol: Wire,
 ) -> Result<u64, String> {
     let targets = args
         .targets

@@ -33,7 +33,7 @@ use std::{
 };
 
 use clap::{Parser, Subcommand};
-use yadcc_scheduler::sim::{self, Protocol};
+use yadcc_scheduler::sim::{self, Wire};
 
 use cluster::{ClusterArgs, MixArgs, TaskListArgs};
 use heartbeat_rate::HeartbeatRateArgs;
@@ -57,7 +57,7 @@ pub(crate) struct Cli {
 
     /// Wire protocol of the simulated daemons: flare, http+pb or json.
     #[arg(long, global = true)]
-    protocol: Option<Protocol>,
+    protocol: Option<Wire>,
 
     /// User token (what delegates present). Default: the demo's.
     #[arg(long, global = true, default_value = sim::DEMO_USER_TOKEN)]
@@ -111,7 +111,7 @@ enum Command {
     Farm(farm::FarmArgs),
 }
 /// The scheduler's address, and the protocol its URI names, if any.
-fn resolve(text: &str) -> Result<(SocketAddr, Option<Protocol>), String> {
+fn resolve(text: &str) -> Result<(SocketAddr, Option<Wire>), String> {
     let text = text.trim();
     let (scheme, rest) = match text.split_once("://") {
         Some((scheme, rest)) => (Some(scheme), rest),
@@ -119,8 +119,8 @@ fn resolve(text: &str) -> Result<(SocketAddr, Option<Protocol>), String> {
     };
     let protocol = match scheme {
         None => None,
-        Some("flare") => Some(Protocol::Flare),
-        Some("http+pb" | "http") => Some(Protocol::HttpPb),
+        Some("flare") => Some(Wire::Flare),
+        Some("http+pb" | "http") => Some(Wire::HttpPb),
         Some(other) => return Err(format!("--scheduler: unknown scheme {other:?}")),
     };
     let address = rest

@@ -45,7 +45,7 @@ async fn answers_arrive_whole_in_the_order_sent_then_the_end_of_stream() {
         caller.read_to_end(&mut received).await.unwrap();
         received
     });
-    let senders: Vec<Answers> = (0..3).map(|_| connection.answers.clone()).collect();
+    let senders: Vec<AnswerSender> = (0..3).map(|_| connection.answers.clone()).collect();
     for (index, answer) in answers.into_iter().enumerate() {
         senders[index % 3].send(answer).await.unwrap();
     }

@@ -121,10 +121,10 @@ fn many_tiny_text_chunks_decode_in_linear_time() {
 
 #[test]
 fn text_limit_leaves_room_for_base64() {
-    assert_eq!(raw_body_limit(Framing::Grpc, 10), 15);
-    assert_eq!(raw_body_limit(Framing::WebText, 10), 20);
+    assert_eq!(raw_body_limit(GrpcFlavour::Grpc, 10), 15);
+    assert_eq!(raw_body_limit(GrpcFlavour::WebText, 10), 20);
     let encoded = base64::engine::general_purpose::STANDARD.encode(framed(0, &[7; 10]));
-    assert!(encoded.len() <= raw_body_limit(Framing::WebText, 10));
+    assert!(encoded.len() <= raw_body_limit(GrpcFlavour::WebText, 10));
 }
 
 #[test]
@@ -158,7 +158,10 @@ fn trailer_frames_carry_the_status_lines() {
 fn content_types_select_framing_and_encoding() {
     let format =
         |content_type: &str| GrpcFormat::from_headers(&headers(&[("content-type", content_type)]));
-    assert_eq!(format("application/grpc").unwrap().framing, Framing::Grpc);
+    assert_eq!(
+        format("application/grpc").unwrap().framing,
+        GrpcFlavour::Grpc
+    );
     assert_eq!(
         format("application/grpc+json").unwrap().encoding,
         Encoding::Json
@@ -167,7 +170,7 @@ fn content_types_select_framing_and_encoding() {
         format("Application/gRPC-Web-Text; charset=x")
             .unwrap()
             .framing,
-        Framing::WebText
+        GrpcFlavour::WebText
     );
     assert_eq!(
         format("application/grpc+thrift").unwrap_err().kind,

@@ -19,7 +19,7 @@ use crate::{
     pb::Method,
     sim::{
         stats::Stats,
-        wire::{self, Compression, DAEMON_ACCEPTABLE_COMPRESSION, FlareRequests, Protocol},
+        wire::{self, Compression, DAEMON_ACCEPTABLE_COMPRESSION, FlareRequests, Wire},
     },
 };
 
@@ -84,7 +84,7 @@ struct Pool {
 struct Inner {
     target: SocketAddr,
     local: Option<IpAddr>,
-    protocol: Protocol,
+    protocol: Wire,
     stats: Arc<Stats>,
     max_connections: usize,
     requests: Arc<FlareRequests>,
@@ -119,7 +119,7 @@ impl Endpoint {
     pub fn new(
         target: SocketAddr,
         local: Option<IpAddr>,
-        protocol: Protocol,
+        protocol: Wire,
         stats: Arc<Stats>,
     ) -> Endpoint {
         Endpoint::with_max_connections(target, local, protocol, stats, DAEMON_MAX_CONNECTIONS)
@@ -129,7 +129,7 @@ impl Endpoint {
     pub fn with_max_connections(
         target: SocketAddr,
         local: Option<IpAddr>,
-        protocol: Protocol,
+        protocol: Wire,
         stats: Arc<Stats>,
         max_connections: usize,
     ) -> Endpoint {
@@ -151,7 +151,7 @@ impl Endpoint {
     pub fn with_parts(
         target: SocketAddr,
         local: Option<IpAddr>,
-        protocol: Protocol,
+        protocol: Wire,
         stats: Arc<Stats>,
         max_connections: usize,
         requests: Arc<FlareRequests>,
@@ -178,7 +178,7 @@ impl Endpoint {
         self.inner.local
     }
 
-    pub fn protocol(&self) -> Protocol {
+    pub fn protocol(&self) -> Wire {
         self.inner.protocol
     }
 
@@ -243,13 +243,13 @@ impl Endpoint {
     /// nothing ([`settle`] does). Must run inside a tokio runtime.
     pub fn send(&self, rpc: Method, payload: Bytes, then: Then) {
         match self.inner.protocol {
-            Protocol::Json => {
+            Wire::Json => {
                 let endpoint = self.clone();
                 tokio::spawn(async move {
                     then(endpoint.call_json(rpc, &payload).await);
                 });
             }
-            Protocol::Flare | Protocol::HttpPb => self.send_shared(rpc, payload, then),
+            Wire::Flare | Wire::HttpPb => self.send_shared(rpc, payload, then),
         }
     }
 
@@ -536,7 +536,7 @@ mod tests {
     async fn the_pool_keeps_two_connections_and_reconnects() {
         let (addr, accepted) = fake_flare_server(Duration::from_millis(800), 8).await;
         let stats = Arc::new(Stats::default());
-        let endpoint = Endpoint::new(addr, None, Protocol::Flare, stats.clone());
+        let endpoint = Endpoint::new(addr, None, Wire::Flare, stats.clone());
         let free = pb::FreeTaskRequest::default();
         let wait = pb::WaitForStartingTaskRequest::default();
         let long_poll =

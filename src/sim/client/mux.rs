@@ -33,7 +33,7 @@ use crate::{
     pb::Method,
     sim::{
         stats::{ConnectionLoss, Stats},
-        wire::{self, Compression, FlareRequests, Outcome, Protocol},
+        wire::{self, Compression, FlareRequests, Outcome, Wire},
     },
 };
 
@@ -74,7 +74,7 @@ struct Shared {
     /// Where a loss with calls waiting is recorded.
     stats: Arc<Stats>,
     next_id: AtomicU64,
-    protocol: Protocol,
+    protocol: Wire,
     requests: Arc<FlareRequests>,
 }
 
@@ -164,7 +164,7 @@ impl Mux {
     /// Starts the reader of `stream`; flare requests are framed by `requests`.
     pub fn start(
         stream: TcpStream,
-        protocol: Protocol,
+        protocol: Wire,
         requests: Arc<FlareRequests>,
         stats: Arc<Stats>,
     ) -> Mux {
@@ -230,10 +230,10 @@ impl Mux {
             };
         }
         match shared.protocol {
-            Protocol::Flare => shared
+            Wire::Flare => shared
                 .requests
                 .encode(&mut outgoing.queued, id, rpc, payload),
-            Protocol::HttpPb | Protocol::Json => wire::encode_http_pb_request(
+            Wire::HttpPb | Wire::Json => wire::encode_http_pb_request(
                 &mut outgoing.queued,
                 id,
                 rpc,
@@ -362,10 +362,10 @@ struct Taken {
     close: bool,
 }
 
-fn take_answer(protocol: Protocol, buffer: &mut BytesMut) -> Result<Option<Taken>, CallError> {
+fn take_answer(protocol: Wire, buffer: &mut BytesMut) -> Result<Option<Taken>, CallError> {
     let before = buffer.len();
     match protocol {
-        Protocol::Flare => {
+        Wire::Flare => {
             let Some(response) = wire::decode_flare_response(buffer)? else {
                 return Ok(None);
             };
@@ -383,7 +383,7 @@ fn take_answer(protocol: Protocol, buffer: &mut BytesMut) -> Result<Option<Taken
                 close: false,
             }))
         }
-        Protocol::HttpPb | Protocol::Json => {
+        Wire::HttpPb | Wire::Json => {
             let Some(answer) = wire::decode_http_answer(buffer)? else {
                 return Ok(None);
             };
@@ -409,7 +409,7 @@ mod tests {
     use super::*;
     use crate::sim::{client::connect, wire::DAEMON_ACCEPTABLE_COMPRESSION};
 
-    async fn connected(addr: std::net::SocketAddr, protocol: Protocol) -> Mux {
+    async fn connected(addr: std::net::SocketAddr, protocol: Wire) -> Mux {
         let requests = Arc::new(FlareRequests::new(DAEMON_ACCEPTABLE_COMPRESSION));
         let stats = Arc::new(Stats::default());
         Mux::start(
@@ -452,7 +452,7 @@ mod tests {
             // Then the server goes away: later calls fail, not hang.
             drop(stream);
         });
-        let mux = connected(addr, Protocol::HttpPb).await;
+        let mux = connected(addr, Wire::HttpPb).await;
         let timeout = Duration::from_secs(5);
         let (first, second) = tokio::join!(
             mux.call(Method::WaitForStartingTask, b"", timeout),
@@ -475,7 +475,7 @@ mod tests {
     async fn unanswered_calls_time_out() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mux = connected(addr, Protocol::Flare).await;
+        let mux = connected(addr, Wire::Flare).await;
         let _accepted = listener.accept().await.unwrap();
         let result = mux
             .call(Method::Heartbeat, b"", Duration::from_millis(50))
@@ -508,7 +508,7 @@ mod tests {
         use tokio::io::AsyncReadExt;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mux = connected(addr, Protocol::Flare).await;
+        let mux = connected(addr, Wire::Flare).await;
         let (mut server, _) = listener.accept().await.unwrap();
         let payloads: Vec<Vec<u8>> = (0..4u8).map(|n| vec![n; 3 << 20]).collect();
         for payload in &payloads {

@@ -16,13 +16,13 @@ use tokio::{
 };
 
 use super::{CallError, connect, decode_answer, fill};
-use crate::sim::wire::{self, Answer, FlareResponse, HttpResponse, Outcome, Protocol, WireError};
+use crate::sim::wire::{self, Answer, FlareResponse, HttpResponse, Outcome, Wire, WireError};
 
 #[derive(Debug)]
 pub struct SerialConn {
     stream: TcpStream,
     buffer: BytesMut,
-    protocol: Protocol,
+    protocol: Wire,
     closed: bool,
 }
 
@@ -30,7 +30,7 @@ impl SerialConn {
     pub async fn connect(
         local: Option<IpAddr>,
         target: SocketAddr,
-        protocol: Protocol,
+        protocol: Wire,
     ) -> io::Result<SerialConn> {
         Ok(SerialConn {
             stream: connect(local, target).await?,
@@ -198,9 +198,7 @@ mod tests {
             // the client sees it closed.
             drop(stream);
         });
-        let mut connection = SerialConn::connect(None, addr, Protocol::HttpPb)
-            .await
-            .unwrap();
+        let mut connection = SerialConn::connect(None, addr, Wire::HttpPb).await.unwrap();
         // Far more than the socket buffers hold, so the write cannot finish.
         let request = vec![b'x'; 16 << 20];
         let answer = connection.send_reading_http(&request).await.unwrap();
@@ -235,9 +233,7 @@ mod tests {
             stream.write_all(window.as_bytes()).await.unwrap();
             std::future::pending::<()>().await;
         });
-        let mut connection = SerialConn::connect(None, addr, Protocol::HttpPb)
-            .await
-            .unwrap();
+        let mut connection = SerialConn::connect(None, addr, Wire::HttpPb).await.unwrap();
         let last = connection.exchange_pipelined(b"abcdef", 3).await.unwrap();
         assert!(matches!(last.outcome, Outcome::Ok(_)));
         assert_eq!(last.id, Some(2), "the window's last answer");
@@ -267,9 +263,7 @@ mod tests {
                 .unwrap();
             std::future::pending::<()>().await;
         });
-        let mut connection = SerialConn::connect(None, addr, Protocol::HttpPb)
-            .await
-            .unwrap();
+        let mut connection = SerialConn::connect(None, addr, Wire::HttpPb).await.unwrap();
         let first = connection.read_http().await.unwrap();
         assert_eq!((first.status, &first.body[..]), (200, &b"ab"[..]));
         assert_eq!(connection.read_http().await.unwrap().status, 204);

@@ -15,7 +15,7 @@ fn config_debug_redacts_tokens() {
         environments: 5,
         tasks_per_servant: 16,
         scheduler_pid: None,
-        setup_protocol: Protocol::Flare,
+        setup_protocol: Wire::Flare,
     };
     let printed = format!("{config:?}");
     assert!(!printed.contains("-secret"), "{printed}");

@@ -267,10 +267,10 @@ fn http_answers_are_matched_by_seq_no_and_errors_read() {
 
 #[test]
 fn protocols_parse_and_timeouts_are_the_daemons() {
-    assert_eq!("flare".parse(), Ok(Protocol::Flare));
-    assert_eq!("http+pb".parse(), Ok(Protocol::HttpPb));
-    assert_eq!("JSON".parse(), Ok(Protocol::Json));
-    assert!("grpc".parse::<Protocol>().is_err());
+    assert_eq!("flare".parse(), Ok(Wire::Flare));
+    assert_eq!("http+pb".parse(), Ok(Wire::HttpPb));
+    assert_eq!("JSON".parse(), Ok(Wire::Json));
+    assert!("grpc".parse::<Wire>().is_err());
     assert_eq!(client_timeout(Method::Heartbeat), Duration::from_secs(2));
     assert_eq!(
         client_timeout(Method::WaitForStartingTask),

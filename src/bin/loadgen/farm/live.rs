@@ -17,7 +17,7 @@ use std::{
 use tokio::{sync::Notify, time::Instant};
 use yadcc_scheduler::{
     pb::{self, Method},
-    sim::{self, Protocol, Stats, client::Endpoint, servant::DAEMON_VERSION},
+    sim::{self, Stats, Wire, client::Endpoint, servant::DAEMON_VERSION},
 };
 
 use super::model::{Farm, Outcome};
@@ -48,7 +48,7 @@ const DEVELOPERS_OCTET: u8 = 7;
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     pub(crate) address: SocketAddr,
-    pub(crate) protocol: Protocol,
+    pub(crate) protocol: Wire,
     pub(crate) user_token: String,
     pub(crate) servant_token: String,
 }

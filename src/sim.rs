@@ -76,7 +76,7 @@ use daemons::{Daemon, Daemons};
 use delegate::Delegate;
 use servant::Servant;
 use shard::{Event, Shard};
-pub use wire::Protocol;
+pub use wire::Wire;
 use wire::{DAEMON_ACCEPTABLE_COMPRESSION, FlareRequests};
 
 /// User token of `yadcc-scheduler --demo` (public: the demo listens on loopback).
@@ -195,7 +195,7 @@ pub fn environment_digest(index: usize) -> String {
 pub struct ClusterConfig {
     /// The scheduler.
     pub target: SocketAddr,
-    pub protocol: Protocol,
+    pub protocol: Wire,
     /// Machines with the servant role: machines 0..servants.
     pub servants: usize,
     /// Machines with the delegate role: machines 0..delegates. There are
@@ -229,7 +229,7 @@ impl ClusterConfig {
     ) -> ClusterConfig {
         ClusterConfig {
             target,
-            protocol: Protocol::Flare,
+            protocol: Wire::Flare,
             servants,
             delegates,
             environments: 8,

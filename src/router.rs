@@ -1,8 +1,9 @@
 //! The router: which path goes where, and the layers around it. Wiring
-//! only: an RPC path picks its protocol (as connect-go picks a protocol
-//! handler) and hands it to the one seam ([`super::handler`]); the other
-//! handlers live with their part ([`super::reflection`],
-//! [`super::health`], [`super::operations`], [`crate::dashboard`], [`crate::openapi`]).
+//! only, at the crate root so that every import points down: an RPC path
+//! picks its dialect (as connect-go picks a protocol handler) and hands it
+//! to the one seam ([`crate::http::handler`]); the other handlers live with their
+//! part ([`crate::http::reflection`], [`crate::http::health`], [`crate::http::operations`],
+//! [`crate::dashboard`], [`crate::openapi`]).
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -16,17 +17,20 @@ use axum::{
     routing::{any, get},
 };
 
-use super::{
-    access_log::AccessLogLayer,
-    dialect::{self, Dialect},
-    grpc::{self, Grpc},
-    handler, health, operations, reflection,
+use crate::{
+    dashboard,
+    http::{
+        access_log::AccessLogLayer,
+        dialect::{self, RouteStyle},
+        grpc::{self, Grpc},
+        handler, health, operations, reflection,
+    },
+    openapi, pb,
+    rpc::{
+        error::{ApiError, ErrorKind},
+        state::AppState,
+    },
 };
-use crate::rpc::{
-    error::{ApiError, ErrorKind},
-    state::AppState,
-};
-use crate::{dashboard, pb};
 
 /// Builds the whole application. Serve it with
 /// `into_make_service_with_connect_info::<SocketAddr>()`: handlers read the
@@ -74,7 +78,7 @@ pub fn app(state: AppState) -> Router {
         .merge(rpc)
         .merge(operations)
         .merge(people)
-        .merge(crate::openapi::router())
+        .merge(openapi::router())
         .fallback(fallback)
         .layer(AccessLogLayer::new(state.settings.access_log))
         .with_state(state)
@@ -88,7 +92,7 @@ async fn rpc_path(
     request: Request,
 ) -> Response {
     let method = dialect::resolve_full_name(&full_name);
-    handler::serve(&state, &Dialect::HttpPb.served(), method, peer, request).await
+    handler::serve(&state, &RouteStyle::HttpPb.served(), method, peer, request).await
 }
 
 /// `POST /<service>/<Method>` (`/yadcc.scheduler.SchedulerService/Heartbeat`):
@@ -104,7 +108,7 @@ async fn service_path(
     if grpc::is_grpc(request.headers()) {
         handler::serve(&state, &Grpc, method, peer, request).await
     } else {
-        handler::serve(&state, &Dialect::Connect.served(), method, peer, request).await
+        handler::serve(&state, &RouteStyle::Connect.served(), method, peer, request).await
     }
 }
 

@@ -26,7 +26,7 @@ pub use store::{SavedCordon, SavedState, Store};
 use crate::{
     engine::{Cordon, CordonView, Rejection, Scheduler, check_location},
     ha::Leadership,
-    protocol::CallProtocol,
+    protocol::Protocol,
 };
 
 /// Why an action was not taken.
@@ -55,7 +55,7 @@ pub struct Caller {
     pub identity: Identity,
     /// Its address (the socket's, or a trusted proxy's client).
     pub peer: IpAddr,
-    pub protocol: CallProtocol,
+    pub protocol: Protocol,
 }
 
 /// The operators' side of one scheduler. Cheap to clone.
@@ -115,7 +115,7 @@ impl Admin {
         &self,
         credentials: &Credentials,
         peer: IpAddr,
-        protocol: CallProtocol,
+        protocol: Protocol,
     ) -> Result<Caller, AdminError> {
         let refused = |error: AdminError| {
             tracing::warn!(

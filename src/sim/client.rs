@@ -39,7 +39,7 @@ pub use self::{
 };
 use super::{
     stats::{Call, Stats},
-    wire::{self, Answer, Compression, Outcome, Protocol, WireError},
+    wire::{self, Answer, Compression, Outcome, Wire, WireError},
 };
 use crate::pb::{self, Method};
 
@@ -208,10 +208,10 @@ pub async fn connect(local: Option<IpAddr>, target: SocketAddr) -> io::Result<Tc
 }
 
 /// Takes one answer of `protocol` off the front of `buffer`.
-fn decode_answer(protocol: Protocol, buffer: &mut BytesMut) -> Result<Option<Answer>, WireError> {
+fn decode_answer(protocol: Wire, buffer: &mut BytesMut) -> Result<Option<Answer>, WireError> {
     match protocol {
-        Protocol::Flare => wire::decode_flare_answer(buffer),
-        Protocol::HttpPb | Protocol::Json => wire::decode_http_answer(buffer),
+        Wire::Flare => wire::decode_flare_answer(buffer),
+        Wire::HttpPb | Wire::Json => wire::decode_http_answer(buffer),
     }
 }
 

@@ -6,7 +6,7 @@
 //! ([`pb::DESCRIPTOR_POOL`]). No message is described by hand. One file per
 //! part of the document, assembled here:
 //!
-//! - [`paths`]: one operation per RPC and route style ([`Dialect`]), with the
+//! - [`paths`]: one operation per RPC and route style ([`RouteStyle`]), with the
 //!   header parameters and response headers of each style;
 //! - [`schemas`]: every message and enum, as the proto3 JSON mapping the
 //!   server reads and writes (pbjson: lowerCamelCase names, 64-bit integers
@@ -53,7 +53,7 @@ use crate::{
     contract,
     dashboard::{DashboardApi, InspectAccess},
     engine::Limits,
-    http::{dialect::Dialect, operations::OperationsApi},
+    http::{dialect::RouteStyle, operations::OperationsApi},
     pb,
     rpc::{error::ErrorBody, state::AppState},
 };
@@ -154,11 +154,11 @@ pub fn document_for(inspect_auth: bool) -> Value {
         .tags(Some([
             TagBuilder::new()
                 .name(TAG_HTTP_PB)
-                .description(Some(prose::dialect_description(Dialect::HttpPb)))
+                .description(Some(prose::dialect_description(RouteStyle::HttpPb)))
                 .build(),
             TagBuilder::new()
                 .name(TAG_CONNECT)
-                .description(Some(prose::dialect_description(Dialect::Connect)))
+                .description(Some(prose::dialect_description(RouteStyle::Connect)))
                 .build(),
             TagBuilder::new()
                 .name(TAG_ADMIN)

@@ -42,7 +42,7 @@ pub fn client_timeout(rpc: Method) -> Duration {
 
 /// How a simulated machine talks to the scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub enum Protocol {
+pub enum Wire {
     /// The daemons' default (`--scheduler_uri=flare://HOST:8336`).
     #[default]
     Flare,
@@ -52,37 +52,37 @@ pub enum Protocol {
     Json,
 }
 
-impl Protocol {
-    pub const ALL: [Protocol; 3] = [Protocol::Flare, Protocol::HttpPb, Protocol::Json];
+impl Wire {
+    pub const ALL: [Wire; 3] = [Wire::Flare, Wire::HttpPb, Wire::Json];
 
     pub fn label(self) -> &'static str {
         match self {
-            Protocol::Flare => "flare",
-            Protocol::HttpPb => "http+pb",
-            Protocol::Json => "json",
+            Wire::Flare => "flare",
+            Wire::HttpPb => "http+pb",
+            Wire::Json => "json",
         }
     }
 
     /// True if answers are matched by id, so many calls share a connection.
     pub fn multiplexed(self) -> bool {
-        !matches!(self, Protocol::Json)
+        !matches!(self, Wire::Json)
     }
 }
 
-impl fmt::Display for Protocol {
+impl fmt::Display for Wire {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.label())
     }
 }
 
-impl FromStr for Protocol {
+impl FromStr for Wire {
     type Err = String;
 
-    fn from_str(text: &str) -> Result<Protocol, String> {
+    fn from_str(text: &str) -> Result<Wire, String> {
         match text.trim().to_ascii_lowercase().as_str() {
-            "flare" => Ok(Protocol::Flare),
-            "http+pb" | "httppb" | "http-pb" => Ok(Protocol::HttpPb),
-            "json" => Ok(Protocol::Json),
+            "flare" => Ok(Wire::Flare),
+            "http+pb" | "httppb" | "http-pb" => Ok(Wire::HttpPb),
+            "json" => Ok(Wire::Json),
             other => Err(format!(
                 "unknown protocol {other:?}; use flare, http+pb or json"
             )),

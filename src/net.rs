@@ -44,7 +44,7 @@ use tokio::{
 use tower::ServiceExt;
 
 use self::{
-    answers::Answers,
+    answers::AnswerTracker,
     io::{Activity, Rewind},
 };
 use crate::{
@@ -54,7 +54,7 @@ use crate::{
         http_pb::{self, HeadScan, HttpPb, MAX_HEAD_BYTES},
     },
     edge::{self, ConnectionBudget, EdgeSettings, QueuedAnswers},
-    protocol::CallProtocol,
+    protocol::Protocol,
     readiness::NotReady,
     rpc::state::AppState,
 };
@@ -74,9 +74,10 @@ const HTTP2_SEND_BUFFER: usize = 256 * 1024;
 /// Pause after an accept error (e.g. out of descriptors) before retrying.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
 
-/// What the first bytes of a connection said.
+/// Which server a connection's first bytes hand it to: one of the daemons'
+/// framings, or hyper for every other protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sniffed {
+enum ConnectionServer {
     Flare,
     DaemonHttp,
     Hyper,
@@ -265,8 +266,8 @@ async fn serve_connection(
         sniff(&mut stream, &mut first).await
     })
     .await;
-    let protocol = match sniffed {
-        Ok(Some(protocol)) => protocol,
+    let server = match sniffed {
+        Ok(Some(server)) => server,
         // Closed, or nothing recognisable in time: a half-sent request.
         Ok(None) | Err(_) => return,
     };
@@ -275,23 +276,23 @@ async fn serve_connection(
     // from a leader that does not answer, and those it held when it stopped
     // leading or taking over: daemons reconnect through the load balancer.
     let leadership = &state.leadership;
-    if protocol != Sniffed::Hyper && !leadership.admits_daemons().await {
+    if server != ConnectionServer::Hyper && !leadership.admits_daemons().await {
         return;
     }
-    match protocol {
-        Sniffed::Flare => {
-            let _open = state.metrics.connection_opened(CallProtocol::Flare);
+    match server {
+        ConnectionServer::Flare => {
+            let _open = state.metrics.connection_opened(Protocol::Flare);
             let serve = daemon::serve(Flare, state.clone(), stream, peer, first, stopping);
             leadership.while_serving_daemons(serve).await;
         }
-        Sniffed::DaemonHttp => {
-            let _open = state.metrics.connection_opened(CallProtocol::HttpPb);
+        ConnectionServer::DaemonHttp => {
+            let _open = state.metrics.connection_opened(Protocol::HttpPb);
             let framing = HttpPb::new(shared.router.clone());
             let serve = daemon::serve(framing, state.clone(), stream, peer, first, stopping);
             leadership.while_serving_daemons(serve).await;
         }
-        Sniffed::Hyper => {
-            let _open = state.metrics.connection_opened(CallProtocol::Http);
+        ConnectionServer::Hyper => {
+            let _open = state.metrics.connection_opened(Protocol::Http);
             serve_hyper(&shared, stream, peer, first, stopping).await;
         }
     }
@@ -325,20 +326,20 @@ async fn read_proxy_header(
     }
 }
 
-/// Reads until the protocol is known; None if the peer closed first.
-async fn sniff(stream: &mut TcpStream, buf: &mut BytesMut) -> Option<Sniffed> {
+/// Reads until the connection's server is known; None if the peer closed first.
+async fn sniff(stream: &mut TcpStream, buf: &mut BytesMut) -> Option<ConnectionServer> {
     let mut scan = HeadScan::default();
     loop {
         // The first four bytes decide alone and cost nothing; after them only
         // a head worth parsing again can change the answer.
         let worth_classifying =
             buf.len() <= 4 || buf.len() > MAX_HEAD_BYTES || scan.worth_parsing(buf);
-        if worth_classifying && let Some(sniffed) = classify(buf) {
-            return Some(sniffed);
+        if worth_classifying && let Some(server) = classify(buf) {
+            return Some(server);
         }
         if buf.len() > MAX_HEAD_BYTES {
             // Let hyper answer an oversized head.
-            return Some(Sniffed::Hyper);
+            return Some(ConnectionServer::Hyper);
         }
         buf.reserve(4096);
         match stream.read_buf(buf).await {
@@ -348,22 +349,22 @@ async fn sniff(stream: &mut TcpStream, buf: &mut BytesMut) -> Option<Sniffed> {
     }
 }
 
-/// The protocol the bytes so far decide, or None when more are needed.
-fn classify(buf: &[u8]) -> Option<Sniffed> {
+/// The server the bytes so far decide, or None when more are needed.
+fn classify(buf: &[u8]) -> Option<ConnectionServer> {
     let prefix = &buf[..buf.len().min(4)];
     if buf.len() < 4 && (MAGIC.starts_with(prefix) || H2_PREFACE_START.starts_with(prefix)) {
         return None;
     }
     if prefix == MAGIC {
-        return Some(Sniffed::Flare);
+        return Some(ConnectionServer::Flare);
     }
     if prefix == H2_PREFACE_START {
-        return Some(Sniffed::Hyper);
+        return Some(ConnectionServer::Hyper);
     }
     match http_pb::is_daemon_request(buf) {
         None => None,
-        Some(true) => Some(Sniffed::DaemonHttp),
-        Some(false) => Some(Sniffed::Hyper),
+        Some(true) => Some(ConnectionServer::DaemonHttp),
+        Some(false) => Some(ConnectionServer::Hyper),
     }
 }
 
@@ -382,7 +383,7 @@ async fn serve_hyper(
     // until hyper has taken it.
     let budget = ConnectionBudget::new(&shared.state.body_budget);
     let queued = QueuedAnswers::default();
-    let answers = Answers::new(queued.clone());
+    let answers = AnswerTracker::new(queued.clone());
     let service = {
         let answers = Arc::clone(&answers);
         hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
@@ -443,7 +444,7 @@ async fn serve_hyper(
 mod tests {
     use super::*;
 
-    fn shared_for(settings: crate::rpc::state::HttpSettings) -> Arc<Listener> {
+    fn shared_for(settings: crate::rpc::state::ServeSettings) -> Arc<Listener> {
         let engine = crate::engine::Scheduler::new(crate::engine::Config::default());
         let state = AppState::new(engine, settings);
         Arc::new(Listener {
@@ -458,7 +459,7 @@ mod tests {
 
     #[tokio::test]
     async fn trusted_proxies_are_exempt_from_the_per_address_cap() {
-        let settings = crate::rpc::state::HttpSettings {
+        let settings = crate::rpc::state::ServeSettings {
             trusted_proxies: vec!["10.0.0.1".parse().unwrap()],
             edge: EdgeSettings {
                 max_connections_per_ip: Some(2),
@@ -495,7 +496,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_per_address_cap_counts_an_ipv6_slash_64_as_one_address() {
-        let settings = crate::rpc::state::HttpSettings {
+        let settings = crate::rpc::state::ServeSettings {
             edge: EdgeSettings {
                 max_connections_per_ip: Some(2),
                 ..EdgeSettings::default()
@@ -540,27 +541,30 @@ mod tests {
     #[test]
     fn first_bytes_decide_the_protocol() {
         assert_eq!(classify(b"CP"), None);
-        assert_eq!(classify(b"CPRF"), Some(Sniffed::Flare));
-        assert_eq!(classify(b"PRI * HTTP/2.0\r\n"), Some(Sniffed::Hyper));
+        assert_eq!(classify(b"CPRF"), Some(ConnectionServer::Flare));
+        assert_eq!(
+            classify(b"PRI * HTTP/2.0\r\n"),
+            Some(ConnectionServer::Hyper)
+        );
         assert_eq!(classify(b"PR"), None);
         assert_eq!(classify(b"POST /rpc/x.Y HTTP/1.1\r\nRpc-Se"), None);
         assert_eq!(
             classify(b"POST /rpc/x.Y HTTP/1.1\r\nRpc-SeqNo: 1\r\n\r\n"),
-            Some(Sniffed::DaemonHttp)
+            Some(ConnectionServer::DaemonHttp)
         );
         assert_eq!(
             classify(b"POST /rpc/x.Y HTTP/1.1\r\nHost: a\r\n\r\n"),
-            Some(Sniffed::Hyper),
+            Some(ConnectionServer::Hyper),
             "scripts keep hyper's path"
         );
         assert_eq!(
             classify(b"POST /yadcc.scheduler.SchedulerService/Heartbeat HTTP/1.1\r\nRpc-SeqNo: 1\r\n\r\n"),
-            Some(Sniffed::Hyper),
+            Some(ConnectionServer::Hyper),
             "Connect stays on hyper"
         );
         assert_eq!(
             classify(&[0x16, 0x03, 0x01, 0x02, 0x00]),
-            Some(Sniffed::Hyper)
+            Some(ConnectionServer::Hyper)
         );
     }
 }

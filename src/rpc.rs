@@ -33,7 +33,7 @@ use crate::{
     logging::{AccessLog, SLOW_CALL},
     metrics::CallEnd,
     pb::{self, Encoding, Method, Service},
-    protocol::CallProtocol,
+    protocol::Protocol,
     service::CallContext,
 };
 
@@ -68,7 +68,7 @@ pub fn body_too_slow(timeout: Duration) -> ApiError {
 /// What the transport knows about one call before running it.
 #[derive(Debug, Clone)]
 pub struct Call {
-    pub protocol: CallProtocol,
+    pub protocol: Protocol,
     pub encoding: Encoding,
     /// The caller's address (the socket's, or a trusted proxy's client).
     pub peer: IpAddr,
@@ -113,7 +113,7 @@ impl Call {
     /// within `timeout`: the one place a deadline is clamped to
     /// [`MAX_DEADLINE`].
     pub fn new(
-        protocol: CallProtocol,
+        protocol: Protocol,
         encoding: Encoding,
         peer: IpAddr,
         timeout: Option<Duration>,
@@ -199,7 +199,7 @@ pub fn record(state: &AppState, call: &Call, method: Option<Method>, error: Opti
 
 /// What an access line is limited by: one a second per protocol, method and
 /// outcome (a slow success is an outcome of its own).
-pub type AccessKind = (CallProtocol, Option<Method>, Option<ErrorKind>);
+pub type AccessKind = (Protocol, Option<Method>, Option<ErrorKind>);
 
 /// The access line of a finished call, as `--access_log` says: every call,
 /// or only failures and slow calls (a caller told "no quota" did not fail:

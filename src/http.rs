@@ -1,0 +1,13 @@
+//! The HTTP side, mounted by [`crate::router`]: the seam every RPC protocol
+//! over HTTP plugs into (`handler`), its dialects (`dialect`: http+pb and
+//! Connect; `grpc`: gRPC and gRPC-Web), reflection and health (with Connect in front of
+//! them: `connect_bridge`), metrics, the access log.
+
+pub mod access_log;
+pub mod connect_bridge;
+pub mod dialect;
+pub mod grpc;
+pub mod handler;
+pub mod health;
+pub mod operations;
+pub mod reflection;
