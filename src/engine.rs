@@ -79,6 +79,7 @@ mod tests;
 pub use config::{Config, Limits};
 pub use cordons::{Cordon, CordonState, CordonView};
 pub use fence::GrantFence;
+pub use state::SERVANTS_SETTLE;
 pub use tokens::{Redacted, TokenSet};
 pub use types::{
     Grant, GrantRequest, Heartbeat, HeartbeatReply, NotAcceptingReason, Rejection, ReportedTask,

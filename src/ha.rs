@@ -23,7 +23,9 @@
 //!   in its adoption window that may not grant yet: heartbeats, renewals,
 //!   frees, the token and the task list are answered, and
 //!   `WaitForStartingTask` waits for the fence (an unknown environment too:
-//!   its servants may not have reported yet). When it wins, it keeps what
+//!   its servants may not have reported yet), if it campaigns with a lease
+//!   of its own (one cut off from etcd cannot win, and would hold the
+//!   daemons from the instance that will). When it wins, it keeps what
 //!   it learnt and grants at once; when the leader answers again, it closes
 //!   those connections, as any standby does. So daemons see only the calls
 //!   in flight on the dead leader fail, not every call of the failover.
@@ -45,7 +47,10 @@ pub mod saved_state;
 
 use std::{
     future::Future,
-    sync::{Arc, Mutex, OnceLock, PoisonError},
+    sync::{
+        Arc, Mutex, OnceLock, PoisonError,
+        atomic::{AtomicBool, Ordering},
+    },
     time::Duration,
 };
 
@@ -82,6 +87,9 @@ pub struct HaSettings {
     /// The lease's time to live, whole seconds: how long a dead leader
     /// holds the election at most.
     pub lease_ttl: Duration,
+    /// `--ha_resign_unchecked_after`: a leader whose readiness nobody asked
+    /// for this long resigns; None never.
+    pub resign_unchecked_after: Option<Duration>,
     /// What this instance proclaims when it leads, shown by the others
     /// ("standby, leader is X").
     pub instance: String,
@@ -213,6 +221,14 @@ struct Inner {
     engine: Option<Scheduler>,
     /// One probe of the leader at a time; what it found, and when.
     probed: tokio::sync::Mutex<Option<(Instant, bool)>>,
+    /// When a balancer last asked `/readyz` (or this instance began to
+    /// lead): a leader no balancer reaches may resign
+    /// ([`HaSettings::resign_unchecked_after`]).
+    checked_at: Mutex<Instant>,
+    /// Whether this instance holds a lease and campaigns with it: only
+    /// then may it win, so only then does it take daemons over (one cut
+    /// off from etcd would hold them from the instance that will lead).
+    campaigning: AtomicBool,
     fence: GrantFence,
     role: watch::Sender<Role>,
     /// Moves on every change that ends the daemon connections held (from
@@ -235,6 +251,8 @@ impl Leadership {
         Leadership(Arc::new(Inner {
             engine: None,
             probed: tokio::sync::Mutex::new(None),
+            checked_at: Mutex::new(Instant::now()),
+            campaigning: AtomicBool::new(false),
             fence: GrantFence::open(),
             role: watch::Sender::new(Role::Leader),
             closings: watch::Sender::new(0),
@@ -254,6 +272,8 @@ impl Leadership {
         Leadership(Arc::new(Inner {
             engine: Some(engine),
             probed: tokio::sync::Mutex::new(None),
+            checked_at: Mutex::new(Instant::now()),
+            campaigning: AtomicBool::new(false),
             fence,
             role: watch::Sender::new(Role::standby()),
             closings: watch::Sender::new(0),
@@ -352,7 +372,7 @@ impl Leadership {
             role if role.is_taking_over() => return true,
             Role::Standby { leader, .. } => leader,
         };
-        if self.leader_answers(leader.as_deref()).await {
+        if !self.is_campaigning() || self.leader_answers(leader.as_deref()).await {
             return false;
         }
         self.take_over();
@@ -421,7 +441,8 @@ impl Leadership {
                 // Won (the takeover became leadership), or already ended.
                 _ => return,
             };
-            if self.leader_answers(leader.as_deref()).await {
+            // Cut off from etcd, it cannot win: the daemons go elsewhere.
+            if !self.is_campaigning() || self.leader_answers(leader.as_deref()).await {
                 self.switch_takeover(false, || {});
                 return;
             }
@@ -461,6 +482,8 @@ impl Leadership {
             self.0.fence.open_until(deadline);
             Role::Leader
         });
+        // The balancer's checks are counted from the win.
+        self.readiness_checked();
         if let Some(engine) = &self.0.engine {
             engine.serve_waiters();
         }
@@ -472,6 +495,35 @@ impl Leadership {
         }
     }
 
+    /// A balancer asked whether this instance is ready (`/readyz`).
+    pub fn readiness_checked(&self) {
+        *self
+            .0
+            .checked_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    /// Since a balancer last asked `/readyz`, or this instance began to lead.
+    fn unchecked_for(&self) -> Duration {
+        self.0
+            .checked_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .elapsed()
+    }
+
+    /// Whether this instance campaigns with a lease of its own now.
+    fn is_campaigning(&self) -> bool {
+        self.0.campaigning.load(Ordering::Acquire)
+    }
+
+    /// The election holds a lease and campaigns with it (true), or its
+    /// term ended (false).
+    fn set_campaigning(&self, campaigning: bool) {
+        self.0.campaigning.store(campaigning, Ordering::Release);
+    }
+
     /// The lease runs at least until `deadline`.
     fn extend(&self, deadline: Instant) {
         if self.role().is_leader() {
@@ -480,13 +532,23 @@ impl Leadership {
     }
 
     /// Stops granting at once, then says so. A takeover goes on (it ends
-    /// when the leader answers); a leader that steps down takes none.
+    /// when the leader answers); a leader that steps down takes none, and
+    /// answers the calls it held at once: its state is stale from now on
+    /// (the next win or takeover restarts it anyway), and the call core
+    /// answers them "not served here" (code 11), as any call of a standby.
     fn stand_by(&self, leader: Option<String>) {
         self.0.fence.close();
         self.set_term(None);
-        self.update_role(|now| Role::Standby {
-            leader,
-            taking_over: now.is_taking_over(),
+        self.update_role(|now| {
+            if now.is_leader()
+                && let Some(engine) = &self.0.engine
+            {
+                engine.restart();
+            }
+            Role::Standby {
+                leader,
+                taking_over: now.is_taking_over(),
+            }
         });
     }
 

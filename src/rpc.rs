@@ -146,11 +146,8 @@ pub async fn call(
         let method = method?;
         // A standby takes no call (its daemons go to the leader through the
         // load balancer); nor does a leader whose lease may have run out.
-        if let Some(standby) = state.leadership.refusal() {
-            return Err(ApiError::new(
-                ErrorKind::Overloaded,
-                format!("{method}: not served here: {standby}"),
-            ));
+        if let Some(refused) = not_served_here(state, method) {
+            return Err(refused);
         }
         let ctx = CallContext {
             peer: call.peer,
@@ -163,19 +160,36 @@ pub async fn call(
             let body = body.await?;
             dispatch(state, method, call, &body, &ctx).await
         };
-        match call.deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, run).await.map_err(|_| {
-                ApiError::new(
-                    ErrorKind::DeadlineExceeded,
-                    format!("{method} did not finish before the caller's deadline"),
-                )
-            })?,
+        let answer = match call.deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, run)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ApiError::new(
+                        ErrorKind::DeadlineExceeded,
+                        format!("{method} did not finish before the caller's deadline"),
+                    ))
+                }),
             None => run.await,
-        }
+        };
+        // A call held while this instance stepped down (a long poll, say)
+        // failed for that reason, whatever the engine answered on its way
+        // out (its servants expired, its queue emptied): "not served here",
+        // as every call of a standby.
+        answer.map_err(|error| not_served_here(state, method).unwrap_or(error))
     }
     .await;
     record(state, call, named, outcome.as_ref().err());
     outcome
+}
+
+/// "Overloaded" (code 11) when this instance does not serve now: a
+/// standby, or a leader whose lease may have run out.
+fn not_served_here(state: &AppState, method: Method) -> Option<ApiError> {
+    let standby = state.leadership.refusal()?;
+    Some(ApiError::new(
+        ErrorKind::Overloaded,
+        format!("{method}: not served here: {standby}"),
+    ))
 }
 
 /// Records a finished call: metrics, access log, the peer's protocol.

@@ -205,6 +205,14 @@ pub struct ServerFlags {
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub ha_lease_ttl: Duration,
 
+    /// A leader that no balancer has asked `/readyz` for this long resigns,
+    /// so that the instance the daemons can reach leads (a leader cut off
+    /// from the balancer and the daemons but not from etcd). Well above the
+    /// balancer's check interval (HAProxy's in scripts/deploy: 300 ms), e.g.
+    /// 2s; 0 (the default) never resigns for that.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub ha_resign_unchecked_after: Duration,
+
     /// Comma-separated origins (`https://ci.example.com`) whose pages may call
     /// the RPCs from a browser (Connect, gRPC-Web); `*` for any. Default: none.
     #[arg(long, value_delimiter = ',')]

@@ -240,6 +240,8 @@ impl Cli {
             endpoints,
             election_name: flags.ha_election_name.clone(),
             lease_ttl: ttl,
+            resign_unchecked_after: Some(flags.ha_resign_unchecked_after)
+                .filter(|after| !after.is_zero()),
             instance: String::new(),
         }))
     }

@@ -42,7 +42,17 @@ pub(crate) struct State {
     stopped: bool,
     /// Set when a deadline earlier than the expiry task's next wake-up appears.
     wake_expiry: bool,
+    /// Rule "taking over", after a restart: until then an environment
+    /// nobody offered yet may be one whose servants have not reported here.
+    pub(super) settling_until: Option<Instant>,
 }
+
+/// After a restart (a win, a takeover), how long a call for an environment
+/// no servant reported yet waits for one: two heartbeats of the stock
+/// daemons (they beat every second), so a new leader does not answer
+/// "environment not available" to the first calls of a farm that has not
+/// reported to it yet.
+pub const SERVANTS_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl State {
     pub(crate) fn new(config: &Config, now: Instant) -> Self {
@@ -69,6 +79,7 @@ impl State {
             shutting_down: false,
             stopped: false,
             wake_expiry: false,
+            settling_until: None,
         }
     }
 
@@ -85,6 +96,7 @@ impl State {
         fresh.shutting_down = self.shutting_down;
         fresh.stopped = self.stopped;
         fresh.wake_expiry = true;
+        fresh.settling_until = Some(now + SERVANTS_SETTLE);
         let mut old = std::mem::replace(self, fresh);
         old.shutdown();
         old
@@ -110,7 +122,7 @@ impl State {
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let s = self.servants.next_deadline();
         let g = self.grants.next_deadline();
-        [s, g].into_iter().flatten().min()
+        [s, g, self.settling_until].into_iter().flatten().min()
     }
 
     /// Records that a deadline `at` was just added; wakes the expiry task only
@@ -133,6 +145,17 @@ impl State {
             self.zombify(id);
         }
         self.apply(fx, now);
+        if self.settling_until.is_some_and(|until| until <= now) {
+            self.settling_until = None;
+            // Those still unoffered are answered as at admission.
+            self.serve_all(now);
+        }
+    }
+
+    /// Whether a restart was so recent that its servants may not all have
+    /// reported yet.
+    pub(super) fn settling(&self, now: Instant) -> bool {
+        self.settling_until.is_some_and(|until| now < until)
     }
 
     /// Finishes an index change: fails requests whose environment vanished,

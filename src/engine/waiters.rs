@@ -81,10 +81,13 @@ impl State {
             {
                 id
             }
-            // Rule "taking over": an instance that may not grant yet cannot
-            // tell an environment nobody offers from one whose servants have
-            // not reported to it yet; the call waits for the fence to open.
-            _ if immediate > 0 && !self.fence.allows(now) => self.envs.intern(&req.environment).1,
+            // Rule "taking over": an instance that may not grant yet, or
+            // restarted a moment ago, cannot tell an environment nobody
+            // offers from one whose servants have not reported to it yet;
+            // the call waits for the fence to open or the servants to settle.
+            _ if immediate > 0 && (!self.fence.allows(now) || self.settling(now)) => {
+                self.envs.intern(&req.environment).1
+            }
             _ => return Err(self.unavailable(&req.environment, immediate)),
         };
         let order = GrantOrder {

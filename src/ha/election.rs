@@ -48,6 +48,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 const PING_INTERVAL: Duration = Duration::from_secs(1);
 /// Between two terms, and between two tries to observe the election.
 const RETRY_PAUSE: Duration = Duration::from_millis(300);
+/// How often a leader looks at when a balancer last checked it.
+const UNCHECKED_POLL: Duration = Duration::from_millis(100);
 
 /// The running election; [`Election::resign`] ends it.
 #[derive(Debug)]
@@ -100,6 +102,7 @@ async fn run(settings: HaSettings, leadership: Leadership, mut stop: watch::Rece
     loop {
         let url = &settings.endpoints[endpoint % settings.endpoints.len()];
         let ended = term(&settings, &leadership, &mut stop, url, &mut stale_lease).await;
+        leadership.set_campaigning(false);
         let was_leading = leadership.role().is_leader();
         leadership.stand_by(None);
         match ended {
@@ -146,6 +149,8 @@ enum Renewal {
 struct Observed {
     key: Vec<u8>,
     value: String,
+    /// The lease the leader's key lives on.
+    lease: i64,
 }
 
 async fn connect(url: &str) -> Result<Channel, String> {
@@ -204,6 +209,7 @@ async fn term(
     }
     let lease_id = granted.id;
     *stale_lease = Some(lease_id);
+    leadership.set_campaigning(true);
     let margin = |ttl: i64| {
         let ttl = Duration::from_secs(ttl.max(0) as u64);
         ttl - ttl / FENCE_MARGIN_DIVISOR
@@ -234,8 +240,32 @@ async fn term(
     }));
     let mut campaigning = true;
     let mut leading: Option<LeaderKey> = None;
+    let mut unchecked = tokio::time::interval(UNCHECKED_POLL);
     loop {
         tokio::select! {
+            _ = unchecked.tick(), if leading.is_some() && settings.resign_unchecked_after.is_some() => {
+                let after = settings.resign_unchecked_after.unwrap_or_default();
+                if leadership.unchecked_for() < after {
+                    continue;
+                }
+                // Cut off from the balancer (so from the daemons): the
+                // standby they reach leads instead. A new term campaigns
+                // behind it.
+                leadership.stand_by(None);
+                let resign = ResignRequest { leader: leading.take() };
+                let _ = timeout(CALL_TIMEOUT, election.resign(resign)).await;
+                if let Ok(Ok(_)) =
+                    timeout(CALL_TIMEOUT, lease.lease_revoke(LeaseRevokeRequest { id: lease_id })).await
+                {
+                    *stale_lease = None;
+                }
+                tracing::warn!(
+                    target: LOG,
+                    "stepped down: no balancer asked /readyz for {} ms; resigned",
+                    after.as_millis()
+                );
+                return Ended::LeaseLost("resigned as a leader no balancer reaches".to_owned());
+            }
             _ = stop.changed() => {
                 leadership.stand_by(None);
                 if let Some(key) = leading {
@@ -298,6 +328,11 @@ async fn term(
                     return Ended::LeaseLost(format!("etcd names another leader, {}", seen.value));
                 }
                 Some(_) => {}
+                // This instance's own key (this term's, which etcd may name
+                // before the campaign returns, or an earlier term's): not a
+                // leader to follow, nor one to name as the leader that does
+                // not answer while taking over.
+                None if seen.lease == lease_id || seen.value == settings.instance => {}
                 None => leadership.stand_by(Some(seen.value)),
             },
         }
@@ -397,6 +432,7 @@ async fn observe(
                 let seen = Observed {
                     key: kv.key,
                     value: String::from_utf8_lossy(&kv.value).into_owned(),
+                    lease: kv.lease,
                 };
                 if events.send(seen).await.is_err() {
                     return;

@@ -11,6 +11,10 @@ use tokio::{
     time::timeout,
 };
 
+/// The `User-Agent` of a standby's probe, so the leader does not count it
+/// as a balancer's check (`--ha_resign_unchecked_after`).
+pub const PROBE_USER_AGENT: &str = "yadcc-scheduler-standby-probe";
+
 /// A leader that cannot answer its readiness in this long is as good as
 /// gone for a daemon, whose shortest call has 2 s.
 pub const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
@@ -24,7 +28,10 @@ async fn ask(name: &str) -> bool {
     let Ok(mut stream) = TcpStream::connect(name).await else {
         return false;
     };
-    let request = format!("GET /readyz HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "GET /readyz HTTP/1.1\r\nHost: {name}\r\nUser-Agent: {PROBE_USER_AGENT}\r\n\
+         Connection: close\r\n\r\n"
+    );
     if stream.write_all(request.as_bytes()).await.is_err() {
         return false;
     }

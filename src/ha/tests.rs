@@ -1,22 +1,29 @@
 use std::net::SocketAddr;
 
 use super::{probe::tests::readyz_answering as leader_answering, *};
-use crate::engine::{Config, Heartbeat, ServantPriority, TokenSet};
+use crate::engine::{
+    Config, GrantRequest, Heartbeat, Redacted, Rejection, ServantPriority, TokenSet,
+};
 
 const SERVANT: &str = "servant-token";
+const USER: &str = "user-token";
 
 fn engine(fence: &GrantFence) -> Scheduler {
     Scheduler::new(Config {
         servant_tokens: TokenSet::new([SERVANT]),
+        user_tokens: TokenSet::new([USER]),
         grant_fence: fence.clone(),
         ..Config::default()
     })
 }
 
+/// An instance whose election holds a lease and campaigns with it.
 fn elected() -> (Leadership, Scheduler) {
     let fence = GrantFence::closed();
     let engine = engine(&fence);
-    (Leadership::elected(engine.clone(), fence), engine)
+    let leadership = Leadership::elected(engine.clone(), fence);
+    leadership.set_campaigning(true);
+    (leadership, engine)
 }
 
 fn heartbeat(engine: &Scheduler, location: &str) {
@@ -204,4 +211,81 @@ async fn a_connection_held_as_leader_ends_even_if_a_takeover_follows_at_once() {
         .await
         .expect("the leader's connection closed")
         .unwrap();
+}
+
+/// One grant for "gcc", waiting up to `wait` for it.
+fn grant_request(wait: Duration) -> GrantRequest {
+    GrantRequest {
+        token: Redacted(USER.to_owned()),
+        requester_ip: "10.0.0.2".parse().unwrap(),
+        connection: None,
+        wait,
+        answer_within: None,
+        environment: "gcc".to_owned(),
+        immediate: 1,
+        prefetch: 0,
+        lease: Duration::from_secs(10),
+        min_version: 0,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_that_steps_down_answers_the_calls_it_held_at_once() {
+    let (leadership, engine) = elected();
+    leadership.lead(Instant::now() + Duration::from_secs(60));
+    heartbeat(&engine, "10.0.0.1:8335");
+    // The servant's 4 slots taken: the next call queues.
+    for _ in 0..4 {
+        engine
+            .wait_for_starting_task(grant_request(Duration::ZERO))
+            .await
+            .expect("a free slot");
+    }
+    let held = tokio::spawn({
+        let engine = engine.clone();
+        async move {
+            engine
+                .wait_for_starting_task(grant_request(Duration::from_secs(10)))
+                .await
+        }
+    });
+    tokio::task::yield_now().await;
+    assert!(!held.is_finished(), "queued");
+    leadership.stand_by(Some("b:8336".to_owned()));
+    let answer = tokio::time::timeout(Duration::from_millis(1), held)
+        .await
+        .expect("answered at once, not at the end of its wait")
+        .unwrap();
+    // The call core answers it "not served here" (code 11), as it now
+    // refuses every call.
+    assert_eq!(answer.unwrap_err(), Rejection::NoQuotaAvailable);
+    assert_eq!(
+        leadership.refusal().as_deref(),
+        Some("standby, leader is b:8336")
+    );
+    assert_eq!(servants(&engine), 0, "what it held as leader is stale");
+}
+
+#[tokio::test]
+async fn an_instance_cut_off_from_etcd_takes_no_daemon_over_and_ends_a_takeover() {
+    let silent = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (leadership, engine) = elected();
+    leadership.stand_by(Some(leader_answering(silent).await));
+    // Its term ended (etcd unreachable): it cannot win, so the daemons
+    // are better off at the instance that will.
+    leadership.set_campaigning(false);
+    heartbeat(&engine, "10.0.0.1:8335");
+    assert!(!leadership.admits_daemons().await);
+    assert!(!leadership.role().is_taking_over());
+    assert_eq!(servants(&engine), 1, "no takeover, no restart");
+    // Taking over when its term ends: the takeover ends too.
+    leadership.set_campaigning(true);
+    assert!(leadership.admits_daemons().await);
+    let held = hold_connection(&leadership);
+    leadership.set_campaigning(false);
+    tokio::time::timeout(probe::PROBE_TIMEOUT * 3, held)
+        .await
+        .expect("closed once its term ended")
+        .unwrap();
+    assert!(!leadership.role().serves_daemons());
 }

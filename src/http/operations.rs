@@ -29,11 +29,21 @@ pub async fn healthz() -> &'static str {
         (status = 200, description = "Ready", content_type = "text/plain", body = String, example = "ready\n"),
         (status = 503, description = "Shutting down, or a standby", content_type = "text/plain", body = String, example = "shutting down\n"),
     ))]
-pub async fn readyz(State(state): State<AppState>) -> Response {
+pub async fn readyz(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    // A balancer's check, not another instance's probe of its leader.
+    if headers
+        .get(header::USER_AGENT)
+        .is_none_or(|agent| agent != crate::ha::probe::PROBE_USER_AGENT)
+    {
+        state.leadership.readiness_checked();
+    }
     match state.readiness.current() {
-        Ok(()) => "ready\n".into_response(),
+        // A leader resumed past its lease (SIGSTOP, a paused VM) is not
+        // ready from its first instant, before the election task has run:
+        // the balancer must not send it daemons back.
+        Ok(()) if state.leadership.is_serving() => "ready\n".into_response(),
         // Which instance leads is the election's to say.
-        Err(NotReady::Standby) => (
+        Ok(()) | Err(NotReady::Standby) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{}\n", state.leadership.current().describe()),
         )

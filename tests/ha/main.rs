@@ -8,6 +8,8 @@
 
 mod admin;
 mod deploy;
+mod frozen;
+mod partition;
 mod support;
 
 use std::{

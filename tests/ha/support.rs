@@ -213,6 +213,11 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn start(port: u16, etcd_url: &str) -> Scheduler {
+        Scheduler::start_with(port, etcd_url, &[])
+    }
+
+    /// With `extra` flags after the usual ones.
+    pub fn start_with(port: u16, etcd_url: &str, extra: &[&str]) -> Scheduler {
         let mut child = Command::new(env!("CARGO_BIN_EXE_yadcc-scheduler"))
             .args([
                 format!("--listen=127.0.0.1:{port}"),
@@ -225,6 +230,7 @@ impl Scheduler {
                 "--trusted_proxies=127.0.0.1".to_owned(),
                 "--debugging_no_inspect_auth".to_owned(),
             ])
+            .args(extra)
             .env("RUST_LOG", "info,yadcc_scheduler::access=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

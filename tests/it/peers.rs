@@ -10,15 +10,18 @@
 //! - `life`: one daemon's whole life as the scheduler sees it, every call
 //!   and answer recorded on the way: registration, heartbeats, `GetConfig`,
 //!   `GetRunningTasks` listing a task running on another daemon, and its
-//!   graceful leave.
+//!   graceful leave;
+//! - `failover`: the hot standby (two instances, etcd, HAProxy) through a
+//!   kill -9 and a freeze of the leader, compiling all along.
 //!
 //! They need root (network namespaces), `ip`, `g++` and the original's
-//! runtime libraries, which `scripts/test.sh` installs; it runs them with
+//! runtime libraries (`failover` also Debian's `etcd` and `haproxy`), which `scripts/test.sh` installs; it runs them with
 //! `--ignored` when the original is at hand and says in one line why not
 //! otherwise (and fails in CI). A plain `cargo test` counts them ignored. Run
 //! without their prerequisites, they fail, naming the missing one.
 
 mod compile;
+mod failover;
 mod lan;
 mod life;
 

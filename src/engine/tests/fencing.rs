@@ -128,3 +128,43 @@ async fn while_the_fence_is_closed_an_unknown_environment_waits_for_its_servants
         "{environments:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn just_after_a_win_an_unknown_environment_waits_for_the_servants_to_report() {
+    let fence = GrantFence::closed();
+    let s = Scheduler::new(fenced(&fence));
+    // Won without taking over: a fresh state, the fence open at once.
+    s.restart();
+    fence.open_until(Instant::now() + secs(3600));
+    let early = spawn_wait(&s, req_wait(secs(8)));
+    let mut nobody = req_wait(secs(8));
+    nobody.environment = "nobody-offers-this".to_owned();
+    let unoffered = spawn_wait(&s, nobody);
+    settle().await;
+    assert!(
+        !early.is_finished() && !unoffered.is_finished(),
+        "both wait for the servants to report"
+    );
+    // The servant reports its environment: granted at once.
+    s.heartbeat(hb("10.0.0.1:8335", 2)).unwrap();
+    settle().await;
+    assert_eq!(early.await.unwrap().unwrap().len(), 1);
+    // Once settled, what nobody offers is answered as at admission, long
+    // before the call's own 8 s.
+    advance(SERVANTS_SETTLE).await;
+    settle().await;
+    assert!(
+        unoffered.is_finished(),
+        "answered when the servants settled"
+    );
+    assert!(matches!(
+        unoffered.await.unwrap().unwrap_err(),
+        Rejection::EnvironmentNotAvailable { .. }
+    ));
+    let mut later = req_wait(secs(5));
+    later.environment = "nobody-offers-this".to_owned();
+    assert!(matches!(
+        s.wait_for_starting_task(later).await.unwrap_err(),
+        Rejection::EnvironmentNotAvailable { .. }
+    ));
+}
