@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Benchmarks P1, P3, P5 and P6 (BENCHMARKS.md), and this scheduler beside the
+# Benchmarks P1, P3, P5, P6 and P7 (BENCHMARKS.md), and this scheduler beside the
 # original one under the same yadcc-loadgen runs (P1's Heartbeat rate and P5
 # over flare). Builds the binaries, runs each scheduler and yadcc-loadgen as
 # separate processes on this machine, a fresh scheduler per run, collects the
 # load generator's JSON lines, prints the side-by-side table and draws P5.
 #
-#   scripts/bench.sh            # full scale, as in BENCHMARKS.md (~35 min; a quiet machine)
+#   scripts/bench.sh            # full scale, as in BENCHMARKS.md (~35 min, and P7 ~70 min; a quiet machine)
 #   scripts/bench.sh small      # the same steps at toy scale (~4 min)
 #   scripts/bench.sh smoke      # CI: debug build, tiny runs, results checked
 #
@@ -16,10 +16,14 @@
 #
 # Output in $OUT (full: benches/results/ and benches/p5.svg; small:
 # target/bench-small/; smoke: target/bench-smoke/): p1.jsonl, p1-daemon.jsonl,
-# p3.jsonl, p5.jsonl, p6.jsonl, p1-side-by-side.jsonl, p5-side-by-side.jsonl,
-# side-by-side.md and the P5 plot. BENCH_ONLY="p1 p3 p5 p6 original" runs a
+# p3.jsonl, p5.jsonl, p6.jsonl, p7.jsonl, p1-side-by-side.jsonl, p5-side-by-side.jsonl,
+# side-by-side.md (with P7's table) and the P5 plot. BENCH_ONLY="p1 p3 p5 p6 p7 original" runs a
 # subset; P1_PROTOCOL (how P1 sets up its servants), P3_PROTOCOL,
-# P5_PROTOCOLS, P5_SIZES and ORIGINAL_SIZES override the defaults.
+# P5_PROTOCOLS, P5_SIZES and ORIGINAL_SIZES override the defaults; P7_SEED and
+# P7_MIXES P7's seed and mixes. P7 (the farm's outcome, docs/farm.md) runs in
+# real time: each mix against the original, this scheduler, and this one with
+# --foreign_load_from_own_average, same seed, same builds; every line also
+# carries the ideal placement's figures (ideal_*).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +44,7 @@ case "$scale" in
     # queues the simulated daemons' calls behind each other, and P6's p99 is
     # the scheduler's (BENCHMARKS.md, P6).
     p6_args=(--servants 2000 --pollers 1000 --tasks 20000 --duration 30 --warmup 5 --threads 2)
+    p7_args=(--servants 200 --developers 100 --duration 600 --drain 300)
     ;;
   small)
     out=${OUT:-target/bench-small}
@@ -52,6 +57,7 @@ case "$scale" in
     original_sizes=${ORIGINAL_SIZES:-"25 50"}
     p5_args=(--duration 5 --warmup 2)
     p6_args=(--servants 100 --pollers 50 --tasks 500 --duration 5 --warmup 2)
+    p7_args=(--servants 40 --developers 20 --duration 60 --drain 60)
     ;;
   smoke)
     out=${OUT:-target/bench-smoke}
@@ -62,6 +68,10 @@ case "$scale" in
     original_sizes=${ORIGINAL_SIZES:-"10 20"}
     p5_args=(--duration 3 --warmup 1)
     p6_args=(--servants 20 --pollers 10 --tasks 100 --duration 3 --warmup 1)
+    # About 15 s: this scheduler alone, the bursty mix.
+    p7_args=(--servants 6 --developers 3 --duration 5 --drain 8 --build-gap 5 --warmup 2)
+    p7_mixes=${P7_MIXES:-bursty}
+    p7_against=${P7_AGAINST:-this}
     ;;
   *)
     echo "usage: $0 [full|small|smoke]" >&2
@@ -88,14 +98,14 @@ if [ "$scale" = smoke ]; then
     exit 0
   fi
   # Every step at its smallest; P3 is left out (P5 and P6 cover its calls).
-  only=${BENCH_ONLY:-"p1 p5 p6 original"}
+  only=${BENCH_ONLY:-"p1 p5 p6 p7 original"}
   # The test profile's binaries, which `cargo test` builds anyway.
   echo "== building debug binaries"
   cargo build --locked --bins
   bin=target/debug
   p1_targets=flare,http+pb,json
 else
-  only=${BENCH_ONLY:-"p1 p3 p5 p6 original"}
+  only=${BENCH_ONLY:-"p1 p3 p5 p6 p7 original"}
   echo "== building release binaries"
   cargo build --release --locked --bins --features bench-route
   bin=target/release
@@ -104,6 +114,9 @@ fi
 p1_protocol=${P1_PROTOCOL:-flare}
 p3_protocol=${P3_PROTOCOL:-flare}
 p5_protocols=${P5_PROTOCOLS:-"flare http+pb"}
+p7_seed=${P7_SEED:-1}
+p7_mixes=${p7_mixes:-${P7_MIXES:-"bursty steady"}}
+p7_against=${p7_against:-${P7_AGAINST:-"original this own"}}
 mkdir -p "$out"
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), load:$(uptime | sed 's/.*load average://')"
 
@@ -252,6 +265,30 @@ if [[ " $only " == *" p6 "* ]]; then
     stop_scheduler
   done
   cat "$out/p6.jsonl"
+fi
+
+if [[ " $only " == *" p7 "* ]]; then
+  echo "== P7: the farm's outcome, mixes $p7_mixes, seed $p7_seed (${p7_args[*]})"
+  : >"$out/p7.jsonl"
+  for mix in $p7_mixes; do
+    for which in $p7_against; do
+      case "$which" in
+        original)
+          if [ -z "$original" ]; then
+            echo "P7: no original scheduler: its column left out"
+            continue
+          fi
+          launch original ;;
+        own) launch this --foreign_load_from_own_average ;;
+        *) launch this ;;
+      esac
+      loadgen --label "$which" --protocol flare farm "${p7_args[@]}" --mix "$mix" \
+        --seed "$p7_seed" >>"$out/p7.jsonl"
+      stop_scheduler
+    done
+  done
+  cat "$out/p7.jsonl"
+  python3 scripts/bench_table.py --p7 "$out/p7.jsonl" | tee "$out/p7.md"
 fi
 
 if [[ " $only " == *" original "* ]]; then

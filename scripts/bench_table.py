@@ -4,6 +4,7 @@ yadcc-loadgen in turns. Prints a markdown table.
 
     python3 scripts/bench_table.py DIR            # DIR/p1-side-by-side.jsonl, p5-side-by-side.jsonl
     python3 scripts/bench_table.py --check DIR    # checks every result of a bench.sh run
+    python3 scripts/bench_table.py --p7 FILE      # P7: the farm's outcome, per mix
 
 --check (the CI smoke run) fails unless every file a run writes is there and
 well formed, this scheduler's runs have 0 errors (and no task killed or
@@ -122,6 +123,39 @@ def p5_table(runs: list[dict]) -> list[str]:
     return rows
 
 
+# What every P7 line carries (the interface an outside check relies on).
+P7_FIELDS = ("builds", "build_p50_s", "build_p95_s", "compile_wait_p95_s", "utilisation",
+             "idle_while_waiting_slot_s", "ideal_build_p95_s")
+# P7's columns: the original, this scheduler, this one with the own-load rule.
+P7_COLUMNS = (("original", "original"), ("this", "this"),
+              ("own", "this, --foreign_load_from_own_average"))
+
+
+def p7_table(runs: list[dict]) -> list[str]:
+    rows = ["| mix | seed | scheduler | builds | build p50 s | build p95 s | compile wait p95 s | "
+            "utilisation | idle while waiting, slot-s | unfinished | errors |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for mix in sorted({run["mix"] for run in runs}):
+        of_mix = [run for run in runs if run["mix"] == mix]
+        for label, name in P7_COLUMNS:
+            for run in of_mix:
+                if run.get("label", THIS) != label:
+                    continue
+                rows.append(
+                    f"| {mix} | {run['seed']} | {name} | {run['builds']} | {number(run['build_p50_s'], 1)} | "
+                    f"{number(run['build_p95_s'], 1)} | {number(run['compile_wait_p95_s'], 2)} | "
+                    f"{number(run['utilisation'], 3)} | {number(run['idle_while_waiting_slot_s'])} | "
+                    f"{run.get('unfinished', '-')} | {run.get('errors', '-')} |")
+        if of_mix:
+            ideal = of_mix[0]
+            rows.append(
+                f"| {mix} | {ideal['seed']} | ideal (simulated) | {ideal['builds']} | "
+                f"{number(ideal['ideal_build_p50_s'], 1)} | {number(ideal['ideal_build_p95_s'], 1)} | "
+                f"{number(ideal['ideal_compile_wait_p95_s'], 2)} | {number(ideal['ideal_utilisation'], 3)} | "
+                f"{number(ideal['ideal_idle_while_waiting_slot_s'])} | {ideal['ideal_unfinished']} | - |")
+    return rows
+
+
 def table(directory: Path) -> str:
     parts = ["## This scheduler and the original, same yadcc-loadgen runs, over flare", ""]
     p1 = directory / "p1-side-by-side.jsonl"
@@ -194,6 +228,15 @@ class Check:
                 self.fail(f"p6.jsonl: no task list received: {task_list}")
         if sorted(run.get("accept_compression") for run in lists) != [False, True]:
             self.fail("p6.jsonl: wants one run accepting compressed answers and one not")
+        for run in self.runs("p7.jsonl"):
+            missing = [field for field in P7_FIELDS if field not in run]
+            if missing:
+                self.fail(f"p7.jsonl: {run.get('label', THIS)} lacks {missing}")
+            elif run.get("label", THIS) in (THIS, "own"):
+                if run["builds"] <= 0 or run["ideal_build_p95_s"] <= 0:
+                    self.fail(f"p7.jsonl: no build measured: {run}")
+                if run.get("errors") != 0:
+                    self.fail(f"p7.jsonl: {run.get('errors')} errors")
         self.side_by_side("p1-side-by-side.jsonl", lambda run: (run["connections"], run["pipeline"]))
         self.side_by_side("p5-side-by-side.jsonl", lambda run: run["machines"])
         markdown = self.directory / "side-by-side.md"
@@ -213,6 +256,8 @@ def main(arguments: list[str]) -> None:
         if problems:
             sys.exit(1)
         print(f"bench check: every result in {arguments[1]} is well formed, 0 errors for this scheduler")
+    elif len(arguments) == 2 and arguments[0] == "--p7":
+        print("\n".join(p7_table(lines(Path(arguments[1])))))
     elif len(arguments) == 1:
         print(table(Path(arguments[0])))
     else:

@@ -64,6 +64,7 @@ mod fence;
 mod grants;
 mod heartbeat;
 mod lifecycle;
+mod own_load;
 mod requesters;
 mod servants;
 mod shared;

@@ -147,7 +147,8 @@
 //! `requesters.rs` (owners by address and token, turns by requester: a
 //! daemon's connection or an address, figures per address), `adoption.rs`
 //! (the window after start), `cordons.rs` (the locations operators took
-//! out of rotation), `tokens.rs`
+//! out of rotation), `own_load.rs` (rule "own load": the 15 s average of
+//! the grants on a servant), `tokens.rs`
 //! (token sets and the flag's splitting rule, `Redacted`, serving-daemon
 //! ring). The rules that change several owners are `impl State` blocks:
 //! `lifecycle.rs` (placement rule, the one grant creation and the one
@@ -262,10 +263,11 @@
 //!   `endpoint.rs`: one exchange at a time, many calls per connection, a
 //!   machine's pool) are also the raw client of `tests/it/`. Used by
 //!   `--demo`, the load generator (`src/bin/loadgen/`, one file per kind of
-//!   mode, and the benchmarks' drivers: `heartbeat_rate/driver.rs` is P1,
-//!   whose baseline route, `sim::BARE_PATH`, is served only by a
-//!   `bench-route` build; `process.rs` reads a process's CPU and memory from
-//!   `/proc`), `tests/it/daemons.rs`, `tests/it/restart.rs`
+//!   mode: `farm/` the farm model of benchmark P7 with its own daemons over
+//!   [`sim::client`]; `heartbeat_rate/driver.rs` is P1, whose baseline route,
+//!   `sim::BARE_PATH`, is served only by a `bench-route` build; `process.rs`
+//!   reads a process's CPU and memory from `/proc`), `tests/it/daemons.rs`,
+//!   `tests/it/restart.rs`
 //!   (SIGKILL and restart of the real binary under load) and
 //!   `scripts/bench.sh`.
 //!

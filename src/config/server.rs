@@ -62,6 +62,13 @@ pub struct ServerFlags {
     #[arg(long, default_value = "10G", value_parser = parse_size)]
     pub servant_min_memory_for_accepting_new_task: u64,
 
+    /// Take a servant's foreign load as its reported load minus the 15 s
+    /// average of this scheduler's grants there (the daemon's load is a 15 s
+    /// average), not minus the grants held now (the original's rule).
+    /// docs/farm.md, benchmark P7.
+    #[arg(long)]
+    pub foreign_load_from_own_average: bool,
+
     /// `user:password` for HTTP basic auth on the dashboard, `/api/v1/*` and
     /// `/inspect/*`. Without it, or empty (the original's default), and
     /// without --debugging_no_inspect_auth they are closed, as in the original.

@@ -377,6 +377,7 @@ impl Cli {
                 .as_ref()
                 .map(|secret| secret.as_bytes().to_vec().into()),
             adoption_window: Duration::from_secs(self.server.adoption_window),
+            foreign_load_from_own_average: self.server.foreign_load_from_own_average,
             limits: engine::Limits {
                 max_waiters: self.server.max_waiters as usize,
                 max_waiters_per_requester: self.server.max_waiters_per_requester as usize,

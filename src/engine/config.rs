@@ -48,6 +48,10 @@ pub struct Config {
     /// The tenants and their tokens (a tenants file); `None`: `user_tokens`
     /// form the one tenant `default` of weight 1.
     pub tenancy: Option<Tenancy>,
+    /// Rule "own load": the foreign load on a servant is its reported load
+    /// minus the 15 s average of this scheduler's grants there, not minus
+    /// the grants held now (`--foreign_load_from_own_average`).
+    pub foreign_load_from_own_average: bool,
 }
 
 impl Default for Config {
@@ -65,6 +69,7 @@ impl Default for Config {
             limits: Limits::default(),
             grant_fence: GrantFence::open(),
             tenancy: None,
+            foreign_load_from_own_average: false,
         }
     }
 }

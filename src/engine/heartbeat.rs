@@ -114,6 +114,7 @@ impl State {
                 cordoned: self.cordons.covering(reported, observed).is_some(),
                 expires_at: later(now, hb.next_heartbeat_in),
             },
+            now,
         );
         self.note_deadline(expires_at);
 

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::envs::{
     Effects, EnvLink, EnvList, Envs, PlaceKey, Presence, detach, relink, sync, tier,
 };
+use super::own_load::OwnLoad;
 use super::types::{NotAcceptingReason, Rejection, RunningTask, ServantKey, ServantPriority};
 use super::views::ServantView;
 
@@ -53,10 +54,22 @@ pub(crate) struct Servant {
     cordoned: bool,
     /// Its presence as of the last change (the true one).
     indexed: Presence,
+    /// Rule "own load": its grants here, averaged as the daemon averages its load.
+    own_load: OwnLoad,
+    /// That average as of its last report.
+    own_load_at_report: f64,
+    /// Whether the foreign load is `current_load - own_load_at_report` (see
+    /// `capacity_available`).
+    foreign_from_own_load: bool,
 }
 
 impl Servant {
-    fn placeholder(key: ServantKey, observed: SocketAddr, now: Instant) -> Self {
+    fn placeholder(
+        key: ServantKey,
+        observed: SocketAddr,
+        foreign_from_own_load: bool,
+        now: Instant,
+    ) -> Self {
         Servant {
             key,
             observed,
@@ -82,6 +95,9 @@ impl Servant {
             leaving: false,
             cordoned: false,
             indexed: Presence::ABSENT,
+            own_load: OwnLoad::new(now),
+            own_load_at_report: 0.0,
+            foreign_from_own_load,
         }
     }
 
@@ -93,12 +109,23 @@ impl Servant {
     /// Rule "capacity of a servant": under the memory floor, what it runs
     /// already (so no new task; the original's figure, which its dump shows);
     /// otherwise `min(max_tasks, max(num_processors - foreign_load, 0))` with
-    /// `foreign_load = max(current_load - granted_here, 0)`.
+    /// `foreign_load = max(current_load - granted_here, 0)`, or with
+    /// `--foreign_load_from_own_average` `max(current_load - own_load, 0)`
+    /// rounded, `own_load` being the average of its grants here over the
+    /// 15 s before its report (rule "own load"): the daemon's figure is a
+    /// 15 s average too, so after a burst of compiles ends it still counts
+    /// them, and the grants held now would call them foreign.
     pub(crate) fn capacity_available(&self) -> u32 {
         if !self.memory_ok {
             return self.granted();
         }
-        let foreign_load = self.current_load.saturating_sub(self.granted());
+        let foreign_load = if self.foreign_from_own_load {
+            (f64::from(self.current_load) - self.own_load_at_report)
+                .round()
+                .max(0.0) as u32
+        } else {
+            self.current_load.saturating_sub(self.granted())
+        };
         self.max_tasks
             .min(self.num_processors.saturating_sub(foreign_load))
     }
@@ -135,7 +162,16 @@ impl Servant {
     fn forget_grant(&mut self, id: u64) -> bool {
         self.zombies.remove(&id);
         self.adopted.remove(&id);
-        self.grants.remove(&id)
+        let forgotten = self.grants.remove(&id);
+        self.note_own_load();
+        forgotten
+    }
+
+    /// The grants held changed: the average goes on from now (tokio's
+    /// clock, as the grants' own times; paused in tests).
+    fn note_own_load(&mut self) {
+        let count = self.granted();
+        self.own_load.set(count, Instant::now());
     }
 
     fn repose(&mut self) -> (Presence, Presence) {
@@ -254,6 +290,8 @@ pub(crate) struct Servants {
     max_reported_tasks: usize,
     /// No new task goes to a servant reporting less available memory.
     min_memory: u64,
+    /// `--foreign_load_from_own_average` (see `Servant::capacity_available`).
+    foreign_from_own_load: bool,
     /// Bumped whenever any servant's shown running tasks change.
     running_version: u64,
     /// The version of the list last handed out, and when: callers are
@@ -271,6 +309,7 @@ impl Servants {
         max_reported_tasks: usize,
         min_memory: u64,
         running_tasks_refresh: Duration,
+        foreign_from_own_load: bool,
     ) -> Self {
         Servants {
             by_key: HashMap::new(),
@@ -280,6 +319,7 @@ impl Servants {
             reported_total: 0,
             max_reported_tasks,
             min_memory,
+            foreign_from_own_load,
             running_version: 0,
             running_shown: None,
             running_tasks_refresh,
@@ -359,8 +399,10 @@ impl Servants {
     fn register(&mut self, observed: SocketAddr, now: Instant) -> ServantKey {
         let key = self.next_key;
         self.next_key += 1;
-        self.by_key
-            .insert(key, Servant::placeholder(key, observed, now));
+        self.by_key.insert(
+            key,
+            Servant::placeholder(key, observed, self.foreign_from_own_load, now),
+        );
         self.by_addr.insert(observed, key);
         self.deadlines.insert((now, key));
         key
@@ -409,9 +451,15 @@ impl Servants {
 
     /// Replaces the servant's reported figures and moves its expiry; returns
     /// the new expiry. Does not touch the indexes (see [`Servants::reindex`]).
-    pub(crate) fn update(&mut self, key: ServantKey, report: ServantReport) -> Instant {
+    pub(crate) fn update(
+        &mut self,
+        key: ServantKey,
+        report: ServantReport,
+        now: Instant,
+    ) -> Instant {
         let min_memory = self.min_memory;
         let s = self.live(key);
+        s.own_load_at_report = s.own_load.average(now);
         let previous_expiry = s.expires_at;
         s.reported = report.reported;
         s.version = report.version;
@@ -489,6 +537,7 @@ impl Servants {
             .get_mut(&key)
             .expect("the caller holds the key of a live servant");
         s.grants.insert(id);
+        s.note_own_load();
         s.ever_assigned += 1;
         if adopted {
             s.adopted.insert(id);

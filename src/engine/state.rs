@@ -66,6 +66,7 @@ impl State {
                 limits.max_reported_tasks,
                 config.servant_min_memory_for_accepting_new_task,
                 config.running_tasks_refresh,
+                config.foreign_load_from_own_average,
             ),
             grants: Grants::new(config, now),
             envs: Envs::default(),

@@ -17,6 +17,7 @@ mod cordons;
 mod expiry;
 mod fencing;
 mod grants;
+mod own_load;
 mod placement;
 mod rules;
 mod running_tasks;

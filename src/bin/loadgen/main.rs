@@ -14,12 +14,16 @@
 //!   second against many running tasks; bytes received (on the wire and
 //!   inflated, with or without accepting compressed answers) and latency.
 //!
+//! - `farm` (benchmark P7): the farm's outcome, build times under the
+//!   scheduler's placement beside an ideal placement's (docs/farm.md).
+//!
 //! The modes' earlier names (`hammer`, `cluster`, `mix`) still work.
 //!
 //! A person reads the report on stderr; each run also prints one JSON object
 //! per line on stdout for scripts (`scripts/bench.sh` plots them).
 
 mod cluster;
+mod farm;
 mod heartbeat_rate;
 mod process;
 mod progress;
@@ -104,6 +108,9 @@ enum Command {
     /// Daemons polling the whole task list every second against many
     /// running tasks (benchmark P6).
     TaskList(TaskListArgs),
+    /// A compile farm's builds placed by the scheduler, beside the same
+    /// builds under an ideal placement (benchmark P7).
+    Farm(farm::FarmArgs),
 }
 /// The scheduler's address, and the protocol its URI names, if any.
 fn resolve(text: &str) -> Result<(SocketAddr, Option<Wire>), String> {
@@ -130,7 +137,10 @@ fn main() -> ExitCode {
     let mut cli = Cli::parse();
     let threads = cli.threads.unwrap_or(match cli.command {
         Command::HeartbeatRate(_) => 2,
-        Command::GrantCycles(_) | Command::DaemonMix(_) | Command::TaskList(_) => 1,
+        Command::GrantCycles(_)
+        | Command::DaemonMix(_)
+        | Command::TaskList(_)
+        | Command::Farm(_) => 1,
     });
     cli.threads = Some(threads);
     let runtime = if threads <= 1 {
@@ -166,6 +176,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::DaemonMix(args) => cluster::run_daemon_mix(&cli, args, target, protocol).await,
         Command::TaskList(args) => cluster::run_task_list(&cli, args, target, protocol).await,
         Command::HeartbeatRate(args) => heartbeat_rate::run(&cli, args, target, protocol).await,
+        Command::Farm(args) => farm::run(&cli, args, target, protocol).await,
     };
     match outcome {
         Ok(failures) if failures > 0 && cli.fail_on_errors => {
