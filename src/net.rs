@@ -391,7 +391,16 @@ async fn serve_tls(
     let secured = Secured {
         certificate: tls.client_certificate(stream.get_ref().1),
     };
-    serve_hyper(shared, stream, activity, Some(secured), peer, stopping, proof).await;
+    serve_hyper(
+        shared,
+        stream,
+        activity,
+        Some(secured),
+        peer,
+        stopping,
+        proof,
+    )
+    .await;
 }
 
 /// Reads a trusted proxy's PROXY header, if one comes, and takes it out of
