@@ -53,10 +53,9 @@ use self::{
     io::{Activity, Rewind},
     strangers::Strangers,
     streams::{Streams, Verdict},
-    tls::Tls,
+    tls::{Secured, Tls},
 };
 use crate::{
-    admin::ClientCertificate,
     daemon::{
         self,
         flare::{Flare, frame::MAGIC},
@@ -342,7 +341,7 @@ async fn serve_connection(
         }
         ConnectionServer::Tls if shared.tls.is_some() => {
             let _open = state.metrics.connection_opened(Protocol::Http);
-            serve_tls(&shared, stream, peer, first, stopping, proof).await;
+            tls::serve(&shared, stream, peer, first, stopping, proof).await;
         }
         ConnectionServer::Hyper | ConnectionServer::Tls => {
             let _open = state.metrics.connection_opened(Protocol::Http);
@@ -351,56 +350,6 @@ async fn serve_connection(
             serve_hyper(&shared, io, activity, None, peer, stopping, proof).await;
         }
     }
-}
-
-/// How a hyper connection was secured: its requests are marked
-/// [`OverTls`], and carry the verified client certificate if one came.
-struct Secured {
-    certificate: Option<ClientCertificate>,
-}
-
-/// The handshake within the head-read timeout, then hyper over the
-/// decrypted stream.
-async fn serve_tls(
-    shared: &Listener,
-    stream: TcpStream,
-    peer: SocketAddr,
-    first: BytesMut,
-    stopping: watch::Receiver<bool>,
-    proof: Proof,
-) {
-    let Some(tls) = &shared.tls else {
-        return;
-    };
-    let activity = Activity::new();
-    let raw = Rewind::new(first.freeze(), stream, activity.clone());
-    let handshake =
-        tokio::time::timeout(shared.edge.header_read_timeout, tls.acceptor().accept(raw)).await;
-    let stream = match handshake {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => {
-            shared.state.security.counters.tls_handshake_failed();
-            tracing::debug!(target: LOG, %peer, "TLS handshake failed: {error}");
-            return;
-        }
-        Err(_) => {
-            shared.state.security.counters.tls_handshake_failed();
-            return;
-        }
-    };
-    let secured = Secured {
-        certificate: tls.client_certificate(stream.get_ref().1),
-    };
-    serve_hyper(
-        shared,
-        stream,
-        activity,
-        Some(secured),
-        peer,
-        stopping,
-        proof,
-    )
-    .await;
 }
 
 /// Reads a trusted proxy's PROXY header, if one comes, and takes it out of

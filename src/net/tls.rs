@@ -10,6 +10,7 @@
 //! served, as the dashboard's other credential may come.
 
 use std::{
+    net::SocketAddr,
     path::Path,
     sync::{Arc, RwLock},
     time::{Duration, SystemTime},
@@ -27,8 +28,17 @@ use tokio_rustls::{
     },
 };
 
+use bytes::BytesMut;
+use tokio::{net::TcpStream, sync::watch};
+
+use super::{
+    Listener,
+    io::{Activity, Rewind},
+    serve_hyper,
+};
 use crate::{
     admin::ClientCertificate,
+    edge::Proof,
     security::{SecurityCounters, TlsFiles},
 };
 
@@ -267,4 +277,54 @@ mod der {
         }
         None
     }
+}
+
+/// How a hyper connection was secured: its requests are marked
+/// [`OverTls`], and carry the verified client certificate if one came.
+pub(super) struct Secured {
+    pub(super) certificate: Option<ClientCertificate>,
+}
+
+/// The handshake within the head-read timeout, then hyper over the
+/// decrypted stream.
+pub(super) async fn serve(
+    shared: &Listener,
+    stream: TcpStream,
+    peer: SocketAddr,
+    first: BytesMut,
+    stopping: watch::Receiver<bool>,
+    proof: Proof,
+) {
+    let Some(tls) = &shared.tls else {
+        return;
+    };
+    let activity = Activity::new();
+    let raw = Rewind::new(first.freeze(), stream, activity.clone());
+    let handshake =
+        tokio::time::timeout(shared.edge.header_read_timeout, tls.acceptor().accept(raw)).await;
+    let stream = match handshake {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            shared.state.security.counters.tls_handshake_failed();
+            tracing::debug!(target: super::LOG, %peer, "TLS handshake failed: {error}");
+            return;
+        }
+        Err(_) => {
+            shared.state.security.counters.tls_handshake_failed();
+            return;
+        }
+    };
+    let secured = Secured {
+        certificate: tls.client_certificate(stream.get_ref().1),
+    };
+    serve_hyper(
+        shared,
+        stream,
+        activity,
+        Some(secured),
+        peer,
+        stopping,
+        proof,
+    )
+    .await;
 }
