@@ -40,7 +40,7 @@ pub use exposition::{
 
 use crate::{
     build_info,
-    engine::Scheduler,
+    engine::{ClusterTotals, Counters, Scheduler},
     ha::Leadership,
     pb::{self, Encoding, Method},
     protocol::Protocol,
@@ -452,140 +452,173 @@ fn gauge_value(value: impl TryInto<i64>) -> i64 {
 impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
         let (totals, counters) = self.engine.totals();
-        let gauges = [
-            (
-                "servants_up",
-                "Live servants",
-                gauge_value(totals.servants_up),
-            ),
-            (
-                "servants_accepting",
-                "Servants that accept tasks",
-                gauge_value(totals.servants_accepting),
-            ),
-            (
-                "capacity",
-                "Task slots the servants offer",
-                gauge_value(totals.capacity),
-            ),
-            (
-                "capacity_available",
-                "Task slots free right now",
-                gauge_value(totals.capacity_available),
-            ),
-            (
-                "capacity_unavailable",
-                "Task slots offered but not usable (load, memory, NAT, unverified)",
-                gauge_value(totals.capacity_unavailable),
-            ),
-            (
-                "running",
-                "Grants counted against servants, zombies included",
-                gauge_value(totals.running),
-            ),
-            (
-                "zombies",
-                "Grants whose lease expired while the servant still runs them",
-                gauge_value(totals.zombies),
-            ),
-            (
-                "waiters",
-                "WaitForStartingTask calls queued for quota",
-                gauge_value(totals.waiters),
-            ),
-            ("grants", "Live grants", gauge_value(totals.grants)),
-        ];
-        for (name, help, value) in gauges {
-            write_gauge(&mut encoder, name, help, value)?;
-        }
-        let events = [
-            ("grants_issued", "Grants handed out", counters.grants_issued),
-            (
-                "renewals",
-                "Grants renewed by KeepTaskAlive",
-                counters.renewals,
-            ),
-            ("frees", "Grants given back by FreeTask", counters.frees),
-            (
-                "leases_expired",
-                "Grants whose lease ran out (became zombies)",
-                counters.leases_expired,
-            ),
-            (
-                "zombies_reaped",
-                "Zombies forgotten after their servant stopped listing them",
-                counters.zombies_reaped,
-            ),
-            (
-                "adoptions",
-                "Running tasks adopted after a restart",
-                counters.adoptions,
-            ),
-            (
-                "adoptions_ended",
-                "Adopted tasks that ended when their servant stopped listing them",
-                counters.adoptions_ended,
-            ),
-            (
-                "early_renewals",
-                "Renewals after a restart of tasks no servant had reported yet",
-                counters.early_renewals,
-            ),
-            (
-                "renewals_refused",
-                "Renewals refused: the grant belongs to another requester",
-                counters.renewals_refused,
-            ),
-            (
-                "frees_refused",
-                "Frees skipped: the grant belongs to another requester",
-                counters.frees_refused,
-            ),
-            (
-                "servants_expired",
-                "Servants removed after missing heartbeats",
-                counters.servants_expired,
-            ),
-            (
-                "no_quota",
-                "WaitForStartingTask calls answered with no quota",
-                counters.no_quota,
-            ),
-        ];
-        for (name, help, value) in events {
-            write_counter(&mut encoder, name, help, value)?;
-        }
-        // The waiter caps biting, named as their flags, like the connection caps.
-        let mut family = encoder.encode_descriptor(
-            "waiters_refused",
-            "WaitForStartingTask calls answered no quota at once, by the cap that was full \
-             (max_waiters, max_waiters_per_requester)",
-            None,
-            MetricType::Counter,
-        )?;
-        for (reason, value) in [
-            ("max_waiters", counters.wait_refused_total_cap),
-            (
-                "max_waiters_per_requester",
-                counters.wait_refused_requester_cap,
-            ),
-        ] {
-            ConstCounter::new(value).encode(family.encode_family(&ReasonLabels { reason })?)?;
-        }
-        // Daemon versions seen: rolling upgrades show here.
-        let mut versions = std::collections::BTreeMap::<u32, i64>::new();
-        for servant in self.engine.snapshot().servants {
-            *versions.entry(servant.version).or_default() += 1;
-        }
-        let mut family = encoder.encode_descriptor(
-            "servants_by_version",
-            "Live servants by the daemon version they report",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (version, count) in versions {
-            ConstGauge::new(count).encode(family.encode_family(&VersionLabels { version })?)?;
-        }
-        Ok(())
+        write_totals(&mut encoder, &totals)?;
+        write_events(&mut encoder, &counters)?;
+        write_waiter_refusals(&mut encoder, &counters)?;
+        write_versions(&mut encoder, &self.engine)
     }
+}
+
+/// The cluster's gauges, from one pass over the servants.
+fn write_totals(
+    encoder: &mut DescriptorEncoder<'_>,
+    totals: &ClusterTotals,
+) -> Result<(), fmt::Error> {
+    let gauges = [
+        (
+            "servants_up",
+            "Live servants",
+            gauge_value(totals.servants_up),
+        ),
+        (
+            "servants_accepting",
+            "Servants that accept tasks",
+            gauge_value(totals.servants_accepting),
+        ),
+        (
+            "capacity",
+            "Task slots the servants offer",
+            gauge_value(totals.capacity),
+        ),
+        (
+            "capacity_available",
+            "Task slots free right now",
+            gauge_value(totals.capacity_available),
+        ),
+        (
+            "capacity_unavailable",
+            "Task slots offered but not usable (load, memory, NAT, unverified)",
+            gauge_value(totals.capacity_unavailable),
+        ),
+        (
+            "running",
+            "Grants counted against servants, zombies included",
+            gauge_value(totals.running),
+        ),
+        (
+            "zombies",
+            "Grants whose lease expired while the servant still runs them",
+            gauge_value(totals.zombies),
+        ),
+        (
+            "waiters",
+            "WaitForStartingTask calls queued for quota",
+            gauge_value(totals.waiters),
+        ),
+        ("grants", "Live grants", gauge_value(totals.grants)),
+    ];
+    for (name, help, value) in gauges {
+        write_gauge(encoder, name, help, value)?;
+    }
+    Ok(())
+}
+
+/// The grants' life-cycle counters.
+fn write_events(
+    encoder: &mut DescriptorEncoder<'_>,
+    counters: &Counters,
+) -> Result<(), fmt::Error> {
+    let events = [
+        ("grants_issued", "Grants handed out", counters.grants_issued),
+        (
+            "renewals",
+            "Grants renewed by KeepTaskAlive",
+            counters.renewals,
+        ),
+        ("frees", "Grants given back by FreeTask", counters.frees),
+        (
+            "leases_expired",
+            "Grants whose lease ran out (became zombies)",
+            counters.leases_expired,
+        ),
+        (
+            "zombies_reaped",
+            "Zombies forgotten after their servant stopped listing them",
+            counters.zombies_reaped,
+        ),
+        (
+            "adoptions",
+            "Running tasks adopted after a restart",
+            counters.adoptions,
+        ),
+        (
+            "adoptions_ended",
+            "Adopted tasks that ended when their servant stopped listing them",
+            counters.adoptions_ended,
+        ),
+        (
+            "early_renewals",
+            "Renewals after a restart of tasks no servant had reported yet",
+            counters.early_renewals,
+        ),
+        (
+            "renewals_refused",
+            "Renewals refused: the grant belongs to another requester",
+            counters.renewals_refused,
+        ),
+        (
+            "frees_refused",
+            "Frees skipped: the grant belongs to another requester",
+            counters.frees_refused,
+        ),
+        (
+            "servants_expired",
+            "Servants removed after missing heartbeats",
+            counters.servants_expired,
+        ),
+        (
+            "no_quota",
+            "WaitForStartingTask calls answered with no quota",
+            counters.no_quota,
+        ),
+    ];
+    for (name, help, value) in events {
+        write_counter(encoder, name, help, value)?;
+    }
+    Ok(())
+}
+
+/// The waiter caps biting, named as their flags, like the connection caps.
+fn write_waiter_refusals(
+    encoder: &mut DescriptorEncoder<'_>,
+    counters: &Counters,
+) -> Result<(), fmt::Error> {
+    let mut family = encoder.encode_descriptor(
+        "waiters_refused",
+        "WaitForStartingTask calls answered no quota at once, by the cap that was full \
+         (max_waiters, max_waiters_per_requester)",
+        None,
+        MetricType::Counter,
+    )?;
+    for (reason, value) in [
+        ("max_waiters", counters.wait_refused_total_cap),
+        (
+            "max_waiters_per_requester",
+            counters.wait_refused_requester_cap,
+        ),
+    ] {
+        ConstCounter::new(value).encode(family.encode_family(&ReasonLabels { reason })?)?;
+    }
+    Ok(())
+}
+
+/// Daemon versions seen: rolling upgrades show here.
+fn write_versions(
+    encoder: &mut DescriptorEncoder<'_>,
+    engine: &Scheduler,
+) -> Result<(), fmt::Error> {
+    let mut versions = std::collections::BTreeMap::<u32, i64>::new();
+    for servant in engine.snapshot().servants {
+        *versions.entry(servant.version).or_default() += 1;
+    }
+    let mut family = encoder.encode_descriptor(
+        "servants_by_version",
+        "Live servants by the daemon version they report",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (version, count) in versions {
+        ConstGauge::new(count).encode(family.encode_family(&VersionLabels { version })?)?;
+    }
+    Ok(())
 }

@@ -294,6 +294,106 @@ impl Cli {
         }))
     }
 
+    /// The connection limits, checked: every timeout above zero, the idle
+    /// one at least what stock daemons expect.
+    fn edge_settings(&self) -> Result<EdgeSettings, String> {
+        if self.server.idle_timeout < edge::MIN_IDLE_TIMEOUT {
+            return Err(format!(
+                "--idle_timeout must be at least {}s: stock daemons expect idle connections to stay open 60s",
+                edge::MIN_IDLE_TIMEOUT.as_secs()
+            ));
+        }
+        for (flag, value) in [
+            ("--header_read_timeout", self.server.header_read_timeout),
+            ("--body_read_timeout", self.server.body_read_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(format!("{flag} must be more than zero"));
+            }
+        }
+        Ok(EdgeSettings {
+            header_read_timeout: self.server.header_read_timeout,
+            body_read_timeout: self.server.body_read_timeout,
+            idle_timeout: self.server.idle_timeout,
+            max_connections: (self.server.max_connections > 0)
+                .then_some(self.server.max_connections),
+            max_connections_per_ip: (self.server.max_connections_per_ip > 0)
+                .then_some(self.server.max_connections_per_ip as usize),
+            max_calls_in_flight_per_connection: self.server.max_calls_in_flight_per_connection
+                as usize,
+            max_buffered_body_bytes: usize::try_from(self.server.max_buffered_body_bytes)
+                .map_err(|_| "--max_buffered_body_bytes is too large".to_owned())?,
+            shutdown_grace: self.server.shutdown_grace,
+            http2_max_concurrent_streams: self.server.http2_max_concurrent_streams,
+        })
+    }
+
+    /// `--cors_allowed_origins`, each a valid header value.
+    fn cors_allowed_origins(&self) -> Result<Vec<axum::http::HeaderValue>, String> {
+        self.server
+            .cors_allowed_origins
+            .iter()
+            .map(|origin| origin.trim())
+            .filter(|origin| !origin.is_empty())
+            .map(|origin| {
+                axum::http::HeaderValue::from_str(origin).map_err(|_| {
+                    format!("--cors_allowed_origins: {origin:?} is not a valid origin")
+                })
+            })
+            .collect()
+    }
+
+    /// The engine's configuration from the checked token sets and tenants.
+    fn engine_config(
+        &self,
+        user_tokens: engine::TokenSet,
+        servant_tokens: engine::TokenSet,
+        tenancy: Option<engine::Tenancy>,
+    ) -> engine::Config {
+        engine::Config {
+            user_tokens,
+            servant_tokens,
+            min_daemon_version: self.server.min_daemon_version,
+            servant_min_memory_for_accepting_new_task: self
+                .server
+                .servant_min_memory_for_accepting_new_task,
+            serving_daemon_token_rollout_interval: Duration::from_secs(
+                self.server.serving_daemon_token_rollout_interval,
+            ),
+            serving_daemon_token_secret: self
+                .server
+                .serving_daemon_token_secret
+                .as_ref()
+                .map(|secret| secret.as_bytes().to_vec().into()),
+            adoption_window: Duration::from_secs(self.server.adoption_window),
+            foreign_load_from_own_average: self.server.foreign_load_from_own_average,
+            limits: engine::Limits {
+                max_waiters: self.server.max_waiters as usize,
+                max_waiters_per_requester: self.server.max_waiters_per_requester as usize,
+                ..engine::Limits::default()
+            },
+            tenancy,
+            ..engine::Config::default()
+        }
+    }
+
+    /// TLS and the inspection credential's transport rule.
+    fn security_settings(&self) -> SecuritySettings {
+        SecuritySettings {
+            tls: self
+                .server
+                .tls_cert_file
+                .clone()
+                .zip(self.server.tls_key_file.clone())
+                .map(|(cert, key)| TlsFiles {
+                    cert,
+                    key,
+                    client_ca: self.server.tls_client_ca_file.clone(),
+                }),
+            allow_plaintext_inspection: self.server.allow_plaintext_inspection,
+        }
+    }
+
     /// Checks the flags and turns them into settings. Errors say what to pass.
     pub fn settings(&self) -> Result<Settings, String> {
         let tenancy = match &self.server.tenants_file {
@@ -320,72 +420,9 @@ impl Cli {
             .map_err(|_| "--max_body_bytes is too large".to_owned())?;
         let max_running_tasks_bytes = usize::try_from(self.server.max_running_tasks_bytes)
             .map_err(|_| "--max_running_tasks_bytes is too large".to_owned())?;
-        if self.server.idle_timeout < edge::MIN_IDLE_TIMEOUT {
-            return Err(format!(
-                "--idle_timeout must be at least {}s: stock daemons expect idle connections to stay open 60s",
-                edge::MIN_IDLE_TIMEOUT.as_secs()
-            ));
-        }
-        for (flag, value) in [
-            ("--header_read_timeout", self.server.header_read_timeout),
-            ("--body_read_timeout", self.server.body_read_timeout),
-        ] {
-            if value.is_zero() {
-                return Err(format!("{flag} must be more than zero"));
-            }
-        }
-        let edge = EdgeSettings {
-            header_read_timeout: self.server.header_read_timeout,
-            body_read_timeout: self.server.body_read_timeout,
-            idle_timeout: self.server.idle_timeout,
-            max_connections: (self.server.max_connections > 0)
-                .then_some(self.server.max_connections),
-            max_connections_per_ip: (self.server.max_connections_per_ip > 0)
-                .then_some(self.server.max_connections_per_ip as usize),
-            max_calls_in_flight_per_connection: self.server.max_calls_in_flight_per_connection
-                as usize,
-            max_buffered_body_bytes: usize::try_from(self.server.max_buffered_body_bytes)
-                .map_err(|_| "--max_buffered_body_bytes is too large".to_owned())?,
-            shutdown_grace: self.server.shutdown_grace,
-            http2_max_concurrent_streams: self.server.http2_max_concurrent_streams,
-        };
-        let cors_allowed_origins = self
-            .server
-            .cors_allowed_origins
-            .iter()
-            .map(|origin| origin.trim())
-            .filter(|origin| !origin.is_empty())
-            .map(|origin| {
-                axum::http::HeaderValue::from_str(origin).map_err(|_| {
-                    format!("--cors_allowed_origins: {origin:?} is not a valid origin")
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let engine = engine::Config {
-            user_tokens,
-            servant_tokens,
-            min_daemon_version: self.server.min_daemon_version,
-            servant_min_memory_for_accepting_new_task: self
-                .server
-                .servant_min_memory_for_accepting_new_task,
-            serving_daemon_token_rollout_interval: Duration::from_secs(
-                self.server.serving_daemon_token_rollout_interval,
-            ),
-            serving_daemon_token_secret: self
-                .server
-                .serving_daemon_token_secret
-                .as_ref()
-                .map(|secret| secret.as_bytes().to_vec().into()),
-            adoption_window: Duration::from_secs(self.server.adoption_window),
-            foreign_load_from_own_average: self.server.foreign_load_from_own_average,
-            limits: engine::Limits {
-                max_waiters: self.server.max_waiters as usize,
-                max_waiters_per_requester: self.server.max_waiters_per_requester as usize,
-                ..engine::Limits::default()
-            },
-            tenancy,
-            ..engine::Config::default()
-        };
+        let edge = self.edge_settings()?;
+        let cors_allowed_origins = self.cors_allowed_origins()?;
+        let engine = self.engine_config(user_tokens, servant_tokens, tenancy);
         let listen = self.server.listen.unwrap_or_else(|| {
             // The demo's tokens are public: keep it off the network.
             let ip = if self.sim.demo {
@@ -406,19 +443,7 @@ impl Cli {
                 edge,
                 cors_allowed_origins,
                 access_log: self.server.access_log,
-                security: SecuritySettings {
-                    tls: self
-                        .server
-                        .tls_cert_file
-                        .clone()
-                        .zip(self.server.tls_key_file.clone())
-                        .map(|(cert, key)| TlsFiles {
-                            cert,
-                            key,
-                            client_ca: self.server.tls_client_ca_file.clone(),
-                        }),
-                    allow_plaintext_inspection: self.server.allow_plaintext_inspection,
-                },
+                security: self.security_settings(),
             },
             ha,
             demo: self.sim.demo,

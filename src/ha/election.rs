@@ -181,41 +181,18 @@ async fn term(
     };
     let mut lease = LeaseClient::new(channel.clone());
     let mut election = ElectionClient::new(channel.clone());
-    if let Some(id) = *stale_lease {
-        // Its key would hold the election until its TTL ran out.
-        if let Ok(Ok(_)) =
-            timeout(CALL_TIMEOUT, lease.lease_revoke(LeaseRevokeRequest { id })).await
-        {
-            *stale_lease = None;
-        }
-    }
-    let ttl_secs = settings.lease_ttl.as_secs().max(1) as i64;
-    let asked = Instant::now();
-    let granted = match timeout(
-        CALL_TIMEOUT,
-        lease.lease_grant(LeaseGrantRequest {
-            ttl: ttl_secs,
-            id: 0,
-        }),
-    )
-    .await
-    {
-        Ok(Ok(granted)) => granted.into_inner(),
-        Ok(Err(status)) => return Ended::Failed(format!("etcd refused a lease: {status}")),
-        Err(_) => return Ended::Failed(format!("etcd at {url} did not grant a lease in time")),
-    };
-    if granted.ttl <= 0 || !granted.error.is_empty() {
-        return Ended::Failed(format!("etcd refused a lease: {}", granted.error));
-    }
-    let lease_id = granted.id;
-    *stale_lease = Some(lease_id);
+    let (lease_id, granted_ttl, asked) =
+        match fresh_lease(&mut lease, settings.lease_ttl, url, stale_lease).await {
+            Ok(granted) => granted,
+            Err(ended) => return ended,
+        };
     leadership.set_campaigning(true);
     let margin = |ttl: i64| {
         let ttl = Duration::from_secs(ttl.max(0) as u64);
         ttl - ttl / FENCE_MARGIN_DIVISOR
     };
-    let mut lease_until = asked + margin(granted.ttl);
-    let every = Duration::from_secs(granted.ttl as u64) / RENEWALS_PER_TTL;
+    let mut lease_until = asked + margin(granted_ttl);
+    let every = Duration::from_secs(granted_ttl as u64) / RENEWALS_PER_TTL;
 
     let (renewed, mut renewals) = mpsc::channel(4);
     let _renewer = Helper(tokio::spawn(renew(
@@ -252,13 +229,7 @@ async fn term(
                 // standby they reach leads instead. A new term campaigns
                 // behind it.
                 leadership.stand_by(None);
-                let resign = ResignRequest { leader: leading.take() };
-                let _ = timeout(CALL_TIMEOUT, election.resign(resign)).await;
-                if let Ok(Ok(_)) =
-                    timeout(CALL_TIMEOUT, lease.lease_revoke(LeaseRevokeRequest { id: lease_id })).await
-                {
-                    *stale_lease = None;
-                }
+                resign(&mut election, &mut lease, leading.take(), lease_id, stale_lease).await;
                 tracing::warn!(
                     target: LOG,
                     "stepped down: no balancer asked /readyz for {} ms; resigned",
@@ -268,15 +239,7 @@ async fn term(
             }
             _ = stop.changed() => {
                 leadership.stand_by(None);
-                if let Some(key) = leading {
-                    let resign = ResignRequest { leader: Some(key) };
-                    let _ = timeout(CALL_TIMEOUT, election.resign(resign)).await;
-                }
-                if let Ok(Ok(_)) =
-                    timeout(CALL_TIMEOUT, lease.lease_revoke(LeaseRevokeRequest { id: lease_id })).await
-                {
-                    *stale_lease = None;
-                }
+                resign(&mut election, &mut lease, leading, lease_id, stale_lease).await;
                 tracing::info!(target: LOG, "resigned");
                 return Ended::Resigned;
             }
@@ -301,26 +264,10 @@ async fn term(
                 let Some(key) = key else {
                     return Ended::Failed("etcd answered the campaign without a leader key".to_owned());
                 };
-                // Campaign also returns if this lease died while it waited:
-                // lead only if etcd names this key, and the lease still runs.
-                let named = timeout(CALL_TIMEOUT, election.leader(LeaderRequest { name: name.clone() })).await;
-                let ours = matches!(&named, Ok(Ok(answer))
-                    if answer.get_ref().kv.as_ref().is_some_and(|kv| kv.key == key.key && kv.lease == lease_id));
-                // What the leader before saved, restored before any grant:
-                // a failover never undoes an operator's action.
-                let term = LeaderTerm {
-                    channel: channel.clone(),
-                    leader: key.clone(),
-                    key: saved_state::key(&settings.election_name),
-                };
-                if ours && let Err(why) = restore_saved_state(leadership, &term).await {
-                    return Ended::Failed(format!("won, but cannot restore the saved state: {why}"));
+                let office = Office { settings, leadership, channel: &channel, lease_id, lease_until };
+                if let Err(ended) = take_office(office, key.clone()).await {
+                    return ended;
                 }
-                if !ours || Instant::now() >= lease_until {
-                    return Ended::LeaseLost("won a campaign whose lease may have expired".to_owned());
-                }
-                leadership.set_term(Some(term));
-                leadership.lead(lease_until);
                 leading = Some(key);
             }
             Some(seen) = observations.recv() => match &leading {
@@ -337,6 +284,119 @@ async fn term(
             },
         }
     }
+}
+
+/// A fresh lease for a term, once the previous term's lease (whose key would
+/// hold the election until its TTL ran out) is revoked: its id, the TTL etcd
+/// granted and when it was asked for.
+async fn fresh_lease(
+    lease: &mut LeaseClient<Channel>,
+    ttl: Duration,
+    url: &str,
+    stale_lease: &mut Option<i64>,
+) -> Result<(i64, i64, Instant), Ended> {
+    if let Some(id) = *stale_lease
+        && let Ok(Ok(_)) =
+            timeout(CALL_TIMEOUT, lease.lease_revoke(LeaseRevokeRequest { id })).await
+    {
+        *stale_lease = None;
+    }
+    let asked = Instant::now();
+    let request = LeaseGrantRequest {
+        ttl: ttl.as_secs().max(1) as i64,
+        id: 0,
+    };
+    let granted = match timeout(CALL_TIMEOUT, lease.lease_grant(request)).await {
+        Ok(Ok(granted)) => granted.into_inner(),
+        Ok(Err(status)) => return Err(Ended::Failed(format!("etcd refused a lease: {status}"))),
+        Err(_) => {
+            return Err(Ended::Failed(format!(
+                "etcd at {url} did not grant a lease in time"
+            )));
+        }
+    };
+    if granted.ttl <= 0 || !granted.error.is_empty() {
+        return Err(Ended::Failed(format!(
+            "etcd refused a lease: {}",
+            granted.error
+        )));
+    }
+    *stale_lease = Some(granted.id);
+    Ok((granted.id, granted.ttl, asked))
+}
+
+/// Gives the election up: resigns the key if leading, revokes the lease.
+async fn resign(
+    election: &mut ElectionClient<Channel>,
+    lease: &mut LeaseClient<Channel>,
+    leading: Option<LeaderKey>,
+    lease_id: i64,
+    stale_lease: &mut Option<i64>,
+) {
+    if let Some(key) = leading {
+        let resign = ResignRequest { leader: Some(key) };
+        let _ = timeout(CALL_TIMEOUT, election.resign(resign)).await;
+    }
+    if let Ok(Ok(_)) = timeout(
+        CALL_TIMEOUT,
+        lease.lease_revoke(LeaseRevokeRequest { id: lease_id }),
+    )
+    .await
+    {
+        *stale_lease = None;
+    }
+}
+
+/// What a won campaign leads with.
+struct Office<'a> {
+    settings: &'a HaSettings,
+    leadership: &'a Leadership,
+    channel: &'a Channel,
+    lease_id: i64,
+    lease_until: Instant,
+}
+
+/// After a won campaign: leads if etcd names this key under a lease that
+/// still runs, with the state the leader before saved restored first.
+async fn take_office(office: Office<'_>, key: LeaderKey) -> Result<(), Ended> {
+    let Office {
+        settings,
+        leadership,
+        channel,
+        lease_id,
+        lease_until,
+    } = office;
+    let name = settings.election_name.as_bytes().to_vec();
+    let mut election = ElectionClient::new(channel.clone());
+    // Campaign also returns if this lease died while it waited:
+    // lead only if etcd names this key, and the lease still runs.
+    let named = timeout(
+        CALL_TIMEOUT,
+        election.leader(LeaderRequest { name: name.clone() }),
+    )
+    .await;
+    let ours = matches!(&named, Ok(Ok(answer))
+        if answer.get_ref().kv.as_ref().is_some_and(|kv| kv.key == key.key && kv.lease == lease_id));
+    // What the leader before saved, restored before any grant:
+    // a failover never undoes an operator's action.
+    let term = LeaderTerm {
+        channel: channel.clone(),
+        leader: key.clone(),
+        key: saved_state::key(&settings.election_name),
+    };
+    if ours && let Err(why) = restore_saved_state(leadership, &term).await {
+        return Err(Ended::Failed(format!(
+            "won, but cannot restore the saved state: {why}"
+        )));
+    }
+    if !ours || Instant::now() >= lease_until {
+        return Err(Ended::LeaseLost(
+            "won a campaign whose lease may have expired".to_owned(),
+        ));
+    }
+    leadership.set_term(Some(term));
+    leadership.lead(lease_until);
+    Ok(())
 }
 
 /// Reads the saved state and hands it to the keeper, if there is one.

@@ -83,7 +83,8 @@ impl Collector for TenantCollector {
             let buckets: Vec<(f64, u64)> = WAIT_BUCKETS
                 .iter()
                 .copied()
-                .chain([f64::INFINITY])
+                // The encoder writes `+Inf` for f64::MAX, never for infinity.
+                .chain([f64::MAX])
                 .zip(t.wait_buckets.iter().copied())
                 .collect();
             let count = t.wait_buckets.iter().sum();

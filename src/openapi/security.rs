@@ -100,8 +100,9 @@ mod tests {
                     }
                 }
             }
-            // The dashboard's two and the dump's three GET operations.
-            assert_eq!(guarded, if inspect_auth { 5 } else { 0 });
+            // The dashboard's three (overview, history, tenants) and the
+            // dump's three GET operations.
+            assert_eq!(guarded, if inspect_auth { 6 } else { 0 });
             // Every operators' RPC in both route styles.
             assert_eq!(admin, 2 * pb::Service::Admin.methods().len());
             assert_eq!(
