@@ -57,6 +57,11 @@ const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 /// What a change of the files is detected by.
 type Stamp = Option<(SystemTime, u64)>;
 
+/// The certificate's and the key's stamps.
+fn stamps(files: &TlsFiles) -> (Stamp, Stamp) {
+    (stamp(&files.cert), stamp(&files.key))
+}
+
 fn stamp(path: &Path) -> Stamp {
     let metadata = std::fs::metadata(path).ok()?;
     Some((metadata.modified().ok()?, metadata.len()))
@@ -90,6 +95,9 @@ impl Tls {
     /// a tokio runtime.
     pub fn start(files: &TlsFiles, counters: SecurityCounters) -> Result<Tls, String> {
         let provider = Arc::new(ring::default_provider());
+        // Taken before the files are read, not when the watcher first runs
+        // (late on a busy machine): a change in between is then seen.
+        let loaded = stamps(files);
         let pair = load_pair(files, &provider)?;
         let resolver = Arc::new(Reloading {
             current: RwLock::new(Arc::new(pair)),
@@ -121,6 +129,7 @@ impl Tls {
         tokio::spawn(watch(
             Arc::downgrade(&resolver),
             files.clone(),
+            loaded,
             provider,
             counters,
         ));
@@ -154,11 +163,10 @@ impl Tls {
 async fn watch(
     resolver: std::sync::Weak<Reloading>,
     files: TlsFiles,
+    mut loaded: (Stamp, Stamp),
     provider: Arc<CryptoProvider>,
     counters: SecurityCounters,
 ) {
-    let stamps = |files: &TlsFiles| (stamp(&files.cert), stamp(&files.key));
-    let mut loaded = stamps(&files);
     let mut ticks = tokio::time::interval(RELOAD_CHECK_PERIOD);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
