@@ -98,14 +98,18 @@ fn rpc_operation(
     for name in dialect_parameters(dialect) {
         operation = operation.parameter_ref(Ref::new(format!("#/components/parameters/{name}")));
     }
-    // A message with required fields cannot be empty; any other can.
+    // A message with required fields cannot be empty; any other can. Either
+    // way the body is required: a request without a `Content-Type` is
+    // refused (another site's page could send it), and an empty binary
+    // message is still a body of that type.
     let required = rules
         .iter()
         .any(|rule| rule.message == input.full_name() && rule.rule == Rule::Required);
     operation = operation.request_body(Some(
         RequestBodyBuilder::new()
             .description(Some(format!(
-                "`{}`. An empty binary body is the message with every field at its \
+                "`{}`, with its `Content-Type` (a request without one is refused, 415). \
+                 An empty binary body is the message with every field at its \
                  default{}; in JSON that message is `{{}}`, and an empty JSON body is refused.",
                 input.full_name(),
                 if required {
@@ -114,11 +118,7 @@ fn rpc_operation(
                     ""
                 }
             )))
-            .required(Some(if required {
-                utoipa::openapi::Required::True
-            } else {
-                utoipa::openapi::Required::False
-            }))
+            .required(Some(utoipa::openapi::Required::True))
             .content(JSON_MEDIA_TYPE, json_content(&input))
             .content(
                 PROTOBUF_MEDIA_TYPE,
