@@ -36,6 +36,11 @@ if [ "$have_major" != "$chromium_major" ]; then
   echo "warning: $message" >&2
 fi
 
+# curl: the TLS, cross-site, Connect and documentation tests run it.
+if ! command -v curl >/dev/null 2>&1; then
+  apt_install curl
+fi
+
 if ! command -v promtool >/dev/null 2>&1; then
   echo "installing prometheus (promtool, /metrics test)..."
   apt_install --no-install-recommends prometheus

@@ -92,32 +92,10 @@ fn health_check(port: u16) -> Option<u8> {
     }
 }
 
-/// A JSON RPC over HTTP: the status line and the `Rpc-Error-Code`.
+/// A JSON GetConfig over HTTP: the status line and the `Rpc-Error-Code`.
 fn json_get_config(port: u16) -> (u16, Option<String>) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(2)))
-        .expect("timeout");
     let body = format!("{{\"token\":\"{USER_TOKEN}\"}}");
-    write!(
-        stream,
-        "POST /rpc/yadcc.scheduler.SchedulerService.GetConfig HTTP/1.1\r\nHost: x\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("send");
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let code = answer
-        .lines()
-        .find_map(|line| line.strip_prefix("rpc-error-code: "))
-        .map(str::to_owned);
-    (status, code)
+    json_call(port, "GetConfig", &body, Duration::from_secs(2))
 }
 
 #[test]

@@ -436,3 +436,29 @@ impl Setup {
         self.haproxy.as_ref().expect("started with HAProxy").1
     }
 }
+
+/// A JSON RPC over HTTP/1.1 to `port`, answered within `within`: the status
+/// and the `Rpc-Error-Code` (None on success).
+pub fn json_call(port: u16, rpc: &str, body: &str, within: Duration) -> (u16, Option<String>) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream.set_read_timeout(Some(within)).expect("timeout");
+    write!(
+        stream,
+        "POST /rpc/yadcc.scheduler.SchedulerService.{rpc} HTTP/1.1\r\nHost: x\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let code = answer
+        .lines()
+        .find_map(|line| line.strip_prefix("rpc-error-code: "))
+        .map(str::to_owned);
+    (status, code)
+}

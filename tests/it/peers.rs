@@ -28,6 +28,7 @@ mod life;
 use std::{
     net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
+    process::Command,
     time::{Duration, Instant},
 };
 
@@ -141,10 +142,10 @@ pub async fn until_dump(
     }
 }
 
-/// Runs the stock compiler wrapper on the `delegate` machine in the LAN's
-/// work directory: `yadcc-cxx /usr/bin/g++ ARGS`, every file sent to the
-/// cloud and none answered from a cache. The wrapper's output if it failed.
-pub async fn remote_compile(peers: &Peers, lan: &Lan, args: &[String]) -> Result<(), String> {
+/// `yadcc-cxx /usr/bin/g++` on the `delegate` machine in the LAN's work
+/// directory, every file sent to the cloud and none answered from a cache;
+/// the compiler's arguments are the caller's.
+pub fn cloud_compile_command(peers: &Peers, lan: &Lan) -> Command {
     let mut command = lan.command("delegate", COMPILE_LIMIT, "env");
     command
         .current_dir(&lan.work)
@@ -153,8 +154,16 @@ pub async fn remote_compile(peers: &Peers, lan: &Lan, args: &[String]) -> Result
         .arg("YADCC_CACHE_CONTROL=0")
         .arg(format!("YADCC_DAEMON_PORT={}", lan::LOCAL_PORT))
         .arg(peers.cxx())
-        .arg("/usr/bin/g++")
-        .args(args);
+        .arg("/usr/bin/g++");
+    command
+}
+
+/// Runs the stock compiler wrapper on the `delegate` machine in the LAN's
+/// work directory: `yadcc-cxx /usr/bin/g++ ARGS`, every file sent to the
+/// cloud and none answered from a cache. The wrapper's output if it failed.
+pub async fn remote_compile(peers: &Peers, lan: &Lan, args: &[String]) -> Result<(), String> {
+    let mut command = cloud_compile_command(peers, lan);
+    command.args(args);
     let output = run_bounded(command).await;
     if output.status.success() {
         Ok(())

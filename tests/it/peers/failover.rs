@@ -27,7 +27,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{COMPILE_LIMIT, DAEMON_TOKEN, Lan, Peers, lan, servant_and_delegate};
+use super::{COMPILE_LIMIT, DAEMON_TOKEN, Lan, Peers, cloud_compile_command, servant_and_delegate};
 use crate::support::{
     Binary, Launch, SERVANT_TOKEN, USER_TOKEN, bounded, heavy, http_client, run_bounded,
 };
@@ -213,15 +213,8 @@ struct Compile {
 /// `sample.cc` with `-DVARIANT=variant` through the delegate daemon.
 async fn compile(peers: &Peers, lan: &Lan, variant: usize, object: String) -> Compile {
     let started = Instant::now();
-    let mut command = lan.command("delegate", COMPILE_LIMIT, "env");
+    let mut command = cloud_compile_command(peers, lan);
     command
-        .current_dir(&lan.work)
-        .arg(format!("HOME={}", lan.work.display()))
-        .arg("YADCC_COMPILE_ON_CLOUD_SIZE_THRESHOLD=0")
-        .arg("YADCC_CACHE_CONTROL=0")
-        .arg(format!("YADCC_DAEMON_PORT={}", lan::LOCAL_PORT))
-        .arg(peers.cxx())
-        .arg("/usr/bin/g++")
         .args(FLAGS)
         .arg(format!("-DVARIANT={variant}"))
         .args(["-c", "sample.cc", "-o", &object]);
