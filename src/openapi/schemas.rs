@@ -678,8 +678,16 @@ mod tests {
         );
         let heartbeat_path = &json["paths"]["/rpc/yadcc.scheduler.SchedulerService.Heartbeat"];
         assert_eq!(heartbeat_path["post"]["requestBody"]["required"], true);
+        // Even a call whose empty message is valid needs a body's Content-Type:
+        // without one the cross-site rule refuses it (415).
         let config_path = &json["paths"]["/rpc/yadcc.scheduler.SchedulerService.GetConfig"];
-        assert_eq!(config_path["post"]["requestBody"]["required"], false);
+        assert_eq!(config_path["post"]["requestBody"]["required"], true);
+        assert!(
+            config_path["post"]["requestBody"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("415")
+        );
         let timeout = &json["components"]["parameters"][RPC_TIMEOUT]["schema"];
         assert_eq!(timeout["type"], json!(["integer", "string"]));
         assert_eq!(timeout["maximum"], json!(grammar::TIMEOUT_MS.end()));
