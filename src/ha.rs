@@ -40,6 +40,7 @@
 //! ready unless leading. Without `--ha_etcd_endpoints` it is
 //! [`Leadership::solo`]: always serving, no clock read, no task.
 
+mod connection;
 pub mod election;
 mod etcd;
 pub mod probe;
@@ -60,6 +61,7 @@ use prometheus_client::metrics::{
 };
 use tokio::{sync::watch, time::Instant};
 
+pub use connection::{read_certificates, read_key};
 pub use saved_state::SavedStateKeeper;
 
 use crate::{
@@ -93,6 +95,30 @@ pub struct HaSettings {
     /// What this instance proclaims when it leads, shown by the others
     /// ("standby, leader is X").
     pub instance: String,
+    /// How etcd is reached: TLS files and etcd's authentication.
+    pub access: EtcdAccess,
+}
+
+/// `--ha_etcd_ca_file`, `--ha_etcd_cert_file`/`--ha_etcd_key_file` and
+/// `--ha_etcd_user`/`--ha_etcd_password_file`: how the endpoints are
+/// reached (the files are read again on every connection).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdAccess {
+    /// The CA (PEM) etcd's server certificates chain to; needed by
+    /// `https://` endpoints.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// A client certificate chain and its key (PEM), for an etcd that runs
+    /// `--client-cert-auth`.
+    pub client_identity: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// etcd's user authentication; None calls without a token.
+    pub credentials: Option<EtcdCredentials>,
+}
+
+/// An etcd user and its password (read from `--ha_etcd_password_file`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdCredentials {
+    pub user: String,
+    pub password: crate::engine::Redacted<String>,
 }
 
 /// What an instance listening on `local` proclaims when it leads: the

@@ -78,6 +78,12 @@ async fn main() -> ExitCode {
 
 async fn run(settings: Settings) -> std::io::Result<()> {
     warn_about_open_doors(&settings);
+    // Refused credentials never heal: stop now rather than stand by for ever.
+    if let Some(ha) = &settings.ha {
+        ha::election::check_credentials(ha)
+            .await
+            .map_err(std::io::Error::other)?;
+    }
     let mut engine_config = settings.engine.clone();
     // With a hot standby, the engine grants only while elected.
     let fence = settings.ha.is_some().then(GrantFence::closed);

@@ -196,8 +196,8 @@ pub struct ServerFlags {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Comma-separated etcd client URLs (`http://etcd1:2379,...`): run as one
-    /// of several schedulers of which the one elected on etcd serves and the
+    /// Comma-separated etcd client URLs (`http://etcd1:2379,...`, or all
+    /// `https://` with --ha_etcd_ca_file): run as one of several schedulers of which the one elected on etcd serves and the
     /// others stand by, ready to take over. Needs
     /// --serving_daemon_token_secret (the same on every instance).
     #[arg(long, value_delimiter = ',')]
@@ -220,6 +220,31 @@ pub struct ServerFlags {
     /// 2s; 0 (the default) never resigns for that.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub ha_resign_unchecked_after: Duration,
+
+    /// CA certificates (PEM) etcd's server certificates chain to: needed by
+    /// `https://` endpoints in --ha_etcd_endpoints (no system root store:
+    /// etcd's certificates come from a private CA). Read on every connection.
+    #[arg(long)]
+    pub ha_etcd_ca_file: Option<std::path::PathBuf>,
+
+    /// A client certificate chain (PEM) for etcd, when etcd runs
+    /// `--client-cert-auth`; with --ha_etcd_key_file.
+    #[arg(long, requires = "ha_etcd_key_file")]
+    pub ha_etcd_cert_file: Option<std::path::PathBuf>,
+
+    /// The private key of --ha_etcd_cert_file (PEM).
+    #[arg(long, requires = "ha_etcd_cert_file")]
+    pub ha_etcd_key_file: Option<std::path::PathBuf>,
+
+    /// The etcd user the instances authenticate as (etcd's `auth enable`);
+    /// its password comes from --ha_etcd_password_file.
+    #[arg(long, requires = "ha_etcd_password_file")]
+    pub ha_etcd_user: Option<String>,
+
+    /// A file holding --ha_etcd_user's password (one line; a trailing
+    /// newline is ignored), so it never shows in the process list.
+    #[arg(long, requires = "ha_etcd_user")]
+    pub ha_etcd_password_file: Option<std::path::PathBuf>,
 
     /// TLS certificate chain (PEM, the server's certificate first) served on
     /// the same port as the plaintext protocols: a connection that opens

@@ -9,7 +9,7 @@ use crate::{
     dashboard::InspectAccess,
     edge::{self, EdgeSettings},
     engine::{self, Redacted},
-    ha::{self, HaSettings},
+    ha::{self, EtcdAccess, EtcdCredentials, HaSettings},
     rpc::state::ServeSettings,
     security::{SecuritySettings, TlsFiles},
 };
@@ -243,14 +243,12 @@ impl Cli {
             .map(|url| url.trim())
             .filter(|url| !url.is_empty())
             .map(|url| {
-                if url.starts_with("https://") {
-                    Err(format!(
-                        "--ha_etcd_endpoints: {url}: TLS to etcd is not supported; use http:// on a trusted network"
-                    ))
-                } else if url.starts_with("http://") {
+                if url.starts_with("http://") || url.starts_with("https://") {
                     Ok(url.to_owned())
                 } else if url.contains("://") {
-                    Err(format!("--ha_etcd_endpoints: {url} is not an http:// URL"))
+                    Err(format!(
+                        "--ha_etcd_endpoints: {url} is not an http:// or https:// URL"
+                    ))
                 } else {
                     Ok(format!("http://{url}"))
                 }
@@ -259,6 +257,7 @@ impl Cli {
         if endpoints.is_empty() {
             return Ok(None);
         }
+        let access = self.etcd_access(&endpoints)?;
         if self.sim.demo {
             return Err("--demo cannot run with --ha_etcd_endpoints".to_owned());
         }
@@ -291,7 +290,73 @@ impl Cli {
             resign_unchecked_after: Some(flags.ha_resign_unchecked_after)
                 .filter(|after| !after.is_zero()),
             instance: String::new(),
+            access,
         }))
+    }
+
+    /// TLS and authentication to etcd, checked against the endpoints'
+    /// scheme; the files are read here once, so a wrong one stops the start.
+    fn etcd_access(&self, endpoints: &[String]) -> Result<EtcdAccess, String> {
+        let flags = &self.server;
+        let secure = endpoints.iter().filter(|url| url.starts_with("https://")).count();
+        if secure != 0 && secure != endpoints.len() {
+            return Err(
+                "--ha_etcd_endpoints: either every endpoint is https:// or none is".to_owned(),
+            );
+        }
+        let named = |flag: &str, error: String| format!("--{flag}: {error}");
+        if secure == 0 {
+            if flags.ha_etcd_ca_file.is_some() || flags.ha_etcd_cert_file.is_some() {
+                return Err(
+                    "--ha_etcd_ca_file and --ha_etcd_cert_file are for https:// etcd endpoints"
+                        .to_owned(),
+                );
+            }
+        } else {
+            let Some(ca) = &flags.ha_etcd_ca_file else {
+                return Err(
+                    "https:// etcd endpoints need --ha_etcd_ca_file (the CA etcd's certificates chain to)"
+                        .to_owned(),
+                );
+            };
+            ha::read_certificates(ca).map_err(|error| named("ha_etcd_ca_file", error))?;
+        }
+        let client_identity = flags
+            .ha_etcd_cert_file
+            .clone()
+            .zip(flags.ha_etcd_key_file.clone());
+        if let Some((cert, key)) = &client_identity {
+            ha::read_certificates(cert).map_err(|error| named("ha_etcd_cert_file", error))?;
+            ha::read_key(key).map_err(|error| named("ha_etcd_key_file", error))?;
+        }
+        let credentials = match (&flags.ha_etcd_user, &flags.ha_etcd_password_file) {
+            (Some(user), Some(path)) => {
+                if user.is_empty() {
+                    return Err("--ha_etcd_user must not be empty".to_owned());
+                }
+                let text = std::fs::read_to_string(path).map_err(|error| {
+                    named("ha_etcd_password_file", format!("{}: {error}", path.display()))
+                })?;
+                let password = text.strip_suffix('\n').unwrap_or(&text);
+                let password = password.strip_suffix('\r').unwrap_or(password);
+                if password.is_empty() || password.contains('\n') {
+                    return Err(format!(
+                        "--ha_etcd_password_file: {} must hold the password on one line",
+                        path.display()
+                    ));
+                }
+                Some(EtcdCredentials {
+                    user: user.clone(),
+                    password: password.into(),
+                })
+            }
+            _ => None,
+        };
+        Ok(EtcdAccess {
+            ca_file: flags.ha_etcd_ca_file.clone(),
+            client_identity,
+            credentials,
+        })
     }
 
     /// The connection limits, checked: every timeout above zero, the idle

@@ -16,10 +16,9 @@ use tokio::{
     task::JoinHandle,
     time::{Instant, sleep, sleep_until, timeout},
 };
-use tonic::transport::{Channel, Endpoint};
-
 use super::{
     HaSettings, Leadership,
+    connection::{ConnectError, EtcdConnection},
     etcd::{
         etcdserverpb::{
             LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest, lease_client::LeaseClient,
@@ -40,12 +39,8 @@ const RENEWALS_PER_TTL: u32 = 3;
 /// The fence keeps 1/this of the TTL in hand: the margin for the two
 /// clocks' rates and the moment etcd takes to act on an expiry.
 const FENCE_MARGIN_DIVISOR: u32 = 10;
-/// Connecting to an etcd endpoint.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Each unary call but `Campaign` (which waits for the election).
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
-/// HTTP/2 pings on the etcd connection, so a dead etcd is noticed.
-const PING_INTERVAL: Duration = Duration::from_secs(1);
 /// Between two terms, and between two tries to observe the election.
 const RETRY_PAUSE: Duration = Duration::from_millis(300);
 /// How often a leader looks at when a balancer last checked it.
@@ -86,6 +81,23 @@ impl Election {
     }
 }
 
+/// Before the election starts: an error if the first etcd endpoint that
+/// answers refuses this instance's user or password. Unreachable endpoints
+/// are no error (etcd may come up later; the election retries).
+pub async fn check_credentials(settings: &HaSettings) -> Result<(), String> {
+    if settings.access.credentials.is_none() {
+        return Ok(());
+    }
+    for url in &settings.endpoints {
+        match EtcdConnection::open(url, &settings.access).await {
+            Ok(_) => return Ok(()),
+            Err(ConnectError::Refused(why)) => return Err(why),
+            Err(ConnectError::Unreachable(why)) => tracing::warn!(target: LOG, "{why}"),
+        }
+    }
+    Ok(())
+}
+
 /// Why a term ended.
 enum Ended {
     Resigned,
@@ -93,6 +105,8 @@ enum Ended {
     LeaseLost(String),
     /// etcd failed or refused: try the next endpoint.
     Failed(String),
+    /// etcd refused this instance's credentials: an operator must act.
+    Refused(String),
 }
 
 async fn run(settings: HaSettings, leadership: Leadership, mut stop: watch::Receiver<bool>) {
@@ -118,6 +132,10 @@ async fn run(settings: HaSettings, leadership: Leadership, mut stop: watch::Rece
                 } else {
                     tracing::info!(target: LOG, "{why}");
                 }
+                endpoint += 1;
+            }
+            Ended::Refused(why) => {
+                tracing::error!(target: LOG, "not campaigning: {why}");
                 endpoint += 1;
             }
         }
@@ -153,21 +171,6 @@ struct Observed {
     lease: i64,
 }
 
-async fn connect(url: &str) -> Result<Channel, String> {
-    let endpoint = Endpoint::from_shared(url.to_owned())
-        .map_err(|error| format!("bad etcd endpoint {url:?}: {error}"))?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(PING_INTERVAL)
-        .keep_alive_timeout(PING_INTERVAL)
-        .keep_alive_while_idle(true);
-    match timeout(CONNECT_TIMEOUT, endpoint.connect()).await {
-        Ok(Ok(channel)) => Ok(channel),
-        Ok(Err(error)) => Err(format!("cannot reach etcd at {url}: {error}")),
-        Err(_) => Err(format!("cannot reach etcd at {url}: timed out")),
-    }
-}
-
 async fn term(
     settings: &HaSettings,
     leadership: &Leadership,
@@ -175,14 +178,13 @@ async fn term(
     url: &str,
     stale_lease: &mut Option<i64>,
 ) -> Ended {
-    let channel = match connect(url).await {
-        Ok(channel) => channel,
-        Err(why) => return Ended::Failed(why),
+    let etcd = match EtcdConnection::open(url, &settings.access).await {
+        Ok(etcd) => etcd,
+        Err(ConnectError::Unreachable(why)) => return Ended::Failed(why),
+        Err(ConnectError::Refused(why)) => return Ended::Refused(why),
     };
-    let mut lease = LeaseClient::new(channel.clone());
-    let mut election = ElectionClient::new(channel.clone());
     let (lease_id, granted_ttl, asked) =
-        match fresh_lease(&mut lease, settings.lease_ttl, url, stale_lease).await {
+        match fresh_lease(&etcd, settings.lease_ttl, url, stale_lease).await {
             Ok(granted) => granted,
             Err(ended) => return ended,
         };
@@ -196,7 +198,7 @@ async fn term(
 
     let (renewed, mut renewals) = mpsc::channel(4);
     let _renewer = Helper(tokio::spawn(renew(
-        lease.clone(),
+        etcd.clone(),
         lease_id,
         every,
         renewed,
@@ -205,15 +207,18 @@ async fn term(
     let name = settings.election_name.as_bytes().to_vec();
     let (observed, mut observations) = mpsc::channel(4);
     let _observer = Helper(tokio::spawn(observe(
-        election.clone(),
+        etcd.clone(),
         name.clone(),
         observed,
     )));
-    let mut campaigner = election.clone();
-    let mut campaign = pin!(campaigner.campaign(CampaignRequest {
+    let request = CampaignRequest {
         name: name.clone(),
         lease: lease_id,
         value: settings.instance.as_bytes().to_vec(),
+    };
+    let mut campaign = pin!(etcd.call(move |service| {
+        let request = request.clone();
+        async move { ElectionClient::new(service).campaign(request).await }
     }));
     let mut campaigning = true;
     let mut leading: Option<LeaderKey> = None;
@@ -229,7 +234,7 @@ async fn term(
                 // standby they reach leads instead. A new term campaigns
                 // behind it.
                 leadership.stand_by(None);
-                resign(&mut election, &mut lease, leading.take(), lease_id, stale_lease).await;
+                resign(&etcd, leading.take(), lease_id, stale_lease).await;
                 tracing::warn!(
                     target: LOG,
                     "stepped down: no balancer asked /readyz for {} ms; resigned",
@@ -239,7 +244,7 @@ async fn term(
             }
             _ = stop.changed() => {
                 leadership.stand_by(None);
-                resign(&mut election, &mut lease, leading, lease_id, stale_lease).await;
+                resign(&etcd, leading, lease_id, stale_lease).await;
                 tracing::info!(target: LOG, "resigned");
                 return Ended::Resigned;
             }
@@ -264,7 +269,7 @@ async fn term(
                 let Some(key) = key else {
                     return Ended::Failed("etcd answered the campaign without a leader key".to_owned());
                 };
-                let office = Office { settings, leadership, channel: &channel, lease_id, lease_until };
+                let office = Office { settings, leadership, etcd: &etcd, lease_id, lease_until };
                 if let Err(ended) = take_office(office, key.clone()).await {
                     return ended;
                 }
@@ -290,14 +295,13 @@ async fn term(
 /// hold the election until its TTL ran out) is revoked: its id, the TTL etcd
 /// granted and when it was asked for.
 async fn fresh_lease(
-    lease: &mut LeaseClient<Channel>,
+    etcd: &EtcdConnection,
     ttl: Duration,
     url: &str,
     stale_lease: &mut Option<i64>,
 ) -> Result<(i64, i64, Instant), Ended> {
     if let Some(id) = *stale_lease
-        && let Ok(Ok(_)) =
-            timeout(CALL_TIMEOUT, lease.lease_revoke(LeaseRevokeRequest { id })).await
+        && let Ok(Ok(_)) = timeout(CALL_TIMEOUT, revoke(etcd, id)).await
     {
         *stale_lease = None;
     }
@@ -306,7 +310,11 @@ async fn fresh_lease(
         ttl: ttl.as_secs().max(1) as i64,
         id: 0,
     };
-    let granted = match timeout(CALL_TIMEOUT, lease.lease_grant(request)).await {
+    let grant = etcd.call(|service| {
+        let request = request.clone();
+        async move { LeaseClient::new(service).lease_grant(request).await }
+    });
+    let granted = match timeout(CALL_TIMEOUT, grant).await {
         Ok(Ok(granted)) => granted.into_inner(),
         Ok(Err(status)) => return Err(Ended::Failed(format!("etcd refused a lease: {status}"))),
         Err(_) => {
@@ -327,31 +335,40 @@ async fn fresh_lease(
 
 /// Gives the election up: resigns the key if leading, revokes the lease.
 async fn resign(
-    election: &mut ElectionClient<Channel>,
-    lease: &mut LeaseClient<Channel>,
+    etcd: &EtcdConnection,
     leading: Option<LeaderKey>,
     lease_id: i64,
     stale_lease: &mut Option<i64>,
 ) {
     if let Some(key) = leading {
-        let resign = ResignRequest { leader: Some(key) };
-        let _ = timeout(CALL_TIMEOUT, election.resign(resign)).await;
+        let resign = etcd.call(|service| {
+            let request = ResignRequest {
+                leader: Some(key.clone()),
+            };
+            async move { ElectionClient::new(service).resign(request).await }
+        });
+        let _ = timeout(CALL_TIMEOUT, resign).await;
     }
-    if let Ok(Ok(_)) = timeout(
-        CALL_TIMEOUT,
-        lease.lease_revoke(LeaseRevokeRequest { id: lease_id }),
-    )
-    .await
-    {
+    if let Ok(Ok(_)) = timeout(CALL_TIMEOUT, revoke(etcd, lease_id)).await {
         *stale_lease = None;
     }
+}
+
+async fn revoke(etcd: &EtcdConnection, id: i64) -> Result<(), tonic::Status> {
+    etcd.call(|service| async move {
+        LeaseClient::new(service)
+            .lease_revoke(LeaseRevokeRequest { id })
+            .await
+    })
+    .await
+    .map(drop)
 }
 
 /// What a won campaign leads with.
 struct Office<'a> {
     settings: &'a HaSettings,
     leadership: &'a Leadership,
-    channel: &'a Channel,
+    etcd: &'a EtcdConnection,
     lease_id: i64,
     lease_until: Instant,
 }
@@ -362,25 +379,24 @@ async fn take_office(office: Office<'_>, key: LeaderKey) -> Result<(), Ended> {
     let Office {
         settings,
         leadership,
-        channel,
+        etcd,
         lease_id,
         lease_until,
     } = office;
     let name = settings.election_name.as_bytes().to_vec();
-    let mut election = ElectionClient::new(channel.clone());
     // Campaign also returns if this lease died while it waited:
     // lead only if etcd names this key, and the lease still runs.
-    let named = timeout(
-        CALL_TIMEOUT,
-        election.leader(LeaderRequest { name: name.clone() }),
-    )
-    .await;
+    let leader = etcd.call(|service| {
+        let request = LeaderRequest { name: name.clone() };
+        async move { ElectionClient::new(service).leader(request).await }
+    });
+    let named = timeout(CALL_TIMEOUT, leader).await;
     let ours = matches!(&named, Ok(Ok(answer))
         if answer.get_ref().kv.as_ref().is_some_and(|kv| kv.key == key.key && kv.lease == lease_id));
     // What the leader before saved, restored before any grant:
     // a failover never undoes an operator's action.
     let term = LeaderTerm {
-        channel: channel.clone(),
+        etcd: etcd.clone(),
         leader: key.clone(),
         key: saved_state::key(&settings.election_name),
     };
@@ -404,7 +420,7 @@ async fn restore_saved_state(leadership: &Leadership, term: &LeaderTerm) -> Resu
     let Some(keeper) = leadership.keeper() else {
         return Ok(());
     };
-    let saved = saved_state::read(term.channel.clone(), term.key.clone()).await?;
+    let saved = saved_state::read(&term.etcd, term.key.clone()).await?;
     keeper.restore_saved(saved.as_deref())?;
     tracing::info!(
         target: LOG,
@@ -418,7 +434,7 @@ async fn restore_saved_state(leadership: &Leadership, term: &LeaderTerm) -> Resu
 /// stream (opened again when it breaks), each answer reported with the
 /// time its request was sent.
 async fn renew(
-    mut lease: LeaseClient<Channel>,
+    etcd: EtcdConnection,
     id: i64,
     every: Duration,
     events: mpsc::Sender<Renewal>,
@@ -434,8 +450,11 @@ async fn renew(
             queued.recv().await.map(|request| (request, queued))
         });
         let opened_by = Instant::now() + every;
+        let mut lease = LeaseClient::new(etcd.service());
         let mut answers = match timeout(every, lease.lease_keep_alive(stream)).await {
             Ok(Ok(answers)) => answers.into_inner(),
+            // The stream's requests are spent: a new token, then a new stream.
+            Ok(Err(status)) if etcd.renews_token_for(&status).await => continue,
             _ => {
                 sleep_until(opened_by).await;
                 continue;
@@ -479,13 +498,13 @@ async fn renew(
 }
 
 /// Reports every proclamation of the election's leader.
-async fn observe(
-    mut election: ElectionClient<Channel>,
-    name: Vec<u8>,
-    events: mpsc::Sender<Observed>,
-) {
+async fn observe(etcd: EtcdConnection, name: Vec<u8>, events: mpsc::Sender<Observed>) {
     loop {
-        if let Ok(answers) = election.observe(LeaderRequest { name: name.clone() }).await {
+        let observing = etcd.call(|service| {
+            let request = LeaderRequest { name: name.clone() };
+            async move { ElectionClient::new(service).observe(request).await }
+        });
+        if let Ok(answers) = observing.await {
             let mut answers = answers.into_inner();
             while let Ok(Some(answer)) = answers.message().await {
                 let Some(kv) = answer.kv else { continue };

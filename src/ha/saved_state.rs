@@ -12,8 +12,8 @@
 use std::{fmt, time::Duration};
 
 use tokio::time::timeout;
-use tonic::transport::Channel;
 
+use super::connection::EtcdConnection;
 use super::etcd::{
     etcdserverpb::{
         Compare, PutRequest, RangeRequest, RequestOp, TxnRequest,
@@ -42,19 +42,22 @@ pub fn key(election_name: &str) -> Vec<u8> {
 /// What a leader writes with: its connection to etcd and its election key.
 #[derive(Debug, Clone)]
 pub(super) struct LeaderTerm {
-    pub channel: Channel,
+    pub etcd: EtcdConnection,
     pub leader: LeaderKey,
     pub key: Vec<u8>,
 }
 
 /// The saved value, linearizable (a leader must see the last write of the
 /// one before it); None if nothing was saved yet.
-pub(super) async fn read(channel: Channel, key: Vec<u8>) -> Result<Option<Vec<u8>>, String> {
-    let range = RangeRequest {
-        key,
-        ..RangeRequest::default()
-    };
-    let answer = timeout(CALL_TIMEOUT, KvClient::new(channel).range(range))
+pub(super) async fn read(etcd: &EtcdConnection, key: Vec<u8>) -> Result<Option<Vec<u8>>, String> {
+    let range = etcd.call(|service| {
+        let request = RangeRequest {
+            key: key.clone(),
+            ..RangeRequest::default()
+        };
+        async move { KvClient::new(service).range(request).await }
+    });
+    let answer = timeout(CALL_TIMEOUT, range)
         .await
         .map_err(|_| "etcd did not answer the read of the saved state in time".to_owned())?
         .map_err(|status| format!("etcd refused the read of the saved state: {status}"))?;
@@ -87,7 +90,11 @@ pub(super) async fn write(term: LeaderTerm, value: Vec<u8>) -> Result<(), String
         success: vec![put],
         failure: Vec::new(),
     };
-    let answer = timeout(CALL_TIMEOUT, KvClient::new(term.channel).txn(txn))
+    let write = term.etcd.call(|service| {
+        let request = txn.clone();
+        async move { KvClient::new(service).txn(request).await }
+    });
+    let answer = timeout(CALL_TIMEOUT, write)
         .await
         .map_err(|_| "etcd did not answer the write in time".to_owned())?
         .map_err(|status| format!("etcd refused the write: {status}"))?;
