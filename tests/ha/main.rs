@@ -10,6 +10,7 @@ mod admin;
 mod deploy;
 mod frozen;
 mod partition;
+mod secure;
 mod support;
 
 use std::{

@@ -24,7 +24,7 @@ const PROGRAM_LIFETIME_SECS: u64 = 300;
 /// Until HAProxy has checked every server enough to know which is down.
 const HAPROXY_FIRST_CHECKS: Duration = Duration::from_millis(1500);
 /// How long a program may take to come up.
-const START_TIMEOUT: Duration = Duration::from_secs(20);
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The tests of this binary run one at a time: each starts etcd, two
 /// schedulers and maybe HAProxy and load, and timings are what they test.
@@ -91,7 +91,7 @@ pub struct External {
 }
 
 impl External {
-    fn spawn(mut command: Command) -> External {
+    pub fn spawn(mut command: Command) -> External {
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -143,7 +143,7 @@ impl Drop for External {
     }
 }
 
-fn under_timeout(program: &Path) -> Command {
+pub fn under_timeout(program: &Path) -> Command {
     let mut command = Command::new("timeout");
     command
         .arg("-s")
