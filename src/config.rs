@@ -11,6 +11,8 @@
 
 pub mod demo;
 pub mod gflags;
+#[cfg(test)]
+mod ha_tests;
 pub mod server;
 pub mod settings;
 pub mod tenants_file;

@@ -298,7 +298,10 @@ impl Cli {
     /// scheme; the files are read here once, so a wrong one stops the start.
     fn etcd_access(&self, endpoints: &[String]) -> Result<EtcdAccess, String> {
         let flags = &self.server;
-        let secure = endpoints.iter().filter(|url| url.starts_with("https://")).count();
+        let secure = endpoints
+            .iter()
+            .filter(|url| url.starts_with("https://"))
+            .count();
         if secure != 0 && secure != endpoints.len() {
             return Err(
                 "--ha_etcd_endpoints: either every endpoint is https:// or none is".to_owned(),
@@ -335,7 +338,10 @@ impl Cli {
                     return Err("--ha_etcd_user must not be empty".to_owned());
                 }
                 let text = std::fs::read_to_string(path).map_err(|error| {
-                    named("ha_etcd_password_file", format!("{}: {error}", path.display()))
+                    named(
+                        "ha_etcd_password_file",
+                        format!("{}: {error}", path.display()),
+                    )
                 })?;
                 let password = text.strip_suffix('\n').unwrap_or(&text);
                 let password = password.strip_suffix('\r').unwrap_or(password);

@@ -5,7 +5,7 @@ use std::{ffi::OsString, time::Duration};
 use super::*;
 use crate::{dashboard::InspectAccess, edge::EdgeSettings, engine};
 
-fn cli(args: &[&str]) -> Cli {
+pub(super) fn cli(args: &[&str]) -> Cli {
     Cli::try_parse_args(std::iter::once("yadcc-scheduler").chain(args.iter().copied())).unwrap()
 }
 
@@ -498,50 +498,6 @@ fn the_bench_route_flag_exists_only_in_bench_builds() {
     {
         assert!(parsed.unwrap().settings().unwrap().bench_bare_route);
         assert!(!cli(&["--demo"]).settings().unwrap().bench_bare_route);
-    }
-}
-
-#[test]
-fn a_hot_standby_needs_the_shared_secret_and_whole_second_leases() {
-    let tokens = [
-        "--acceptable_user_tokens=u",
-        "--acceptable_servant_tokens=s",
-    ];
-    let with = |extra: &[&str]| {
-        let mut args = tokens.to_vec();
-        args.extend_from_slice(extra);
-        cli(&args).settings()
-    };
-    // Without the flag nothing changes.
-    assert_eq!(with(&[]).unwrap().ha, None);
-    let error = with(&["--ha_etcd_endpoints=127.0.0.1:2379"]).unwrap_err();
-    assert!(error.contains("--serving_daemon_token_secret"), "{error}");
-    let ha = with(&[
-        "--ha_etcd_endpoints=127.0.0.1:2379,http://etcd-2:2379",
-        "--serving_daemon_token_secret=x",
-    ])
-    .unwrap()
-    .ha
-    .expect("HA settings");
-    assert_eq!(
-        ha.endpoints,
-        ["http://127.0.0.1:2379", "http://etcd-2:2379"],
-        "a bare address is http"
-    );
-    assert_eq!(ha.election_name, "yadcc-scheduler");
-    assert_eq!(ha.lease_ttl, std::time::Duration::from_secs(3));
-    for (bad, says) in [
-        ("--ha_lease_ttl=2500ms", "whole seconds"),
-        ("--ha_lease_ttl=1s", "at least 2s"),
-        ("--ha_etcd_endpoints=https://etcd:2379", "TLS"),
-        ("--ha_election_name=", "must not be empty"),
-    ] {
-        let mut extra = vec!["--serving_daemon_token_secret=x", bad];
-        if !bad.starts_with("--ha_etcd_endpoints") {
-            extra.push("--ha_etcd_endpoints=etcd:2379");
-        }
-        let error = with(&extra).unwrap_err();
-        assert!(error.contains(says), "{bad}: {error}");
     }
 }
 

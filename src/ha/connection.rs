@@ -32,6 +32,10 @@ use super::{
     etcd::etcdserverpb::{AuthenticateRequest, auth_client::AuthClient},
 };
 
+/// Target of the hot standby's log lines (the election's and its
+/// connections').
+pub const LOG: &str = "yadcc_scheduler::ha";
+
 /// Connecting to an etcd endpoint, the TLS handshake included.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// `Authenticate` (etcd hashes the password with bcrypt: tens of ms).
@@ -124,11 +128,11 @@ impl EtcdConnection {
         }
         match self.authenticate().await {
             Ok(()) => {
-                tracing::info!(target: super::election::LOG, "etcd refused the token ({}); authenticated again", status.message());
+                tracing::info!(target: LOG, "etcd refused the token ({}); authenticated again", status.message());
                 true
             }
             Err(error) => {
-                tracing::warn!(target: super::election::LOG, "etcd refused the token and a new one: {error:?}");
+                tracing::warn!(target: LOG, "etcd refused the token and a new one: {error:?}");
                 false
             }
         }
@@ -151,7 +155,7 @@ impl EtcdConnection {
                 // Clients are configured before etcd's `auth enable`, so
                 // this is a step of a migration, not a fault.
                 tracing::warn!(
-                    target: super::election::LOG,
+                    target: LOG,
                     "--ha_etcd_user is set but etcd at {url} has no authentication enabled; calling without a token"
                 );
                 self.token.set(None);

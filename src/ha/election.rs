@@ -11,11 +11,6 @@
 
 use std::{pin::pin, time::Duration};
 
-use tokio::{
-    sync::{mpsc, watch},
-    task::JoinHandle,
-    time::{Instant, sleep, sleep_until, timeout},
-};
 use super::{
     HaSettings, Leadership,
     connection::{ConnectError, EtcdConnection},
@@ -30,9 +25,13 @@ use super::{
     },
     saved_state::{self, LeaderTerm},
 };
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+    time::{Instant, sleep, sleep_until, timeout},
+};
 
-/// Target of the election's log lines.
-pub const LOG: &str = "yadcc_scheduler::ha";
+pub use super::connection::LOG;
 
 /// Renewals sent per TTL: one lost renewal still leaves two chances.
 const RENEWALS_PER_TTL: u32 = 3;
@@ -206,11 +205,7 @@ async fn term(
     )));
     let name = settings.election_name.as_bytes().to_vec();
     let (observed, mut observations) = mpsc::channel(4);
-    let _observer = Helper(tokio::spawn(observe(
-        etcd.clone(),
-        name.clone(),
-        observed,
-    )));
+    let _observer = Helper(tokio::spawn(observe(etcd.clone(), name.clone(), observed)));
     let request = CampaignRequest {
         name: name.clone(),
         lease: lease_id,
@@ -310,10 +305,8 @@ async fn fresh_lease(
         ttl: ttl.as_secs().max(1) as i64,
         id: 0,
     };
-    let grant = etcd.call(|service| {
-        let request = request.clone();
-        async move { LeaseClient::new(service).lease_grant(request).await }
-    });
+    let grant =
+        etcd.call(|service| async move { LeaseClient::new(service).lease_grant(request).await });
     let granted = match timeout(CALL_TIMEOUT, grant).await {
         Ok(Ok(granted)) => granted.into_inner(),
         Ok(Err(status)) => return Err(Ended::Failed(format!("etcd refused a lease: {status}"))),

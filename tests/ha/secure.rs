@@ -216,9 +216,11 @@ fn over_mutual_tls_as_an_etcd_user_one_of_two_leads_and_lapsed_tokens_are_renewe
     let mut b = Scheduler::start_with(free_port(), &etcd.https_url, &flags);
     let (leader, standby) = roles(&mut a, &mut b);
     let named = format!("standby, leader is {}", leader.name());
-    wait_until(Duration::from_secs(5), "the standby names the leader", || {
-        standby.readyz() == Some((503, named.clone()))
-    });
+    wait_until(
+        Duration::from_secs(5),
+        "the standby names the leader",
+        || standby.readyz() == Some((503, named.clone())),
+    );
     // The standby waits in its campaign; its token lapses meanwhile.
     std::thread::sleep(TOKEN_TTL * 2);
     leader.kill_9();
