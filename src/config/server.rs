@@ -261,6 +261,7 @@ pub struct ServerFlags {
     /// CA certificates (PEM) whose client certificates are authenticated
     /// inspectors (mutual TLS): the dashboard, `/api/v1/*` and `/inspect/*`
     /// without a password. Clients without a certificate are still served.
+    /// Read again when the file changes, as the certificate is.
     #[arg(long, requires = "tls_cert_file")]
     pub tls_client_ca_file: Option<std::path::PathBuf>,
 

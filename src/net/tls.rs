@@ -4,10 +4,11 @@
 //! same port. The certificate and key are read again when their files
 //! change (new connections get the new pair, open ones keep theirs); a pair
 //! that does not load keeps the previous one, with an error in the log and
-//! `yadcc_scheduler_tls_reload_failures`. With a client CA, a client
-//! certificate it signed makes the connection's requests an authenticated
-//! inspector's ([`ClientCertificate`]); a connection without one is still
-//! served, as the dashboard's other credential may come.
+//! `yadcc_scheduler_tls_reload_failures`. With a client CA (reloaded the
+//! same way), a client certificate it signed makes the connection's
+//! requests an authenticated inspector's ([`ClientCertificate`]); a
+//! connection without one is still served, as the dashboard's other
+//! credential may come.
 
 use std::{
     net::SocketAddr,
@@ -57,9 +58,20 @@ const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 /// What a change of the files is detected by.
 type Stamp = Option<(SystemTime, u64)>;
 
-/// The certificate's and the key's stamps.
-fn stamps(files: &TlsFiles) -> (Stamp, Stamp) {
-    (stamp(&files.cert), stamp(&files.key))
+/// The certificate's and the key's stamps, and the client CA's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Stamps {
+    pair: (Stamp, Stamp),
+    client_ca: Stamp,
+}
+
+impl Stamps {
+    fn of(files: &TlsFiles) -> Stamps {
+        Stamps {
+            pair: (stamp(&files.cert), stamp(&files.key)),
+            client_ca: files.client_ca.as_deref().and_then(stamp),
+        }
+    }
 }
 
 fn stamp(path: &Path) -> Stamp {
@@ -81,66 +93,92 @@ impl ResolvesServerCert for Reloading {
     }
 }
 
-/// The listener's TLS side: the acceptor and the reloading pair behind it.
+/// What the watcher replaces: the pair (inside the configuration, through
+/// its resolver) and, when the client CA changes, the whole configuration
+/// (rustls fixes a configuration's client verifier).
+struct Served {
+    provider: Arc<CryptoProvider>,
+    pair: Arc<Reloading>,
+    acceptor: RwLock<TlsAcceptor>,
+}
+
+/// A configuration serving the reloading `pair` and asking for client
+/// certificates `client_ca` signed, if given.
+fn server_config(
+    provider: &Arc<CryptoProvider>,
+    pair: &Arc<Reloading>,
+    client_ca: Option<&Path>,
+) -> Result<ServerConfig, String> {
+    let builder = ServerConfig::builder_with_provider(Arc::clone(provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("TLS: {error}"))?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let mut roots = RootCertStore::empty();
+            for certificate in read_certificates(path)? {
+                roots
+                    .add(certificate)
+                    .map_err(|error| format!("--tls_client_ca_file {}: {error}", path.display()))?;
+            }
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(provider))
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|error| format!("--tls_client_ca_file {}: {error}", path.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(Arc::clone(pair) as _);
+    config.alpn_protocols = ALPN.iter().map(|protocol| protocol.to_vec()).collect();
+    Ok(config)
+}
+
+/// The listener's TLS side: the acceptor and the reloading files behind it.
 #[derive(Clone)]
 pub struct Tls {
-    acceptor: TlsAcceptor,
+    served: Arc<Served>,
     /// Whether client certificates are asked for.
     verifies_clients: bool,
 }
 
 impl Tls {
     /// Loads the files (an error names the file and what is wrong) and
-    /// starts watching the certificate and key for changes. Must run inside
-    /// a tokio runtime.
+    /// starts watching them for changes. Must run inside a tokio runtime.
     pub fn start(files: &TlsFiles, counters: SecurityCounters) -> Result<Tls, String> {
         let provider = Arc::new(ring::default_provider());
         // Taken before the files are read, not when the watcher first runs
         // (late on a busy machine): a change in between is then seen.
-        let loaded = stamps(files);
-        let pair = load_pair(files, &provider)?;
-        let resolver = Arc::new(Reloading {
-            current: RwLock::new(Arc::new(pair)),
+        let loaded = Stamps::of(files);
+        let pair = Arc::new(Reloading {
+            current: RwLock::new(Arc::new(load_pair(files, &provider)?)),
         });
-        let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
-            .with_safe_default_protocol_versions()
-            .map_err(|error| format!("TLS: {error}"))?;
-        let builder = match &files.client_ca {
-            None => builder.with_no_client_auth(),
-            Some(path) => {
-                let mut roots = RootCertStore::empty();
-                for certificate in read_certificates(path)? {
-                    roots.add(certificate).map_err(|error| {
-                        format!("--tls_client_ca_file {}: {error}", path.display())
-                    })?;
-                }
-                let verifier = WebPkiClientVerifier::builder_with_provider(
-                    Arc::new(roots),
-                    Arc::clone(&provider),
-                )
-                .allow_unauthenticated()
-                .build()
-                .map_err(|error| format!("--tls_client_ca_file {}: {error}", path.display()))?;
-                builder.with_client_cert_verifier(verifier)
-            }
+        let config = server_config(&provider, &pair, files.client_ca.as_deref())?;
+        let served = Served {
+            provider,
+            pair,
+            acceptor: RwLock::new(TlsAcceptor::from(Arc::new(config))),
         };
-        let mut config = builder.with_cert_resolver(Arc::clone(&resolver) as _);
-        config.alpn_protocols = ALPN.iter().map(|protocol| protocol.to_vec()).collect();
+        let served = Arc::new(served);
         tokio::spawn(watch(
-            Arc::downgrade(&resolver),
+            Arc::downgrade(&served),
             files.clone(),
             loaded,
-            provider,
             counters,
         ));
         Ok(Tls {
-            acceptor: TlsAcceptor::from(Arc::new(config)),
+            served,
             verifies_clients: files.client_ca.is_some(),
         })
     }
 
-    pub fn acceptor(&self) -> &TlsAcceptor {
-        &self.acceptor
+    /// The acceptor of a new connection: the files' latest that loaded.
+    pub fn acceptor(&self) -> TlsAcceptor {
+        self.served
+            .acceptor
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The verified client certificate of a finished handshake, if any.
@@ -159,42 +197,70 @@ impl Tls {
 }
 
 /// Looks at the files every [`RELOAD_CHECK_PERIOD`] until the listener is
-/// gone; a changed pair that loads replaces the served one.
+/// gone; a changed pair that loads replaces the served one, a changed
+/// client CA that loads the verifier of new connections.
 async fn watch(
-    resolver: std::sync::Weak<Reloading>,
+    served: std::sync::Weak<Served>,
     files: TlsFiles,
-    mut loaded: (Stamp, Stamp),
-    provider: Arc<CryptoProvider>,
+    mut loaded: Stamps,
     counters: SecurityCounters,
 ) {
     let mut ticks = tokio::time::interval(RELOAD_CHECK_PERIOD);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let Some(resolver) = resolver.upgrade() else {
+        let Some(served) = served.upgrade() else {
             return;
         };
-        let now = stamps(&files);
+        let now = Stamps::of(&files);
         if now == loaded {
             continue;
         }
         // Remembered also when it fails: one error per change, not one per tick.
-        loaded = now;
-        match load_pair(&files, &provider) {
-            Ok(pair) => {
-                *resolver.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(pair);
-                tracing::info!(
-                    target: LOG,
-                    "TLS certificate reloaded from {}",
-                    files.cert.display()
-                );
+        let before = std::mem::replace(&mut loaded, now);
+        if now.pair != before.pair {
+            match load_pair(&files, &served.provider) {
+                Ok(pair) => {
+                    *served
+                        .pair
+                        .current
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner()) = Arc::new(pair);
+                    tracing::info!(
+                        target: LOG,
+                        "TLS certificate reloaded from {}",
+                        files.cert.display()
+                    );
+                }
+                Err(error) => {
+                    counters.tls_reload_failed();
+                    tracing::error!(
+                        target: LOG,
+                        "TLS files changed but do not load; still serving the previous certificate: {error}"
+                    );
+                }
             }
-            Err(error) => {
-                counters.tls_reload_failed();
-                tracing::error!(
-                    target: LOG,
-                    "TLS files changed but do not load; still serving the previous certificate: {error}"
-                );
+        }
+        if let Some(client_ca) = &files.client_ca
+            && now.client_ca != before.client_ca
+        {
+            match server_config(&served.provider, &served.pair, Some(client_ca)) {
+                Ok(config) => {
+                    *served.acceptor.write().unwrap_or_else(|p| p.into_inner()) =
+                        TlsAcceptor::from(Arc::new(config));
+                    tracing::info!(
+                        target: LOG,
+                        "TLS client CA reloaded from {}",
+                        client_ca.display()
+                    );
+                }
+                Err(error) => {
+                    counters.tls_reload_failed();
+                    tracing::error!(
+                        target: LOG,
+                        "the client CA changed but does not load; still verifying with the previous one: {error}"
+                    );
+                }
             }
         }
     }

@@ -411,6 +411,83 @@ async fn a_client_certificate_the_ca_signed_is_an_inspector_and_another_is_refus
 }
 
 #[tokio::test]
+async fn a_replaced_client_ca_verifies_new_connections_and_its_predecessor_no_longer_does() {
+    let dir = Dir::new("client-ca-rotation");
+    let ca = Ca::new("server CA");
+    server_files(&dir, &ca, "scheduler");
+    let ca_file = dir.write("ca.pem", &ca.pem());
+    let (old, new) = (Ca::new("old inspectors CA"), Ca::new("new inspectors CA"));
+    dir.write("client-ca.pem", &old.pem());
+    let client = |ca: &Ca, name: &str| {
+        let (cert, key, _) = ca.issue(name, true);
+        (
+            dir.write(&format!("{name}.pem"), &cert),
+            dir.write(&format!("{name}.key"), &key),
+        )
+    };
+    let (alice, bob) = (client(&old, "alice"), client(&new, "bob"));
+    let server = start(&dir, true, &[]);
+    let url = format!("https://localhost:{}/api/v1/overview", server.addr.port());
+    let overview = |(cert, key): &(String, String)| {
+        let args = [
+            "--cacert",
+            &ca_file,
+            "--cert",
+            cert,
+            "--key",
+            key,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &url,
+        ]
+        .map(str::to_owned);
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            curl(&args).await
+        }
+    };
+    let let_in = (0, "200".to_owned());
+    assert_eq!(overview(&alice).await, let_in, "the old CA's client");
+    assert_ne!(overview(&bob).await.0, 0, "the new CA is not trusted yet");
+
+    dir.write("client-ca.pem", &new.pem());
+    let deadline = tokio::time::Instant::now() + STEP;
+    while overview(&bob).await != let_in {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new client CA is not used: {:?}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(
+        overview(&alice).await.0,
+        0,
+        "the old CA's client is refused"
+    );
+    assert!(
+        server
+            .log()
+            .iter()
+            .any(|line| line.contains("TLS client CA reloaded")),
+        "{:?}",
+        server.log()
+    );
+
+    // A CA file that does not load keeps the one before.
+    let failures = metric(server.addr, "yadcc_scheduler_tls_reload_failures_total").await;
+    dir.write("client-ca.pem", "not a certificate\n");
+    let deadline = tokio::time::Instant::now() + STEP;
+    while metric(server.addr, "yadcc_scheduler_tls_reload_failures_total").await == failures {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", server.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(overview(&bob).await, let_in, "still the new CA");
+}
+
+#[tokio::test]
 async fn with_tls_the_credential_is_refused_over_plain_http_except_from_loopback() {
     let dir = Dir::new("plaintext");
     let ca = Ca::new("test CA");
