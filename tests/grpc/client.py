@@ -3,7 +3,7 @@ calling every RPC of the scheduler and checking the status codes of the error
 table. Run by tests/it/grpc.rs against a real server it started with
 min_daemon_version=5, a 4096-byte body limit and no servants.
 
-Usage: client.py HOST:PORT PROTO_ROOT
+Usage: client.py HOST:PORT PROTO_ROOT [CA_FILE]  (with CA_FILE: over TLS)
 Exits non-zero, naming the failed check, if anything differs.
 """
 
@@ -49,8 +49,15 @@ def expect_code(name, code, call):
 
 def main():
     target, proto_root = sys.argv[1], sys.argv[2]
+    # A third argument: the CA (PEM) of a server reached over TLS.
+    ca_file = sys.argv[3] if len(sys.argv) > 3 else None
     env, pb, stubs = generate_stubs(proto_root)
-    channel = grpc.insecure_channel(target)
+    if ca_file:
+        with open(ca_file, "rb") as ca:
+            credentials = grpc.ssl_channel_credentials(root_certificates=ca.read())
+        channel = grpc.secure_channel(target, credentials)
+    else:
+        channel = grpc.insecure_channel(target)
     grpc.channel_ready_future(channel).result(timeout=10)
     scheduler = stubs.SchedulerServiceStub(channel)
     Code = grpc.StatusCode

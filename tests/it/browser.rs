@@ -49,9 +49,9 @@ pub(crate) fn chromium_or_skip() -> Option<PathBuf> {
 
 /// What Chromium printed: stdout, and the page's console messages (uncaught
 /// errors included) from its log.
-struct ChromiumRun {
-    stdout: String,
-    console: Vec<String>,
+pub(crate) struct ChromiumRun {
+    pub(crate) stdout: String,
+    pub(crate) console: Vec<String>,
 }
 
 /// Headless, and nothing the test machine's closed network would refuse
@@ -68,7 +68,7 @@ pub(crate) const HEADLESS: [&str; 8] = [
 ];
 
 /// Runs Chromium headless against `url` with the extra flags.
-fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> ChromiumRun {
+pub(crate) fn run_chromium(binary: &Path, url: &str, extra: &[String]) -> ChromiumRun {
     // One profile per run: tests may run Chromium concurrently.
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

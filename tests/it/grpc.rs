@@ -19,6 +19,11 @@ pub const BODY_LIMIT: usize = 4096;
 /// The server the Python client expects: version floor 5, a 4 KiB body
 /// limit, no servants yet.
 pub async fn server() -> Server {
+    server_secured(yadcc_scheduler::security::SecuritySettings::default()).await
+}
+
+/// The same server with `security` (TLS on its port).
+pub async fn server_secured(security: yadcc_scheduler::security::SecuritySettings) -> Server {
     Server::start_with(
         engine::Config {
             min_daemon_version: 5,
@@ -29,6 +34,7 @@ pub async fn server() -> Server {
         },
         ServeSettings {
             max_body_bytes: BODY_LIMIT,
+            security,
             ..ServeSettings::default()
         },
         "127.0.0.1:0",

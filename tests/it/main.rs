@@ -43,5 +43,6 @@ mod support;
 mod tenants;
 mod timeouts;
 mod tls;
+mod tls_clients;
 mod tools;
 mod wire;

@@ -26,12 +26,12 @@ use crate::support::{
 const CREDENTIAL: &str = "ops:s3cret";
 
 /// A CA of the test's own.
-struct Ca {
+pub(crate) struct Ca {
     issuer: CertifiedIssuer<'static, KeyPair>,
 }
 
 impl Ca {
-    fn new(name: &str) -> Ca {
+    pub(crate) fn new(name: &str) -> Ca {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.distinguished_name.push(DnType::CommonName, name);
@@ -40,13 +40,17 @@ impl Ca {
         }
     }
 
-    fn pem(&self) -> String {
+    pub(crate) fn pem(&self) -> String {
         self.issuer.pem()
     }
 
     /// A certificate and its key, PEM: for `localhost` and 127.0.0.1 (a
     /// server's), or a client's named `name`.
-    fn issue(&self, name: &str, client: bool) -> (String, String, CertificateDer<'static>) {
+    pub(crate) fn issue(
+        &self,
+        name: &str,
+        client: bool,
+    ) -> (String, String, CertificateDer<'static>) {
         let names = if client {
             Vec::new()
         } else {
@@ -70,17 +74,17 @@ impl Ca {
 }
 
 /// Files in a directory of the test's own, removed when dropped.
-struct Dir(PathBuf);
+pub(crate) struct Dir(PathBuf);
 
 impl Dir {
-    fn new(test: &str) -> Dir {
+    pub(crate) fn new(test: &str) -> Dir {
         let path = std::env::temp_dir().join(format!("yadcc-tls-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).unwrap();
         Dir(path)
     }
 
-    fn write(&self, name: &str, text: &str) -> String {
+    pub(crate) fn write(&self, name: &str, text: &str) -> String {
         let path = self.0.join(name);
         // Replaced as a deployment tool does: a new file moved over the old.
         let staged = self.0.join(format!("{name}.new"));
@@ -89,7 +93,7 @@ impl Dir {
         path.display().to_string()
     }
 
-    fn path(&self, name: &str) -> String {
+    pub(crate) fn path(&self, name: &str) -> String {
         self.0.join(name).display().to_string()
     }
 }
@@ -102,7 +106,7 @@ impl Drop for Dir {
 
 /// A scheduler with TLS from `dir` (`cert.pem`, `key.pem`, and `client-ca.pem`
 /// when `client_ca`), the inspection credential, and `more` flags.
-fn start(dir: &Dir, client_ca: bool, more: &[&str]) -> Binary {
+pub(crate) fn start(dir: &Dir, client_ca: bool, more: &[&str]) -> Binary {
     let mut flags = vec![
         format!("--tls_cert_file={}", dir.path("cert.pem")),
         format!("--tls_key_file={}", dir.path("key.pem")),
@@ -220,7 +224,7 @@ async fn metric(addr: SocketAddr, series: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {series} in\n{text}"))
 }
 
-fn server_files(dir: &Dir, ca: &Ca, name: &str) -> CertificateDer<'static> {
+pub(crate) fn server_files(dir: &Dir, ca: &Ca, name: &str) -> CertificateDer<'static> {
     let (cert, key, der) = ca.issue(name, false);
     dir.write("key.pem", &key);
     dir.write("cert.pem", &cert);
