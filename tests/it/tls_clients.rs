@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+use rcgen::PublicKeyData as _;
 use sha2::{Digest, Sha256};
 use yadcc_scheduler::security::{SecuritySettings, TlsFiles};
 
@@ -119,7 +120,9 @@ async fn chromium_shows_the_dashboard_over_https_trusting_the_servers_key() {
     dir.write("key.pem", &key);
     // What Chromium's --ignore-certificate-errors-spki-list takes: the
     // base64 SHA-256 of the server key's SubjectPublicKeyInfo.
-    let spki = rcgen::KeyPair::from_pem(&key).unwrap().public_key_der();
+    let spki = rcgen::KeyPair::from_pem(&key)
+        .unwrap()
+        .subject_public_key_info();
     let pin = base64::engine::general_purpose::STANDARD.encode(Sha256::digest(&spki));
     let server = start(&dir, false, &["--debugging_no_inspect_auth"]);
     let url = format!("https://localhost:{}/#tab=servants", server.addr.port());
