@@ -230,7 +230,9 @@
 //!   `build.rs`; `--version` prints them too).
 //! - [`ha`] (`src/ha/`): the hot standby. `election.rs` campaigns on etcd
 //!   (etcd's own election and lease services, stubs from `proto/etcd/` in
-//!   `etcd.rs`) and, on winning, opens the engine's [`engine::GrantFence`]
+//!   `etcd.rs`; `connection.rs` reaches an endpoint over `http://` or
+//!   `https://` with etcd's CA and a client certificate, and holds etcd's
+//!   user token, fetched again when etcd refuses it) and, on winning, opens the engine's [`engine::GrantFence`]
 //!   until the lease could expire; `ha.rs` is the narrow side the rest
 //!   sees, [`ha::Leadership`]: whether this instance serves (the call core
 //!   refuses RPCs otherwise), whether a daemon connection is admitted and
