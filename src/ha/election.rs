@@ -42,6 +42,9 @@ const FENCE_MARGIN_DIVISOR: u32 = 10;
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Between two terms, and between two tries to observe the election.
 const RETRY_PAUSE: Duration = Duration::from_millis(300);
+/// Before trying again credentials etcd refused: an operator must act on
+/// etcd's users, so the error is not repeated several times a second.
+const REFUSED_PAUSE: Duration = Duration::from_secs(10);
 /// How often a leader looks at when a balancer last checked it.
 const UNCHECKED_POLL: Duration = Duration::from_millis(100);
 
@@ -118,6 +121,11 @@ async fn run(settings: HaSettings, leadership: Leadership, mut stop: watch::Rece
         leadership.set_campaigning(false);
         let was_leading = leadership.role().is_leader();
         leadership.stand_by(None);
+        let pause = if matches!(ended, Ended::Refused(_)) {
+            REFUSED_PAUSE
+        } else {
+            RETRY_PAUSE
+        };
         match ended {
             Ended::Resigned => return,
             Ended::LeaseLost(why) if was_leading => {
@@ -139,7 +147,7 @@ async fn run(settings: HaSettings, leadership: Leadership, mut stop: watch::Rece
             }
         }
         tokio::select! {
-            () = sleep(RETRY_PAUSE) => {}
+            () = sleep(pause) => {}
             _ = stop.changed() => return,
         }
     }
