@@ -13,12 +13,25 @@
 # (no release build: for CI, where only the package's contents are tested;
 # cargo-deb 3.8 warns that it may refuse the dev profile one day).
 # PACKAGE_DEB=FILE tests that package instead of building one.
-# Needs root (or sudo) for dpkg; the machine's yadcc-scheduler package, if
-# any, is replaced and then removed.
+# Needs root (or sudo) for dpkg. It leaves the machine as it found it: a
+# yadcc-scheduler package already there (installed, or its configuration
+# left) stops it before anything is built, and from `dpkg -i` on, any exit
+# (a failed check, an error, SIGTERM from a timeout) purges the package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/apt.sh
 . scripts/lib/apt.sh
+
+# Someone's own install is never replaced or purged by a test.
+installed=$(dpkg-query -W -f='${Status}' yadcc-scheduler 2>/dev/null || true)
+case "$installed" in
+  "" | *not-installed) ;;
+  *)
+    echo "a yadcc-scheduler package is on this machine ($installed): this test would replace and purge it;" \
+      "remove it first (dpkg --purge yadcc-scheduler)" >&2
+    exit 1
+    ;;
+esac
 
 tools=${YADCC_TEST_TOOLS:-target/test-tools}
 cargo_deb_version=3.8.0
