@@ -9,7 +9,7 @@
 # Debian does) and purges it (secrets, state and user gone).
 #
 # PACKAGE_PROFILE=release (the default) packages `cargo build --release`;
-# PACKAGE_PROFILE=debug packages the debug binary the tests already built
+# PACKAGE_PROFILE=debug packages the debug binary `cargo test` built
 # (no release build: for CI, where only the package's contents are tested;
 # cargo-deb 3.8 warns that it may refuse the dev profile one day).
 # PACKAGE_DEB=FILE tests that package instead of building one.
@@ -44,7 +44,11 @@ case "$tools" in /*) ;; *) tools="$PWD/$tools" ;; esac
 export PATH="$tools/cargo-deb/bin:$PATH"
 if [ "$(cargo-deb --version 2>/dev/null)" != "cargo-deb $cargo_deb_version" ]; then
   echo "installing cargo-deb $cargo_deb_version..."
-  cargo install cargo-deb --version "$cargo_deb_version" --locked --force --root "$tools/cargo-deb"
+  # Without its default features: xz by Debian's own xz (xz-utils, which
+  # every Debian has) instead of compiling liblzma, and no debug ids (no
+  # -dbgsym package here); about half the install's compile time.
+  cargo install cargo-deb --version "$cargo_deb_version" --locked --force --no-default-features \
+    --root "$tools/cargo-deb"
 fi
 command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
 command -v curl >/dev/null 2>&1 || apt_install curl
@@ -58,8 +62,14 @@ case "$profile" in
     deb_profile=(--profile release)
     ;;
   debug)
-    cargo build --locked --bin yadcc-scheduler
-    deb_profile=(--profile dev)
+    # With the integration tests, so with the dev-dependencies' features
+    # (tokio's test-util among them) that `cargo test` built the binary
+    # with: after the tests nothing is rebuilt, where the binary alone
+    # would rebuild most of the tree without them.
+    cargo build --locked --bin yadcc-scheduler --test it
+    # xz at its fastest: the debug binary is large, and only its contents
+    # are tested.
+    deb_profile=(--profile dev --fast)
     ;;
   *)
     echo "PACKAGE_PROFILE is release or debug, not $profile" >&2
