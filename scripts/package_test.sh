@@ -38,6 +38,10 @@ cargo_deb_version=3.8.0
 profile=${PACKAGE_PROFILE:-release}
 # How long the installed scheduler may take to answer (a loaded machine).
 start_limit_s=30
+# How long it may take to stop on SIGTERM before it is killed.
+stop_limit_s=10
+# How long the cleanup retries the purge while dpkg's lock is held.
+purge_limit_s=30
 package=yadcc-scheduler
 
 case "$tools" in /*) ;; *) tools="$PWD/$tools" ;; esac
@@ -89,10 +93,29 @@ echo "$deb: $(du -h "$deb" | cut -f1)"
 if [ "$(id -u)" -eq 0 ]; then root=(); else root=(sudo); fi
 scratch=$(mktemp -d -t yadcc-package.XXXXXX)
 server=""
+# The scheduler is stopped and gone before the purge: userdel refuses a
+# user that still runs a process, and the purge would fail.
+stop_server() {
+  [ -n "$server" ] || return 0
+  kill "$server" 2>/dev/null || true
+  (sleep "$stop_limit_s" && kill -KILL "$server" 2>/dev/null) &
+  local killer=$!
+  wait "$server" 2>/dev/null || true
+  kill "$killer" 2>/dev/null || true
+  server=""
+}
 cleanup() {
-  [ -z "$server" ] || kill "$server" 2>/dev/null || true
-  [ -z "$server" ] || wait "$server" 2>/dev/null || true
-  "${root[@]}" dpkg --purge "$package" >/dev/null 2>&1 || true
+  stop_server
+  # A dpkg cut short (a timeout's SIGTERM) may hold its lock a moment
+  # longer, leaves the package half installed, which only a forced purge
+  # removes, and its new configuration files unregistered. (A purge of a
+  # package that is not there succeeds.)
+  for _ in $(seq $((purge_limit_s * 2))); do
+    "${root[@]}" dpkg --purge --force-remove-reinstreq "$package" >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  "${root[@]}" find /etc/yadcc-scheduler -maxdepth 1 -name '*.dpkg-*' -delete 2>/dev/null || true
+  "${root[@]}" rmdir /etc/yadcc-scheduler 2>/dev/null || true
   rm -rf "$scratch"
 }
 trap cleanup EXIT
@@ -135,10 +158,12 @@ read -r -a command <<<"$exec_start"
 log="$scratch/scheduler.log"
 : >"$log"
 # The unit's environment file holds the secrets: read it as systemd does
-# (KEY=value lines, # comments).
+# (KEY=value lines, # comments). setpriv execs the scheduler (runuser would
+# fork it), so $! is the scheduler itself, which stop_server waits for.
 "${root[@]}" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
   $("${root[@]}" grep -v '^#' /etc/yadcc-scheduler/env | grep '=') \
-  runuser -u "$package" -- "${command[@]}" --listen=127.0.0.1:0 2>"$log" &
+  setpriv --reuid="$package" --regid="$package" --init-groups -- \
+  "${command[@]}" --listen=127.0.0.1:0 2>"$log" &
 server=$!
 address=""
 for _ in $(seq $((start_limit_s * 10))); do
@@ -162,9 +187,7 @@ status=$(curl -s -o /dev/null -w '%{http_code}' "$address/api/v1/overview")
   exit 1
 }
 echo "$address: /healthz, /readyz, and /api/v1/overview with the packaged credential (401 without)"
-kill "$server"
-wait "$server" 2>/dev/null || true
-server=""
+stop_server
 
 echo "== dpkg -r, then --purge"
 "${root[@]}" dpkg -r "$package"
