@@ -107,7 +107,7 @@ async fn the_dashboard_fits_a_phone_without_sideways_scrolling() {
         let mut page = Browser::open_on_phone(&binary, &server.url("/"), width).await;
         page.wait_for(
             &format!(
-                "document.getElementById('servants-info').textContent === '{} servants'",
+                "(document.getElementById('servants-info') || {{}}).textContent === '{} servants'",
                 SERVANTS.len() + usize::from(MORE_SERVANTS)
             ),
             "the servants are listed",
