@@ -145,11 +145,23 @@ pub(crate) async fn run(
         };
         let origin = Instant::now() + Duration::from_secs(args.warmup);
         let farm = Farm::new(scenario, origin);
-        let (outcome, stats) = live::run(target, farm, limit).await?;
+        let live::Run {
+            outcome,
+            stats,
+            tick_lags_ms,
+        } = live::run(target, farm, limit).await?;
         line.extend(outcome_json("", &outcome));
         line.insert("builds".into(), json!(outcome.builds));
         line.insert("killed".into(), json!(outcome.killed));
         line.insert("elapsed_s".into(), json!(round3(outcome.elapsed_s)));
+        line.insert(
+            "tick_lag_p99_ms".into(),
+            json!(round3(quantile(&tick_lags_ms, 0.99))),
+        );
+        line.insert(
+            "tick_lag_max_ms".into(),
+            json!(round3(quantile(&tick_lags_ms, 1.0))),
+        );
         failures = stats.total_errors();
         line.insert("errors".into(), json!(failures));
         eprintln!(

@@ -131,15 +131,22 @@ impl Live {
     }
 }
 
+/// What a live run measured.
+pub(crate) struct Run {
+    pub(crate) outcome: Outcome,
+    pub(crate) stats: Arc<Stats>,
+    /// How late each of the model's ticks ran, in milliseconds: the load
+    /// generator's own lag, which delays every free and every new compile's
+    /// request whatever the scheduler (a busy machine shows here, not as
+    /// the scheduler's placement).
+    pub(crate) tick_lags_ms: Vec<f64>,
+}
+
 /// Runs the farm against the scheduler: the servants heartbeat from now
 /// (the farm's origin should be a few seconds later, so they are known
 /// before the first build), then until every build ended or `limit` after
 /// the origin.
-pub(crate) async fn run(
-    target: Target,
-    farm: Farm,
-    limit: Duration,
-) -> Result<(Outcome, Arc<Stats>), String> {
+pub(crate) async fn run(target: Target, farm: Farm, limit: Duration) -> Result<Run, String> {
     let stats = Arc::new(Stats::default());
     let servants = farm.machines.len();
     let developers = farm.scenario.developers;
@@ -196,9 +203,11 @@ pub(crate) async fn run(
     let end = origin + limit;
     let mut ticks = tokio::time::interval(TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick_lags_ms = Vec::new();
     loop {
-        ticks.tick().await;
+        let due = ticks.tick().await;
         let now = Instant::now();
+        tick_lags_ms.push(now.saturating_duration_since(due).as_secs_f64() * 1e3);
         let mut frees: Vec<(usize, Vec<u64>)> = Vec::new();
         let finished = {
             let mut state = lock(&live);
@@ -263,7 +272,11 @@ pub(crate) async fn run(
     }
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
-    Ok((outcome, stats))
+    Ok(Run {
+        outcome,
+        stats,
+        tick_lags_ms,
+    })
 }
 
 fn free(endpoint: &Endpoint, token: &str, ids: Vec<u64>) {
