@@ -8,6 +8,8 @@
 //! - `machine`: one servant: processor sharing, the stock daemon's 15 s load average.
 //! - `model`: the farm running, its measures, and the ideal placement.
 //! - `live`: the stock daemons' calls against a scheduler.
+//! - `link`: how those calls reach it: a socket, or with `--in-process`
+//!   this scheduler's service in the same process, in virtual time.
 
 mod link;
 mod live;
