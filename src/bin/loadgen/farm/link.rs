@@ -26,6 +26,8 @@ pub(crate) enum Failed {
 #[derive(Clone)]
 pub(crate) enum Link {
     Socket(Endpoint),
+    // Made only by a load generator built with the `farm-in-process` feature.
+    #[cfg_attr(not(feature = "farm-in-process"), allow(dead_code))]
     InProcess {
         service: SchedulerService,
         /// The daemon's address, as a socket would show it.

@@ -88,7 +88,8 @@ impl Links {
     }
 
     /// To `service` in this process, each daemon with the address and one
-    /// connection of its own, as over sockets.
+    /// connection of its own, as over sockets (the `farm-in-process` feature).
+    #[cfg_attr(not(feature = "farm-in-process"), allow(dead_code))]
     pub(crate) fn in_process(
         service: &SchedulerService,
         user_token: &str,
