@@ -135,9 +135,9 @@ pub fn check_location(location: &str) -> Result<SocketAddr, Rejection> {
     Ok(SocketAddr::new(parsed.ip().to_canonical(), parsed.port()))
 }
 
-/// Grant ids renewed under one hold of the engine's lock: about a tenth
-/// of a millisecond of work (rule "renew in slices").
-pub const RENEW_SLICE: usize = 1024;
+/// Grant ids renewed or freed under one hold of the engine's lock: about a
+/// tenth of a millisecond of work (rule "ids in slices").
+pub const ID_SLICE: usize = 1024;
 
 /// Rule "limits": a duration field over its limit is `InvalidArgument` naming
 /// the wire field and the limit.
@@ -319,7 +319,7 @@ impl Scheduler {
     }
 
     /// [`Scheduler::keep_alive`] as the RPC runs it, by rule
-    /// "renew in slices": at most [`RENEW_SLICE`] ids under one hold of the lock, and
+    /// "ids in slices": at most [`ID_SLICE`] ids under one hold of the lock, and
     /// the task yields between slices, so a delegate renewing 65,536 grants
     /// (or twenty doing so at once) delays everyone else's calls by a slice,
     /// never by the whole batch. Each id is renewed as of its own slice.
@@ -333,7 +333,7 @@ impl Scheduler {
         let caller = self.renewer(token, requester, grant_ids.len(), lease)?;
         let sh = self.shared();
         let mut statuses = Vec::with_capacity(grant_ids.len());
-        for (index, slice) in grant_ids.chunks(RENEW_SLICE).enumerate() {
+        for (index, slice) in grant_ids.chunks(ID_SLICE).enumerate() {
             if index > 0 {
                 tokio::task::yield_now().await;
             }
@@ -364,15 +364,39 @@ impl Scheduler {
     /// and other callers' grants are skipped, never stopping early) and
     /// serves waiting requests at once.
     pub fn free(&self, token: &str, requester: IpAddr, grant_ids: &[u64]) -> Result<(), Rejection> {
+        let caller = self.freer(token, requester, grant_ids.len())?;
+        self.shared()
+            .with_state(|st, now| st.free_ids(grant_ids, caller, now));
+        Ok(())
+    }
+
+    /// [`Scheduler::free`] as the RPC runs it, by rule "ids in slices": a
+    /// delegate freeing 65,536 ids delays everyone else's calls by a slice.
+    /// Each slice's freed slots serve waiting requests at once.
+    pub async fn free_in_slices(
+        &self,
+        token: &str,
+        requester: IpAddr,
+        grant_ids: &[u64],
+    ) -> Result<(), Rejection> {
+        let caller = self.freer(token, requester, grant_ids.len())?;
+        let sh = self.shared();
+        for (index, slice) in grant_ids.chunks(ID_SLICE).enumerate() {
+            if index > 0 {
+                tokio::task::yield_now().await;
+            }
+            sh.with_state(|st, now| st.free_ids(slice, caller, now));
+        }
+        Ok(())
+    }
+
+    /// The checks of a release of `count` ids, in order: the caller's
+    /// token, the count.
+    fn freer(&self, token: &str, requester: IpAddr, count: usize) -> Result<Owner, Rejection> {
         let sh = self.shared();
         let caller = Owner::new(requester, &sh.check_user(token)?.0);
-        check_count(
-            "task_grant_ids",
-            grant_ids.len(),
-            sh.limits.max_ids_per_request,
-        )?;
-        sh.with_state(|st, now| st.free_ids(grant_ids, caller, now));
-        Ok(())
+        check_count("task_grant_ids", count, sh.limits.max_ids_per_request)?;
+        Ok(caller)
     }
 
     /// `GetRunningTasks`: the tasks verified servants not behind NAT reported

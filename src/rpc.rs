@@ -317,7 +317,10 @@ pub async fn dispatch(
                 .keep_task_alive(decode(encoding, body)?, ctx)
                 .await?,
         ),
-        Method::FreeTask => encode(encoding, &service.free_task(decode(encoding, body)?, ctx)?),
+        Method::FreeTask => encode(
+            encoding,
+            &service.free_task(decode(encoding, body)?, ctx).await?,
+        ),
         // Every daemon asks for the same list every second: one owner
         // builds, encodes and compresses it once per version.
         Method::GetRunningTasks => {

@@ -249,13 +249,14 @@ impl SchedulerService {
         Ok(pb::KeepTaskAliveResponse { statuses })
     }
 
-    pub fn free_task(
+    pub async fn free_task(
         &self,
         request: pb::FreeTaskRequest,
         ctx: &CallContext,
     ) -> Result<pb::FreeTaskResponse, RpcStatus> {
         self.engine
-            .free(&request.token, ctx.peer, &request.task_grant_ids)?;
+            .free_in_slices(&request.token, ctx.peer, &request.task_grant_ids)
+            .await?;
         Ok(pb::FreeTaskResponse {})
     }
 
@@ -436,7 +437,10 @@ mod tests {
                 token: token.into(),
                 task_grant_ids: too_many.clone(),
             };
-            refusals.push((Method::FreeTask, service.free_task(free, &ctx).map(drop)));
+            refusals.push((
+                Method::FreeTask,
+                service.free_task(free, &ctx).await.map(drop),
+            ));
         }
         let mut seen = std::collections::HashSet::new();
         for (method, outcome) in refusals {

@@ -450,8 +450,8 @@ async fn a_huge_renewal_lets_other_calls_through_between_slices() {
     )
     .await;
     // Ids unknown but the one: 4 slices and a bit.
-    let mut ids: Vec<u64> = (1..=(4 * RENEW_SLICE as u64 + 10)).collect();
-    let at = 3 * RENEW_SLICE + 5;
+    let mut ids: Vec<u64> = (1..=(4 * ID_SLICE as u64 + 10)).collect();
+    let at = 3 * ID_SLICE + 5;
     ids[at] = live.id;
     let renewing = {
         let s = s.clone();
@@ -471,7 +471,7 @@ async fn a_huge_renewal_lets_other_calls_through_between_slices() {
     let statuses = renewing.await.unwrap().unwrap();
     assert_eq!(
         statuses.len(),
-        4 * RENEW_SLICE + 10,
+        4 * ID_SLICE + 10,
         "one status per id, in order"
     );
     assert!(statuses[at]);
@@ -479,6 +479,50 @@ async fn a_huge_renewal_lets_other_calls_through_between_slices() {
     // The checks come first, as for a small call.
     assert_eq!(
         s.keep_alive_in_slices("wrong", ip("127.0.0.1"), &[live.id], secs(10))
+            .await
+            .unwrap_err(),
+        Rejection::AccessDenied
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_huge_release_lets_other_calls_through_between_slices() {
+    let s = Scheduler::new(config());
+    s.heartbeat(hb("127.0.0.1:1234", 10)).unwrap();
+    let live = grant_one(
+        &s,
+        GrantRequest {
+            requester_ip: ip("127.0.0.1"),
+            ..req_wait(secs(1))
+        },
+    )
+    .await;
+    // Ids unknown but the one, in the fourth slice.
+    let mut ids: Vec<u64> = (1..=(4 * ID_SLICE as u64 + 10)).collect();
+    ids[3 * ID_SLICE + 5] = live.id;
+    let freeing = {
+        let s = s.clone();
+        tokio::spawn(async move { s.free_in_slices(USER, ip("127.0.0.1"), &ids).await })
+    };
+    tokio::task::yield_now().await;
+    assert!(!freeing.is_finished(), "the release is sliced");
+    // Between slices another call runs, and the grant in a later slice is
+    // still held.
+    assert_eq!(
+        s.keep_alive(USER, ip("127.0.0.1"), &[live.id], secs(10))
+            .unwrap(),
+        [true]
+    );
+    freeing.await.unwrap().unwrap();
+    assert_eq!(
+        s.keep_alive(USER, ip("127.0.0.1"), &[live.id], secs(10))
+            .unwrap(),
+        [false],
+        "freed by its slice"
+    );
+    // The checks come first, as for a small call.
+    assert_eq!(
+        s.free_in_slices("wrong", ip("127.0.0.1"), &[live.id])
             .await
             .unwrap_err(),
         Rejection::AccessDenied
