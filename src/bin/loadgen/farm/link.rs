@@ -131,7 +131,8 @@ impl Link {
                 connection,
                 stats,
             } => {
-                let answer = service.free_task(request, &Self::context(*peer, *connection));
+                let context = Self::context(*peer, *connection);
+                let answer = service.free_task(request, &context).await;
                 Self::counted(stats, Method::FreeTask, answer)
             }
         }
