@@ -59,5 +59,6 @@ console.log('self ms per update by script: ' + top(byUrl));
 console.log('by function: ' + top(byFn));
 chrome.kill();
 ws.close();
-fs.rmSync(`${os.tmpdir()}/yadcc-profile-${process.pid}`, { recursive: true, force: true });
+await new Promise((r) => setTimeout(r, 500));
+fs.rmSync(`${os.tmpdir()}/yadcc-profile-${process.pid}`, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
 process.exit(0);

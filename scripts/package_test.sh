@@ -9,30 +9,52 @@
 # Debian does) and purges it (secrets, state and user gone).
 #
 # PACKAGE_PROFILE=release (the default) packages `cargo build --release`;
-# PACKAGE_PROFILE=debug packages the debug binary the tests already built
+# PACKAGE_PROFILE=debug packages the debug binary `cargo test` built
 # (no release build: for CI, where only the package's contents are tested;
 # cargo-deb 3.8 warns that it may refuse the dev profile one day).
 # PACKAGE_DEB=FILE tests that package instead of building one.
-# Needs root (or sudo) for dpkg; the machine's yadcc-scheduler package, if
-# any, is replaced and then removed.
+# Needs root (or sudo) for dpkg. It leaves the machine as it found it: a
+# yadcc-scheduler package already there (installed, or its configuration
+# left) stops it before anything is built, and from `dpkg -i` on, any exit
+# (a failed check, an error, SIGTERM from a timeout) purges the package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/apt.sh
 . scripts/lib/apt.sh
+
+# Someone's own install is never replaced or purged by a test.
+installed=$(dpkg-query -W -f='${Status}' yadcc-scheduler 2>/dev/null || true)
+case "$installed" in
+  "" | *not-installed) ;;
+  *)
+    echo "a yadcc-scheduler package is on this machine ($installed): this test would replace and purge it;" \
+      "remove it first (dpkg --purge yadcc-scheduler)" >&2
+    exit 1
+    ;;
+esac
 
 tools=${YADCC_TEST_TOOLS:-target/test-tools}
 cargo_deb_version=3.8.0
 profile=${PACKAGE_PROFILE:-release}
 # How long the installed scheduler may take to answer (a loaded machine).
 start_limit_s=30
+# How long it may take to stop on SIGTERM before it is killed.
+stop_limit_s=10
+# How long the cleanup retries the purge while dpkg's lock is held.
+purge_limit_s=30
 package=yadcc-scheduler
 
 case "$tools" in /*) ;; *) tools="$PWD/$tools" ;; esac
 export PATH="$tools/cargo-deb/bin:$PATH"
 if [ "$(cargo-deb --version 2>/dev/null)" != "cargo-deb $cargo_deb_version" ]; then
   echo "installing cargo-deb $cargo_deb_version..."
-  cargo install cargo-deb --version "$cargo_deb_version" --locked --force --root "$tools/cargo-deb"
+  # Without its default features: it compresses with Debian's xz instead of
+  # compiling liblzma, and reads no debug ids (no -dbgsym package here); it
+  # builds in about 75 s here.
+  cargo install cargo-deb --version "$cargo_deb_version" --locked --force --no-default-features \
+    --root "$tools/cargo-deb"
 fi
+command -v xz >/dev/null 2>&1 || apt_install xz-utils
 command -v systemd-analyze >/dev/null 2>&1 || apt_install systemd
 command -v curl >/dev/null 2>&1 || apt_install curl
 
@@ -45,8 +67,14 @@ case "$profile" in
     deb_profile=(--profile release)
     ;;
   debug)
-    cargo build --locked --bin yadcc-scheduler
-    deb_profile=(--profile dev)
+    # With the integration tests, so with the dev-dependencies' features
+    # (tokio's test-util among them) that `cargo test` built the binary
+    # with: after the tests nothing is rebuilt, where the binary alone
+    # would rebuild most of the tree without them.
+    cargo build --locked --bin yadcc-scheduler --test it
+    # xz at its fastest: the debug binary is large, and only its contents
+    # are tested.
+    deb_profile=(--profile dev --fast)
     ;;
   *)
     echo "PACKAGE_PROFILE is release or debug, not $profile" >&2
@@ -66,10 +94,29 @@ echo "$deb: $(du -h "$deb" | cut -f1)"
 if [ "$(id -u)" -eq 0 ]; then root=(); else root=(sudo); fi
 scratch=$(mktemp -d -t yadcc-package.XXXXXX)
 server=""
+# The scheduler is stopped and gone before the purge: userdel refuses a
+# user that still runs a process, and the purge would fail.
+stop_server() {
+  [ -n "$server" ] || return 0
+  kill "$server" 2>/dev/null || true
+  (sleep "$stop_limit_s" && kill -KILL "$server" 2>/dev/null) &
+  local killer=$!
+  wait "$server" 2>/dev/null || true
+  kill "$killer" 2>/dev/null || true
+  server=""
+}
 cleanup() {
-  [ -z "$server" ] || kill "$server" 2>/dev/null || true
-  [ -z "$server" ] || wait "$server" 2>/dev/null || true
-  "${root[@]}" dpkg --purge "$package" >/dev/null 2>&1 || true
+  stop_server
+  # A dpkg cut short (a timeout's SIGTERM) may hold its lock a moment
+  # longer, leaves the package half installed, which only a forced purge
+  # removes, and its new configuration files unregistered. (A purge of a
+  # package that is not there succeeds.)
+  for _ in $(seq $((purge_limit_s * 2))); do
+    "${root[@]}" dpkg --purge --force-remove-reinstreq "$package" >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  "${root[@]}" find /etc/yadcc-scheduler -maxdepth 1 -name '*.dpkg-*' -delete 2>/dev/null || true
+  "${root[@]}" rmdir /etc/yadcc-scheduler 2>/dev/null || true
   rm -rf "$scratch"
 }
 trap cleanup EXIT
@@ -112,10 +159,12 @@ read -r -a command <<<"$exec_start"
 log="$scratch/scheduler.log"
 : >"$log"
 # The unit's environment file holds the secrets: read it as systemd does
-# (KEY=value lines, # comments).
+# (KEY=value lines, # comments). setpriv execs the scheduler (runuser would
+# fork it), so $! is the scheduler itself, which stop_server waits for.
 "${root[@]}" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
   $("${root[@]}" grep -v '^#' /etc/yadcc-scheduler/env | grep '=') \
-  runuser -u "$package" -- "${command[@]}" --listen=127.0.0.1:0 2>"$log" &
+  setpriv --reuid="$package" --regid="$package" --init-groups -- \
+  "${command[@]}" --listen=127.0.0.1:0 2>"$log" &
 server=$!
 address=""
 for _ in $(seq $((start_limit_s * 10))); do
@@ -139,9 +188,7 @@ status=$(curl -s -o /dev/null -w '%{http_code}' "$address/api/v1/overview")
   exit 1
 }
 echo "$address: /healthz, /readyz, and /api/v1/overview with the packaged credential (401 without)"
-kill "$server"
-wait "$server" 2>/dev/null || true
-server=""
+stop_server
 
 echo "== dpkg -r, then --purge"
 "${root[@]}" dpkg -r "$package"

@@ -9,8 +9,9 @@
 # client generators; when the original yadcc is at hand, its runtime
 # libraries, iproute2 and g++), then runs schemathesis against a live server,
 # Lighthouse against the demo's dashboard (scripts/lighthouse.sh), the
-# benchmark smoke run beside the original scheduler, every test, and last the
-# tests against the original yadcc daemons (tests/it/peers/).
+# benchmark smoke run beside the original scheduler, every test, the Debian
+# package's install and removal (as root; scripts/package_test.sh), and last
+# the tests against the original yadcc daemons (tests/it/peers/).
 # Safe to run again: installed pieces are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -151,6 +152,20 @@ fi
 timeout 900 scripts/bench.sh smoke
 
 cargo test --locked "$@"
+
+# The Debian package, built from the debug binary the tests just built, then
+# installed, run, removed and purged (scripts/package_test.sh; it purges on
+# any failure too). dpkg needs root: only outside CI is a non-root run let
+# off, saying so; the cargo-deb it builds once stays in target/test-tools.
+echo "== the Debian package: build, dpkg -i, run, dpkg -r and --purge"
+if [ "$(id -u)" -eq 0 ]; then
+  PACKAGE_PROFILE=debug timeout 900 scripts/package_test.sh
+elif in_ci; then
+  echo "the package test needs root (dpkg -i), and CI runs it" >&2
+  exit 1
+else
+  echo "the package test (scripts/package_test.sh) is skipped: not root, dpkg -i needs it"
+fi
 
 # Last, on their own, so nothing else loads the machine while real daemons
 # compile; without the original yadcc, the run above counted them ignored.

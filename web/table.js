@@ -13,8 +13,14 @@ import { saveUi, ui } from './store.js';
 
 // At most this many rows are in the DOM: a table of thousands of rows costs
 // the browser too much layout on every refresh. A hidden panel's table is
-// not drawn at all until its tab is shown.
+// not drawn at all until its tab is shown. A phone shows a few rows at a
+// time, and laying out a page of 50 was most of its main thread's work per
+// refresh at 1,000 servants (BENCHMARKS.md, the dashboard on a phone): it
+// pages by 20. The width is style.css's phone layout's.
 const PAGE_ROWS = 50;
+const PHONE_PAGE_ROWS = 20;
+const phone = typeof matchMedia === 'function' ? matchMedia('(max-width: 640px)') : null;
+const pageRows = () => (phone && phone.matches ? PHONE_PAGE_ROWS : PAGE_ROWS);
 
 // The panel's controls, from its description (the page holds only the empty
 // tab panel).
@@ -98,6 +104,7 @@ export class Table {
     this.gen = 0;
     this.page = 0;
     this.lastRenderMs = 0;
+    this.perPage = 0;
     this.infoSuffix = '';
     this.stale = true;
 
@@ -128,6 +135,7 @@ export class Table {
       }
     });
     if (this.showEl) this.showEl.addEventListener('change', () => this.setQuery(this.query, this.showEl.value));
+    if (phone && phone.addEventListener) phone.addEventListener('change', () => this.render());
     this.tbody.addEventListener('click', (ev) => {
       const b = ev.target.closest('button[data-jump]');
       if (b && this.tbody.contains(b) && this.onJump) this.onJump(b.dataset.jump, b.dataset.query || '');
@@ -301,10 +309,14 @@ export class Table {
     // Keep focus where it is even if its row moves.
     const focused = document.activeElement;
     const gen = ++this.gen;
-    this.pages = Math.max(1, Math.ceil(keyed.length / PAGE_ROWS));
+    const perPage = pageRows();
+    // Across the phone width the page keeps its first row in view.
+    if (this.perPage && perPage !== this.perPage) this.page = Math.floor((this.page * this.perPage) / perPage);
+    this.perPage = perPage;
+    this.pages = Math.max(1, Math.ceil(keyed.length / perPage));
     if (this.page > this.pages - 1) this.page = this.pages - 1;
-    const start = this.page * PAGE_ROWS;
-    const end = Math.min(keyed.length, start + PAGE_ROWS);
+    const start = this.page * perPage;
+    const end = Math.min(keyed.length, start + perPage);
     const tbody = this.tbody;
     let cursor = tbody.firstChild;
     let placed = 0;

@@ -2,8 +2,9 @@
 //! mobile viewport 400 and 360 CSS pixels wide): the page never scrolls
 //! sideways on any tab (a table wider than the phone scrolls inside its own
 //! box), every tab is on screen, each range button keeps its label on one
-//! line, the chart's title is whole, and outside a hot standby no
-//! leadership badge shows. Nothing is logged.
+//! line, the chart's title is whole, outside a hot standby no leadership
+//! badge shows, and tables page by 20 rows (a phone's main thread lays out
+//! fewer rows per refresh). Nothing is logged.
 
 use std::time::Duration;
 
@@ -24,6 +25,12 @@ const SERVANTS: [(&str, &str); 3] = [
     ("127.0.0.3", "127.0.0.3:8335"),
     ("127.0.0.4", "192.168.177.205:8335"),
 ];
+
+/// Servants with short names besides those, so the servants table has a
+/// second page at phone width.
+const MORE_SERVANTS: u8 = 22;
+/// Rows per page at phone width (`PHONE_PAGE_ROWS` in `web/table.js`).
+const PHONE_PAGE_ROWS: usize = 20;
 
 /// What the page measures of itself with `tab` shown: how far it scrolls
 /// sideways, and the elements (not clipped by a scrolling box) that stick
@@ -70,7 +77,14 @@ async fn the_dashboard_fits_a_phone_without_sideways_scrolling() {
         return;
     };
     let server = Server::start_inspectable().await;
-    for (ip, location) in SERVANTS {
+    let more: Vec<(String, String)> = (1..=MORE_SERVANTS)
+        .map(|n| (format!("127.0.1.{n}"), format!("127.0.1.{n}:8335")))
+        .collect();
+    let servants = SERVANTS.iter().copied().chain(
+        more.iter()
+            .map(|(ip, location)| (ip.as_str(), location.as_str())),
+    );
+    for (ip, location) in servants {
         let mut connection = Connection::open_from(server.addr, Some(ip.parse().unwrap())).await;
         let mut beat = heartbeat(location, 8);
         // The whole test within one heartbeat period.
@@ -92,11 +106,29 @@ async fn the_dashboard_fits_a_phone_without_sideways_scrolling() {
     for width in PHONE_WIDTHS {
         let mut page = Browser::open_on_phone(&binary, &server.url("/"), width).await;
         page.wait_for(
-            "document.querySelectorAll('#servants-table tbody tr').length === 3",
+            &format!(
+                "(document.getElementById('servants-info') || {{}}).textContent === '{} servants'",
+                SERVANTS.len() + usize::from(MORE_SERVANTS)
+            ),
             "the servants are listed",
             PAGE_LIMIT,
         )
         .await;
+        assert_eq!(
+            page.eval("document.querySelectorAll('#servants-table tbody tr').length")
+                .await,
+            json!(PHONE_PAGE_ROWS),
+            "{width} px: a page of rows at phone width"
+        );
+        let pager = page
+            .eval("document.querySelector('#servants .more-text').textContent")
+            .await;
+        assert!(
+            pager
+                .as_str()
+                .is_some_and(|text| text.ends_with("page 1 of 2")),
+            "{width} px: the pager says where the rest are: {pager}"
+        );
         assert_eq!(
             page.eval("document.documentElement.clientWidth").await,
             json!(width),
