@@ -22,7 +22,8 @@
 # P5_PROTOCOLS, P5_SIZES and ORIGINAL_SIZES override the defaults; P7_SEED and
 # P7_MIXES P7's seed and mixes. P7 (the farm's outcome, docs/farm.md) runs in
 # real time: each mix against the original, this scheduler, and this one with
-# --foreign_load_from_own_average, same seed, same builds; every line also
+# --foreign_load_from_own_average=false (the original's rule for a servant's
+# foreign load, "held"), same seed, same builds; every line also
 # carries the ideal placement's figures (ideal_*).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -116,7 +117,7 @@ p3_protocol=${P3_PROTOCOL:-flare}
 p5_protocols=${P5_PROTOCOLS:-"flare http+pb"}
 p7_seed=${P7_SEED:-1}
 p7_mixes=${p7_mixes:-${P7_MIXES:-"bursty steady"}}
-p7_against=${p7_against:-${P7_AGAINST:-"original this own"}}
+p7_against=${p7_against:-${P7_AGAINST:-"original this held"}}
 mkdir -p "$out"
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), load:$(uptime | sed 's/.*load average://')"
 
@@ -279,7 +280,7 @@ if [[ " $only " == *" p7 "* ]]; then
             continue
           fi
           launch original ;;
-        own) launch this --foreign_load_from_own_average ;;
+        held) launch this --foreign_load_from_own_average=false ;;
         *) launch this ;;
       esac
       loadgen --label "$which" --protocol flare farm "${p7_args[@]}" --mix "$mix" \

@@ -126,9 +126,10 @@ def p5_table(runs: list[dict]) -> list[str]:
 # What every P7 line carries (the interface an outside check relies on).
 P7_FIELDS = ("builds", "build_p50_s", "build_p95_s", "compile_wait_p95_s", "utilisation",
              "idle_while_waiting_slot_s", "ideal_build_p95_s")
-# P7's columns: the original, this scheduler, this one with the own-load rule.
+# P7's columns: the original, this scheduler (rule "own load", its default),
+# this one with the original's rule for the foreign load.
 P7_COLUMNS = (("original", "original"), ("this", "this"),
-              ("own", "this, --foreign_load_from_own_average"))
+              ("held", "this, --foreign_load_from_own_average=false"))
 
 
 def p7_table(runs: list[dict]) -> list[str]:
@@ -232,7 +233,7 @@ class Check:
             missing = [field for field in P7_FIELDS if field not in run]
             if missing:
                 self.fail(f"p7.jsonl: {run.get('label', THIS)} lacks {missing}")
-            elif run.get("label", THIS) in (THIS, "own"):
+            elif run.get("label", THIS) in (THIS, "held"):
                 if run["builds"] <= 0 or run["ideal_build_p95_s"] <= 0:
                     self.fail(f"p7.jsonl: no build measured: {run}")
                 if run.get("errors") != 0:

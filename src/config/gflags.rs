@@ -96,12 +96,14 @@ pub struct Normalised {
 /// through [`normalise`], `--noname`. clap's plain switch (`SetTrue`) cannot
 /// be set to false on the command line, so a `YADCC_*` variable saying true
 /// would win over `--noname`; this form takes an explicit value.
+/// A switch declared on by default (`default_value_t = true`) stays on.
 pub fn switch(arg: Arg) -> Arg {
+    let on = arg.get_default_values().iter().any(|value| value == "true");
     arg.action(ArgAction::Set)
         .num_args(0..=1)
         .require_equals(true)
         .default_missing_value("true")
-        .default_value("false")
+        .default_value(if on { "true" } else { "false" })
         .value_name("true|false")
         .value_parser(BoolishValueParser::new())
 }

@@ -64,9 +64,10 @@ pub struct ServerFlags {
 
     /// Take a servant's foreign load as its reported load minus the 15 s
     /// average of this scheduler's grants there (the daemon's load is a 15 s
-    /// average), not minus the grants held now (the original's rule).
-    /// docs/farm.md, benchmark P7.
-    #[arg(long)]
+    /// average), not minus the grants held now. On by default (benchmark P7:
+    /// shorter builds on a busy farm); =false for the original's rule.
+    /// docs/farm.md.
+    #[arg(long, default_value_t = true)]
     pub foreign_load_from_own_average: bool,
 
     /// `user:password` for HTTP basic auth on the dashboard, `/api/v1/*` and

@@ -556,3 +556,22 @@ fn a_tenants_file_replaces_the_user_tokens_flag() {
     assert!(error.contains("missing.toml"), "{error}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_own_load_rule_is_on_unless_turned_off() {
+    let tokens = [
+        "--acceptable_user_tokens=u",
+        "--acceptable_servant_tokens=s",
+    ];
+    let own_load = |extra: &[&str]| {
+        let args: Vec<&str> = tokens.iter().chain(extra).copied().collect();
+        let (cli, _) = gflags(&args);
+        cli.settings().unwrap().engine.foreign_load_from_own_average
+    };
+    assert!(own_load(&[]));
+    assert!(own_load(&["--foreign_load_from_own_average"]));
+    // The original's rule, in gflags' spellings and clap's.
+    assert!(!own_load(&["--noforeign_load_from_own_average"]));
+    assert!(!own_load(&["--foreign_load_from_own_average=false"]));
+    assert!(!own_load(&["--foreign-load-from-own-average=false"]));
+}

@@ -50,7 +50,8 @@ pub struct Config {
     pub tenancy: Option<Tenancy>,
     /// Rule "own load": the foreign load on a servant is its reported load
     /// minus the 15 s average of this scheduler's grants there, not minus
-    /// the grants held now (`--foreign_load_from_own_average`).
+    /// the grants held now (`--foreign_load_from_own_average`, on by
+    /// default since benchmark P7; false is the original's rule).
     pub foreign_load_from_own_average: bool,
 }
 
@@ -69,7 +70,7 @@ impl Default for Config {
             limits: Limits::default(),
             grant_fence: GrantFence::open(),
             tenancy: None,
-            foreign_load_from_own_average: false,
+            foreign_load_from_own_average: true,
         }
     }
 }

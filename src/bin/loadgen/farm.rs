@@ -8,7 +8,10 @@
 //! - `machine`: one servant: processor sharing, the stock daemon's 15 s load average.
 //! - `model`: the farm running, its measures, and the ideal placement.
 //! - `live`: the stock daemons' calls against a scheduler.
+//! - `link`: how those calls reach it: a socket, or with `--in-process`
+//!   this scheduler's service in the same process, in virtual time.
 
+mod link;
 mod live;
 mod machine;
 mod model;
@@ -60,6 +63,15 @@ pub(crate) struct FarmArgs {
     /// Only the ideal placement: no scheduler is called.
     #[arg(long)]
     ideal_only: bool,
+    /// No sockets: this scheduler's service and engine run in this process
+    /// under tokio's paused clock (virtual time: no lag, a run of minutes in
+    /// seconds, the same figures on any machine). Needs the
+    /// `farm-in-process` cargo feature; --scheduler is not used.
+    #[arg(long)]
+    in_process: bool,
+    /// With --in-process: the engine's --foreign_load_from_own_average.
+    #[arg(long, requires = "in_process")]
+    foreign_load_from_own_average: bool,
 }
 
 /// Longest --duration plus --drain (a day).
@@ -137,19 +149,43 @@ pub(crate) async fn run(
     line.insert("compile_cpu_s".into(), json!(round3(scenario.work())));
     let mut failures = 0;
     if !args.ideal_only {
-        let target = live::Target {
-            address: target,
-            protocol,
-            user_token: cli.user_token.clone(),
-            servant_token: cli.servant_token.clone(),
+        let warmup = Duration::from_secs(args.warmup);
+        let live::Run {
+            outcome,
+            stats,
+            tick_lags_ms,
+        } = if args.in_process {
+            line.insert("in_process".into(), json!(true));
+            let (user, servant) = (cli.user_token.clone(), cli.servant_token.clone());
+            let own_load = args.foreign_load_from_own_average;
+            tokio::task::spawn_blocking(move || {
+                in_process::run(&user, &servant, own_load, scenario, warmup, limit)
+            })
+            .await
+            .map_err(|error| format!("farm --in-process: {error}"))??
+        } else {
+            let target = live::Target {
+                address: target,
+                protocol,
+                user_token: cli.user_token.clone(),
+                servant_token: cli.servant_token.clone(),
+            };
+            let links = live::Links::sockets(&target, args.servants, args.developers);
+            let farm = Farm::new(scenario, Instant::now() + warmup);
+            live::run(links, farm, limit).await?
         };
-        let origin = Instant::now() + Duration::from_secs(args.warmup);
-        let farm = Farm::new(scenario, origin);
-        let (outcome, stats) = live::run(target, farm, limit).await?;
         line.extend(outcome_json("", &outcome));
         line.insert("builds".into(), json!(outcome.builds));
         line.insert("killed".into(), json!(outcome.killed));
         line.insert("elapsed_s".into(), json!(round3(outcome.elapsed_s)));
+        line.insert(
+            "tick_lag_p99_ms".into(),
+            json!(round3(quantile(&tick_lags_ms, 0.99))),
+        );
+        line.insert(
+            "tick_lag_max_ms".into(),
+            json!(round3(quantile(&tick_lags_ms, 1.0))),
+        );
         failures = stats.total_errors();
         line.insert("errors".into(), json!(failures));
         eprintln!(
@@ -165,4 +201,71 @@ pub(crate) async fn run(
     line.extend(outcome_json("ideal_", &ideal));
     emit(cli, serde_json::Value::Object(line));
     Ok(failures)
+}
+
+/// The farm against this scheduler's engine in virtual time (`--in-process`).
+#[cfg(feature = "farm-in-process")]
+mod in_process {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+    use yadcc_scheduler::{
+        engine::{self, Scheduler, TokenSet},
+        service::SchedulerService,
+    };
+
+    use super::{live, model::Farm, scenario::Scenario};
+
+    /// Runs on a runtime of its own, one thread, its clock paused: time
+    /// moves only when every task waits, straight to the next timer.
+    pub(super) fn run(
+        user_token: &str,
+        servant_token: &str,
+        own_load: bool,
+        scenario: Scenario,
+        warmup: Duration,
+        limit: Duration,
+    ) -> Result<live::Run, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .map_err(|error| format!("farm --in-process: no runtime: {error}"))?;
+        runtime.block_on(async {
+            let engine = Scheduler::new(engine::Config {
+                user_tokens: TokenSet::new([user_token]),
+                servant_tokens: TokenSet::new([servant_token]),
+                foreign_load_from_own_average: own_load,
+                ..engine::Config::default()
+            });
+            let service = SchedulerService::new(engine);
+            let links = live::Links::in_process(
+                &service,
+                user_token,
+                servant_token,
+                scenario.servants.len(),
+                scenario.developers,
+            );
+            let farm = Farm::new(scenario, Instant::now() + warmup);
+            live::run(links, farm, limit).await
+        })
+    }
+}
+
+#[cfg(not(feature = "farm-in-process"))]
+mod in_process {
+    use std::time::Duration;
+
+    use super::{live, scenario::Scenario};
+
+    pub(super) fn run(
+        _user_token: &str,
+        _servant_token: &str,
+        _own_load: bool,
+        _scenario: Scenario,
+        _warmup: Duration,
+        _limit: Duration,
+    ) -> Result<live::Run, String> {
+        Err("farm --in-process needs a load generator built with --features farm-in-process".into())
+    }
 }

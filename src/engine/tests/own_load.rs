@@ -51,6 +51,27 @@ async fn own_load_our_ended_burst_is_not_foreign_work() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn own_load_a_grant_made_since_the_report_is_not_taken_off_the_owners_work() {
+    // 8 processors, the owner busy on 6 at the report, then one of ours
+    // granted: 7 busy, 1 idle. The original's rule takes the new grant off
+    // the reported load (foreign 5, capacity 3: 2 more grants, one
+    // processor too many); ours leaves the owner's 6 (capacity 2: 1 more).
+    for (own_average, capacity) in [(false, 3), (true, 2)] {
+        let s = Scheduler::new(Config {
+            foreign_load_from_own_average: own_average,
+            ..config()
+        });
+        let mut busy = hb("10.0.0.1:8335", 8);
+        busy.current_load = 6;
+        s.heartbeat(busy).unwrap();
+        let grants = s.wait_for_starting_task(req()).await.unwrap();
+        assert_eq!(grants.len(), 1);
+        let v = servant_view(&s, "10.0.0.1:8335");
+        assert_eq!((own_average, v.capacity_available), (own_average, capacity));
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn own_load_the_owners_work_still_counts() {
     let s = Scheduler::new(Config {
         foreign_load_from_own_average: true,

@@ -16,10 +16,12 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 use yadcc_scheduler::{
-    pb::{self, Method},
+    pb,
+    service::SchedulerService,
     sim::{self, Stats, Wire, client::Endpoint, servant::DAEMON_VERSION},
 };
 
+use super::link::{Failed, Link};
 use super::model::{Farm, Outcome};
 
 /// Between two runs of the model (and frees of the compiles that ended).
@@ -51,6 +53,71 @@ pub(crate) struct Target {
     pub(crate) protocol: Wire,
     pub(crate) user_token: String,
     pub(crate) servant_token: String,
+}
+
+/// Every simulated daemon's way to the scheduler, and the tokens they present.
+pub(crate) struct Links {
+    pub(crate) servants: Vec<Link>,
+    pub(crate) developers: Vec<Link>,
+    pub(crate) user_token: String,
+    pub(crate) servant_token: String,
+    pub(crate) stats: Arc<Stats>,
+}
+
+impl Links {
+    /// Over sockets: each servant and developer from its own loopback address.
+    pub(crate) fn sockets(target: &Target, servants: usize, developers: usize) -> Links {
+        let stats = Arc::new(Stats::default());
+        let endpoint = |octet: u8, index: usize| {
+            Link::Socket(Endpoint::new(
+                target.address,
+                Some(sim::machine_ip(octet, index)),
+                target.protocol,
+                stats.clone(),
+            ))
+        };
+        Links {
+            servants: (0..servants).map(|i| endpoint(SERVANTS_OCTET, i)).collect(),
+            developers: (0..developers)
+                .map(|i| endpoint(DEVELOPERS_OCTET, i))
+                .collect(),
+            user_token: target.user_token.clone(),
+            servant_token: target.servant_token.clone(),
+            stats,
+        }
+    }
+
+    /// To `service` in this process, each daemon with the address and one
+    /// connection of its own, as over sockets (the `farm-in-process` feature).
+    #[cfg_attr(not(feature = "farm-in-process"), allow(dead_code))]
+    pub(crate) fn in_process(
+        service: &SchedulerService,
+        user_token: &str,
+        servant_token: &str,
+        servants: usize,
+        developers: usize,
+    ) -> Links {
+        let stats = Arc::new(Stats::default());
+        let link = |octet: u8, index: usize, connection: u64| Link::InProcess {
+            service: service.clone(),
+            peer: sim::machine_ip(octet, index),
+            connection,
+            stats: stats.clone(),
+        };
+        let servant_links = (0..servants)
+            .map(|i| link(SERVANTS_OCTET, i, i as u64))
+            .collect();
+        let developer_links = (0..developers)
+            .map(|i| link(DEVELOPERS_OCTET, i, (servants + i) as u64))
+            .collect();
+        Links {
+            servants: servant_links,
+            developers: developer_links,
+            user_token: user_token.to_owned(),
+            servant_token: servant_token.to_owned(),
+            stats,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -131,16 +198,29 @@ impl Live {
     }
 }
 
+/// What a live run measured.
+pub(crate) struct Run {
+    pub(crate) outcome: Outcome,
+    pub(crate) stats: Arc<Stats>,
+    /// How late each of the model's ticks ran, in milliseconds: the load
+    /// generator's own lag, which delays every free and every new compile's
+    /// request whatever the scheduler (a busy machine shows here, not as
+    /// the scheduler's placement).
+    pub(crate) tick_lags_ms: Vec<f64>,
+}
+
 /// Runs the farm against the scheduler: the servants heartbeat from now
 /// (the farm's origin should be a few seconds later, so they are known
 /// before the first build), then until every build ended or `limit` after
 /// the origin.
-pub(crate) async fn run(
-    target: Target,
-    farm: Farm,
-    limit: Duration,
-) -> Result<(Outcome, Arc<Stats>), String> {
-    let stats = Arc::new(Stats::default());
+pub(crate) async fn run(links: Links, farm: Farm, limit: Duration) -> Result<Run, String> {
+    let Links {
+        servants: servant_endpoints,
+        developers: developer_endpoints,
+        user_token,
+        servant_token,
+        stats,
+    } = links;
     let servants = farm.machines.len();
     let developers = farm.scenario.developers;
     let by_location = (0..servants)
@@ -153,19 +233,6 @@ pub(crate) async fn run(
         by_location,
         stopping: false,
     }));
-    let endpoint = |octet: u8, index: usize| {
-        Endpoint::new(
-            target.address,
-            Some(sim::machine_ip(octet, index)),
-            target.protocol,
-            stats.clone(),
-        )
-    };
-    let servant_endpoints: Vec<Endpoint> =
-        (0..servants).map(|i| endpoint(SERVANTS_OCTET, i)).collect();
-    let developer_endpoints: Vec<Endpoint> = (0..developers)
-        .map(|i| endpoint(DEVELOPERS_OCTET, i))
-        .collect();
     let wakeups: Vec<Arc<Notify>> = (0..developers).map(|_| Arc::new(Notify::new())).collect();
     let mut tasks = tokio::task::JoinSet::new();
     for (index, endpoint) in servant_endpoints.iter().enumerate() {
@@ -173,14 +240,14 @@ pub(crate) async fn run(
         tasks.spawn(heartbeats(
             live.clone(),
             endpoint.clone(),
-            target.servant_token.clone(),
+            servant_token.clone(),
             index,
             phase,
         ));
     }
     for developer in 0..developers {
         let endpoint = developer_endpoints[developer].clone();
-        let token = target.user_token.clone();
+        let token = user_token.clone();
         tasks.spawn(long_polls(
             live.clone(),
             endpoint.clone(),
@@ -196,9 +263,11 @@ pub(crate) async fn run(
     let end = origin + limit;
     let mut ticks = tokio::time::interval(TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick_lags_ms = Vec::new();
     loop {
-        ticks.tick().await;
+        let due = ticks.tick().await;
         let now = Instant::now();
+        tick_lags_ms.push(now.saturating_duration_since(due).as_secs_f64() * 1e3);
         let mut frees: Vec<(usize, Vec<u64>)> = Vec::new();
         let finished = {
             let mut state = lock(&live);
@@ -228,7 +297,7 @@ pub(crate) async fn run(
             finished
         };
         for (developer, ids) in frees {
-            free(&developer_endpoints[developer], &target.user_token, ids);
+            free(&developer_endpoints[developer], &user_token, ids);
         }
         if finished {
             break;
@@ -258,15 +327,19 @@ pub(crate) async fn run(
     }
     for (developer, ids) in held {
         if !ids.is_empty() {
-            let _ = call_free(&developer_endpoints[developer], &target.user_token, ids).await;
+            let _ = call_free(&developer_endpoints[developer], &user_token, ids).await;
         }
     }
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
-    Ok((outcome, stats))
+    Ok(Run {
+        outcome,
+        stats,
+        tick_lags_ms,
+    })
 }
 
-fn free(endpoint: &Endpoint, token: &str, ids: Vec<u64>) {
+fn free(endpoint: &Link, token: &str, ids: Vec<u64>) {
     let endpoint = endpoint.clone();
     let token = token.to_owned();
     tokio::spawn(async move {
@@ -274,21 +347,17 @@ fn free(endpoint: &Endpoint, token: &str, ids: Vec<u64>) {
     });
 }
 
-async fn call_free(endpoint: &Endpoint, token: &str, ids: Vec<u64>) -> Result<(), String> {
+async fn call_free(endpoint: &Link, token: &str, ids: Vec<u64>) -> Result<(), Failed> {
     let request = pb::FreeTaskRequest {
         token: token.to_owned(),
         task_grant_ids: ids,
     };
-    endpoint
-        .call::<_, pb::FreeTaskResponse>(Method::FreeTask, &request)
-        .await
-        .map(drop)
-        .map_err(|error| error.to_string())
+    endpoint.free_task(request).await.map(drop)
 }
 
 async fn heartbeats(
     live: Arc<Mutex<Live>>,
-    endpoint: Endpoint,
+    endpoint: Link,
     token: String,
     servant: usize,
     phase: Duration,
@@ -335,10 +404,7 @@ async fn heartbeats(
                 running_tasks,
             }
         };
-        let Ok(answer) = endpoint
-            .call::<_, pb::HeartbeatResponse>(Method::Heartbeat, &request)
-            .await
-        else {
+        let Ok(answer) = endpoint.heartbeat(request).await else {
             continue;
         };
         if answer.expired_tasks.is_empty() {
@@ -358,7 +424,7 @@ async fn heartbeats(
 
 async fn long_polls(
     live: Arc<Mutex<Live>>,
-    endpoint: Endpoint,
+    endpoint: Link,
     token: String,
     developer: usize,
     wakeup: Arc<Notify>,
@@ -386,9 +452,7 @@ async fn long_polls(
             next_keep_alive_in_ms: GRANT_LEASE_MS,
             min_version: DAEMON_VERSION,
         };
-        let answer = endpoint
-            .call::<_, pb::WaitForStartingTaskResponse>(Method::WaitForStartingTask, &request)
-            .await;
+        let answer = endpoint.wait_for_starting_task(request).await;
         match answer {
             Ok(answer) => {
                 let unknown = {
@@ -399,15 +463,15 @@ async fn long_polls(
                     free(&endpoint, &token, unknown);
                 }
             }
-            Err(error) if error.is_no_quota() => {}
-            Err(_) => tokio::time::sleep(RETRY_AFTER_ERROR).await,
+            Err(Failed::NoQuota) => {}
+            Err(Failed::Error) => tokio::time::sleep(RETRY_AFTER_ERROR).await,
         }
     }
 }
 
 async fn renewals(
     live: Arc<Mutex<Live>>,
-    endpoint: Endpoint,
+    endpoint: Link,
     token: String,
     developer: usize,
     phase: Duration,
@@ -429,8 +493,6 @@ async fn renewals(
             task_grant_ids: ids,
             next_keep_alive_in_ms: RENEW_LEASE_MS,
         };
-        let _ = endpoint
-            .call::<_, pb::KeepTaskAliveResponse>(Method::KeepTaskAlive, &request)
-            .await;
+        let _ = endpoint.keep_task_alive(request).await;
     }
 }
