@@ -30,20 +30,30 @@ pub(crate) enum Link {
     #[cfg_attr(not(feature = "farm-in-process"), allow(dead_code))]
     InProcess {
         service: SchedulerService,
-        /// The daemon's address, as a socket would show it.
-        peer: IpAddr,
-        /// Its one connection (a daemon's turns are its connection's).
-        connection: u64,
+        /// What a socket would tell of every call: the daemon's address and
+        /// its one connection (a daemon's turns are its connection's).
+        context: CallContext,
         stats: Arc<Stats>,
     },
 }
 
 impl Link {
-    fn context(peer: IpAddr, connection: u64) -> CallContext {
-        CallContext {
-            peer,
-            connection: Some(connection),
-            deadline: None,
+    /// The in-process way of the daemon at `peer` on `connection`.
+    #[cfg_attr(not(feature = "farm-in-process"), allow(dead_code))]
+    pub(crate) fn in_process(
+        service: SchedulerService,
+        peer: IpAddr,
+        connection: u64,
+        stats: Arc<Stats>,
+    ) -> Self {
+        Link::InProcess {
+            service,
+            context: CallContext {
+                peer,
+                connection: Some(connection),
+                deadline: None,
+            },
+            stats,
         }
     }
 
@@ -71,13 +81,13 @@ impl Link {
             Link::Socket(endpoint) => socket(endpoint, Method::Heartbeat, &request).await,
             Link::InProcess {
                 service,
-                peer,
-                connection,
+                context,
                 stats,
-            } => {
-                let answer = service.heartbeat(request, &Self::context(*peer, *connection));
-                Self::counted(stats, Method::Heartbeat, answer)
-            }
+            } => Self::counted(
+                stats,
+                Method::Heartbeat,
+                service.heartbeat(request, context),
+            ),
         }
     }
 
@@ -89,14 +99,13 @@ impl Link {
             Link::Socket(endpoint) => socket(endpoint, Method::WaitForStartingTask, &request).await,
             Link::InProcess {
                 service,
-                peer,
-                connection,
+                context,
                 stats,
-            } => {
-                let context = Self::context(*peer, *connection);
-                let answer = service.wait_for_starting_task(request, &context).await;
-                Self::counted(stats, Method::WaitForStartingTask, answer)
-            }
+            } => Self::counted(
+                stats,
+                Method::WaitForStartingTask,
+                service.wait_for_starting_task(request, context).await,
+            ),
         }
     }
 
@@ -108,14 +117,13 @@ impl Link {
             Link::Socket(endpoint) => socket(endpoint, Method::KeepTaskAlive, &request).await,
             Link::InProcess {
                 service,
-                peer,
-                connection,
+                context,
                 stats,
-            } => {
-                let context = Self::context(*peer, *connection);
-                let answer = service.keep_task_alive(request, &context).await;
-                Self::counted(stats, Method::KeepTaskAlive, answer)
-            }
+            } => Self::counted(
+                stats,
+                Method::KeepTaskAlive,
+                service.keep_task_alive(request, context).await,
+            ),
         }
     }
 
@@ -127,14 +135,13 @@ impl Link {
             Link::Socket(endpoint) => socket(endpoint, Method::FreeTask, &request).await,
             Link::InProcess {
                 service,
-                peer,
-                connection,
+                context,
                 stats,
-            } => {
-                let context = Self::context(*peer, *connection);
-                let answer = service.free_task(request, &context).await;
-                Self::counted(stats, Method::FreeTask, answer)
-            }
+            } => Self::counted(
+                stats,
+                Method::FreeTask,
+                service.free_task(request, context).await,
+            ),
         }
     }
 }

@@ -98,11 +98,13 @@ impl Links {
         developers: usize,
     ) -> Links {
         let stats = Arc::new(Stats::default());
-        let link = |octet: u8, index: usize, connection: u64| Link::InProcess {
-            service: service.clone(),
-            peer: sim::machine_ip(octet, index),
-            connection,
-            stats: stats.clone(),
+        let link = |octet: u8, index: usize, connection: u64| {
+            Link::in_process(
+                service.clone(),
+                sim::machine_ip(octet, index),
+                connection,
+                stats.clone(),
+            )
         };
         let servant_links = (0..servants)
             .map(|i| link(SERVANTS_OCTET, i, i as u64))
