@@ -18,12 +18,21 @@ async fn a_python_grpcio_client_calls_every_rpc_and_gets_the_table_codes() {
     };
     let _heavy = heavy().await;
     let server = server().await;
+    python_client_passes(&python_path, &server.addr.to_string(), None).await;
+    server.stop().await;
+}
+
+/// Runs tests/grpc/client.py (grpcio, from `python_path`) against `target`,
+/// over TLS trusting `ca_file` if one is given, and asserts that every
+/// check in it passed.
+pub async fn python_client_passes(python_path: &Path, target: &str, ca_file: Option<&Path>) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut command = python();
     command
         .arg(root.join("tests/grpc/client.py"))
-        .arg(server.addr.to_string())
+        .arg(target)
         .arg(root.join("proto"))
+        .args(ca_file)
         .env("PYTHONPATH", python_path.parent().unwrap());
     let output = run(command).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -33,7 +42,6 @@ async fn a_python_grpcio_client_calls_every_rpc_and_gets_the_table_codes() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(stdout.contains("all gRPC checks passed"), "{stdout}");
-    server.stop().await;
 }
 
 fn buf_curl(buf: &Path, args: &[&str]) -> Command {

@@ -14,9 +14,10 @@ use yadcc_scheduler::security::{SecuritySettings, TlsFiles};
 use crate::{
     browser::{chromium_or_skip, run_chromium},
     grpc::{rpc_path, server_secured},
+    grpc_clients::python_client_passes,
     support::*,
     tls::{Ca, Dir, server_files, start},
-    tools::{installed, python, run, tool},
+    tools::{installed, run, tool},
 };
 
 /// The server's TLS files in `dir` (`cert.pem`, `key.pem`) and the CA file.
@@ -87,23 +88,9 @@ async fn a_python_grpcio_secure_channel_calls_every_rpc() {
     let dir = Dir::new("grpcio");
     let (security, ca_file) = tls_files(&dir);
     let server = server_secured(security).await;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut command = python();
-    command
-        .arg(root.join("tests/grpc/client.py"))
-        // The name the certificate carries.
-        .arg(format!("localhost:{}", server.addr.port()))
-        .arg(root.join("proto"))
-        .arg(&ca_file)
-        .env("PYTHONPATH", python_path.parent().unwrap());
-    let output = run(command).await;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "python client failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(stdout.contains("all gRPC checks passed"), "{stdout}");
+    // The name the certificate carries.
+    let target = format!("localhost:{}", server.addr.port());
+    python_client_passes(&python_path, &target, Some(Path::new(&ca_file))).await;
     server.stop().await;
 }
 
