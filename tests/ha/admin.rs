@@ -3,11 +3,7 @@
 //! so a kill -9 of the leader never uncordons a servant; a standby does not
 //! act; the saved key does not disturb the next election.
 
-use std::{
-    io::{Read, Write},
-    net::TcpStream,
-    time::Duration,
-};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -23,30 +19,18 @@ fn admin(port: u16, method: &str, body: Value) -> (u16, Value) {
     )
 }
 
-/// A JSON POST on loopback over HTTP/1.0: the status and the JSON body.
+/// A JSON POST on loopback: the status and the JSON body (Null if none).
 fn post(port: u16, path: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    let body = body.to_string();
     let authorization = token.map_or(String::new(), |token| {
         format!("Authorization: Bearer {token}\r\n")
     });
-    write!(
-        stream,
-        "POST {path} HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\n{authorization}\
-         Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("send");
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|status| status.parse().ok())
-        .unwrap_or(0);
+    let (status, answer) = json_post(
+        port,
+        path,
+        &authorization,
+        &body.to_string(),
+        Duration::from_secs(5),
+    );
     let body = answer
         .split_once("\r\n\r\n")
         .and_then(|(_, body)| serde_json::from_str(body).ok())

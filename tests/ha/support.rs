@@ -440,12 +440,32 @@ impl Setup {
 /// A JSON RPC over HTTP/1.1 to `port`, answered within `within`: the status
 /// and the `Rpc-Error-Code` (None on success).
 pub fn json_call(port: u16, rpc: &str, body: &str, within: Duration) -> (u16, Option<String>) {
+    let path = format!("/rpc/yadcc.scheduler.SchedulerService.{rpc}");
+    let (status, answer) = json_post(port, &path, "", body, within);
+    let code = answer
+        .lines()
+        .find_map(|line| line.strip_prefix("rpc-error-code: "))
+        .map(str::to_owned);
+    (status, code)
+}
+
+/// A JSON POST of `body` to `path` on loopback `port` over HTTP/1.1 (one
+/// call, then the connection closes), with `headers` (each line ending in
+/// CRLF) added: the status (0 if none came within `within`) and the whole
+/// answer, head and body.
+pub fn json_post(
+    port: u16,
+    path: &str,
+    headers: &str,
+    body: &str,
+    within: Duration,
+) -> (u16, String) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream.set_read_timeout(Some(within)).expect("timeout");
     write!(
         stream,
-        "POST /rpc/yadcc.scheduler.SchedulerService.{rpc} HTTP/1.1\r\nHost: x\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{headers}\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .expect("send");
@@ -456,9 +476,5 @@ pub fn json_call(port: u16, rpc: &str, body: &str, within: Duration) -> (u16, Op
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let code = answer
-        .lines()
-        .find_map(|line| line.strip_prefix("rpc-error-code: "))
-        .map(str::to_owned);
-    (status, code)
+    (status, answer)
 }
