@@ -31,23 +31,6 @@ async fn connect_from(addr: SocketAddr, local: &str) -> std::io::Result<TcpStrea
     socket.connect(addr).await
 }
 
-/// Resolves when the server closes `stream`; the time it took, or None if it
-/// stayed open for `limit`.
-pub async fn closed_within(mut stream: TcpStream, limit: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    let mut chunk = [0u8; 4096];
-    tokio::time::timeout(limit, async {
-        loop {
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return started.elapsed(),
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .ok()
-}
-
 /// A complete `GET /healthz`, as curl sends it.
 const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
 

@@ -679,3 +679,21 @@ impl Drop for Binary {
         let _ = self.child.wait();
     }
 }
+
+/// Resolves when the server closes `stream` (reading and dropping what it
+/// sends); the time it took, or None if it stayed open for `limit`.
+pub async fn closed_within(mut stream: tokio::net::TcpStream, limit: Duration) -> Option<Duration> {
+    use tokio::io::AsyncReadExt as _;
+    let started = tokio::time::Instant::now();
+    let mut chunk = [0u8; 4096];
+    tokio::time::timeout(limit, async {
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .ok()
+}

@@ -8,10 +8,7 @@ use prost::Message;
 use tokio::{io::AsyncWriteExt, net::TcpStream, time::Instant};
 use yadcc_scheduler::{edge::EdgeSettings, pb, rpc::state::ServeSettings};
 
-use crate::{
-    edge::{closed_within, read_some},
-    support::*,
-};
+use crate::{edge::read_some, support::*};
 
 async fn server_with_edge(edge: EdgeSettings) -> Server {
     Server::start_with(

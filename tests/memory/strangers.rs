@@ -6,11 +6,7 @@
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
-    task::JoinSet,
-};
+use tokio::{io::AsyncWriteExt, task::JoinSet};
 use yadcc_scheduler::{
     pb,
     sim::{
@@ -23,31 +19,14 @@ use crate::{
     cluster::{ATTACKER, LEGITIMATE, ip},
     legitimate::Legitimate,
     support::{
-        Binary, Connection, Method, SERVICE, USER_TOKEN, flare_frame, flare_request_uncompressed,
-        heartbeat, heavy, http_client, servant_location,
+        Binary, Connection, Method, SERVICE, USER_TOKEN, closed_within, flare_frame,
+        flare_request_uncompressed, heartbeat, heavy, http_client, servant_location,
     },
 };
 
 /// The HTTP/2 client preface and an empty SETTINGS frame: a connection
 /// that says "HTTP/2" and then nothing.
 const H2_PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
-
-/// Resolves when the server closes `stream` (reading and dropping what it
-/// sends), or None after `limit`.
-async fn closed_within(mut stream: TcpStream, limit: Duration) -> Option<Duration> {
-    let started = Instant::now();
-    let mut chunk = [0u8; 4096];
-    tokio::time::timeout(limit, async {
-        loop {
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return started.elapsed(),
-                Ok(_) => {}
-            }
-        }
-    })
-    .await
-    .ok()
-}
 
 /// A flare frame the server reads and drops: a response's meta, no
 /// `request_meta`.
