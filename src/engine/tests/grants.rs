@@ -437,8 +437,9 @@ async fn a_grant_belongs_to_whoever_received_it() {
     assert_eq!(s.snapshot().totals.grants, 0);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_huge_renewal_lets_other_calls_through_between_slices() {
+/// A scheduler with one live grant of 127.0.0.1's, and ids of 4 slices and a
+/// bit, unknown but that grant's at the returned index (in the fourth slice).
+async fn one_grant_among_unknown_ids() -> (Scheduler, Grant, Vec<u64>, usize) {
     let s = Scheduler::new(config());
     s.heartbeat(hb("127.0.0.1:1234", 10)).unwrap();
     let live = grant_one(
@@ -449,10 +450,15 @@ async fn a_huge_renewal_lets_other_calls_through_between_slices() {
         },
     )
     .await;
-    // Ids unknown but the one: 4 slices and a bit.
     let mut ids: Vec<u64> = (1..=(4 * ID_SLICE as u64 + 10)).collect();
     let at = 3 * ID_SLICE + 5;
     ids[at] = live.id;
+    (s, live, ids, at)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_huge_renewal_lets_other_calls_through_between_slices() {
+    let (s, live, ids, at) = one_grant_among_unknown_ids().await;
     let renewing = {
         let s = s.clone();
         tokio::spawn(async move {
@@ -487,19 +493,7 @@ async fn a_huge_renewal_lets_other_calls_through_between_slices() {
 
 #[tokio::test(start_paused = true)]
 async fn a_huge_release_lets_other_calls_through_between_slices() {
-    let s = Scheduler::new(config());
-    s.heartbeat(hb("127.0.0.1:1234", 10)).unwrap();
-    let live = grant_one(
-        &s,
-        GrantRequest {
-            requester_ip: ip("127.0.0.1"),
-            ..req_wait(secs(1))
-        },
-    )
-    .await;
-    // Ids unknown but the one, in the fourth slice.
-    let mut ids: Vec<u64> = (1..=(4 * ID_SLICE as u64 + 10)).collect();
-    ids[3 * ID_SLICE + 5] = live.id;
+    let (s, live, ids, _) = one_grant_among_unknown_ids().await;
     let freeing = {
         let s = s.clone();
         tokio::spawn(async move { s.free_in_slices(USER, ip("127.0.0.1"), &ids).await })
