@@ -61,7 +61,6 @@ use prometheus_client::metrics::{
 };
 use tokio::{sync::watch, time::Instant};
 
-pub use connection::{read_certificates, read_key};
 pub use saved_state::SavedStateKeeper;
 
 use crate::{

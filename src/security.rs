@@ -359,3 +359,36 @@ mod tests {
         assert!(!allowed.refuses_plaintext_credential(false, peer));
     }
 }
+
+/// PEM files read once for everyone who needs them (the listener's TLS and
+/// the etcd client), with errors that name the file.
+pub mod pem {
+    use std::path::Path;
+
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+
+    fn named(path: &Path, error: &dyn std::fmt::Display) -> String {
+        format!("{}: {error}", path.display())
+    }
+
+    /// A PEM file's bytes and the certificates in it, at least one, each
+    /// parsed (tonic would drop a bad one silently and fail every handshake
+    /// later).
+    pub fn certificates(path: &Path) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>), String> {
+        let pem = std::fs::read(path).map_err(|error| named(path, &error))?;
+        let certificates = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| named(path, &error))?;
+        if certificates.is_empty() {
+            return Err(named(path, &"no PEM certificate in it"));
+        }
+        Ok((pem, certificates))
+    }
+
+    /// A PEM file's bytes and the private key in it.
+    pub fn private_key(path: &Path) -> Result<(Vec<u8>, PrivateKeyDer<'static>), String> {
+        let pem = std::fs::read(path).map_err(|error| named(path, &error))?;
+        let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|error| named(path, &error))?;
+        Ok((pem, key))
+    }
+}

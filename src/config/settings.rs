@@ -11,7 +11,7 @@ use crate::{
     engine::{self, Redacted},
     ha::{self, EtcdAccess, EtcdCredentials, HaSettings},
     rpc::state::ServeSettings,
-    security::{SecuritySettings, TlsFiles},
+    security::{self, SecuritySettings, TlsFiles},
 };
 
 /// Parses `4096`, `512K`, `512M`, `10G`, `1T` (binary multiples; a trailing `B`
@@ -322,15 +322,15 @@ impl Cli {
                         .to_owned(),
                 );
             };
-            ha::read_certificates(ca).map_err(|error| named("ha_etcd_ca_file", error))?;
+            security::pem::certificates(ca).map_err(|error| named("ha_etcd_ca_file", error))?;
         }
         let client_identity = flags
             .ha_etcd_cert_file
             .clone()
             .zip(flags.ha_etcd_key_file.clone());
         if let Some((cert, key)) = &client_identity {
-            ha::read_certificates(cert).map_err(|error| named("ha_etcd_cert_file", error))?;
-            ha::read_key(key).map_err(|error| named("ha_etcd_key_file", error))?;
+            security::pem::certificates(cert).map_err(|error| named("ha_etcd_cert_file", error))?;
+            security::pem::private_key(key).map_err(|error| named("ha_etcd_key_file", error))?;
         }
         let credentials = match (&flags.ha_etcd_user, &flags.ha_etcd_password_file) {
             (Some(user), Some(path)) => {

@@ -13,13 +13,11 @@
 
 use std::{
     future::Future,
-    path::Path,
     sync::{Arc, RwLock},
     time::Duration,
 };
 
 use tokio::time::timeout;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use tonic::{
     Code, Request, Status,
     metadata::{Ascii, MetadataValue},
@@ -31,6 +29,7 @@ use super::{
     EtcdAccess, EtcdCredentials,
     etcd::etcdserverpb::{AuthenticateRequest, auth_client::AuthClient},
 };
+use crate::security::pem;
 
 /// Target of the hot standby's log lines (the election's and its
 /// connections').
@@ -234,39 +233,16 @@ fn tls_config(access: &EtcdAccess) -> Result<ClientTlsConfig, String> {
         return Err("https:// etcd endpoints need --ha_etcd_ca_file".to_owned());
     };
     let mut config = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(read_certificates(ca)?))
+        .ca_certificate(Certificate::from_pem(pem::certificates(ca)?.0))
         // etcd 3.4 serves gRPC and its HTTP gateway on one port and may
         // leave ALPN out.
         .assume_http2(true);
     if let Some((cert, key)) = &access.client_identity {
-        let chain = read_certificates(cert)?;
-        let key_pem = read_key(key)?;
-        config = config.identity(Identity::from_pem(chain, key_pem));
+        let (chain, _) = pem::certificates(cert)?;
+        let (key, _) = pem::private_key(key)?;
+        config = config.identity(Identity::from_pem(chain, key));
     }
     Ok(config)
-}
-
-/// A PEM file of certificates, checked to hold at least one that parses
-/// (tonic would drop a bad one silently and fail every handshake later).
-pub fn read_certificates(path: &Path) -> Result<Vec<u8>, String> {
-    let named = |error: &dyn std::fmt::Display| format!("{}: {error}", path.display());
-    let pem = std::fs::read(path).map_err(|error| named(&error))?;
-    let count = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|error| named(&error))?
-        .len();
-    if count == 0 {
-        return Err(named(&"no PEM certificate in it"));
-    }
-    Ok(pem)
-}
-
-/// A PEM private key file, checked to hold a key.
-pub fn read_key(path: &Path) -> Result<Vec<u8>, String> {
-    let named = |error: &dyn std::fmt::Display| format!("{}: {error}", path.display());
-    let pem = std::fs::read(path).map_err(|error| named(&error))?;
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|error| named(&error))?;
-    Ok(pem)
 }
 
 /// An error with its causes: tonic's own says only "transport error".

@@ -23,7 +23,7 @@ use tokio_rustls::{
     rustls::{
         self, RootCertStore, ServerConfig,
         crypto::{CryptoProvider, ring},
-        pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+        pki_types::CertificateDer,
         server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier},
         sign::CertifiedKey,
     },
@@ -40,7 +40,7 @@ use super::{
 use crate::{
     admin::ClientCertificate,
     edge::Proof,
-    security::{SecurityCounters, TlsFiles},
+    security::{SecurityCounters, TlsFiles, pem},
 };
 
 const LOG: &str = "yadcc_scheduler::tls";
@@ -116,7 +116,7 @@ fn server_config(
         None => builder.with_no_client_auth(),
         Some(path) => {
             let mut roots = RootCertStore::empty();
-            for certificate in read_certificates(path)? {
+            for certificate in pem::certificates(path)?.1 {
                 roots
                     .add(certificate)
                     .map_err(|error| format!("--tls_client_ca_file {}: {error}", path.display()))?;
@@ -266,24 +266,10 @@ async fn watch(
     }
 }
 
-fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let named = |error: &dyn std::fmt::Display| format!("{}: {error}", path.display());
-    let pem = std::fs::read(path).map_err(|error| named(&error))?;
-    let certificates = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|error| named(&error))?;
-    if certificates.is_empty() {
-        return Err(named(&"no PEM certificate in it"));
-    }
-    Ok(certificates)
-}
-
 /// The chain and key, checked to belong together.
 fn load_pair(files: &TlsFiles, provider: &CryptoProvider) -> Result<CertifiedKey, String> {
-    let chain = read_certificates(&files.cert)?;
-    let named = |error: &dyn std::fmt::Display| format!("{}: {error}", files.key.display());
-    let pem = std::fs::read(&files.key).map_err(|error| named(&error))?;
-    let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|error| named(&error))?;
+    let (_, chain) = pem::certificates(&files.cert)?;
+    let (_, key) = pem::private_key(&files.key)?;
     CertifiedKey::from_der(chain, key, provider).map_err(|error| {
         format!(
             "{} and {}: {error}",

@@ -182,6 +182,10 @@ struct Failover {
 const MACHINES: usize = 30;
 /// From a daemon's connect to its connection's reader (see `in_flight_at_kill`).
 const HANDOFF: Duration = Duration::from_millis(20);
+/// At most from a kill to HAProxy's marking the server down with
+/// `scripts/deploy/haproxy.cfg`: a check every 300 ms (`inter`), then
+/// `fall 2` at `fastinter 200ms`, a refused port failing each at once.
+const BALANCER_MARKS_DOWN: Duration = Duration::from_millis(300 + 2 * 200 + 100);
 /// Load before the kill, once every servant has registered.
 const LOAD_BEFORE_KILL: Duration = Duration::from_secs(4);
 
@@ -258,7 +262,9 @@ fn kill_the_leader_under_load(
     // Reaped: its sockets are gone. A daemon that connected a moment before
     // may have been put by HAProxy on one of them (accepted by the dying
     // leader's kernel, then reset): such connections are the leader's too.
-    // One opened later meets a refused port and is retried on the standby.
+    // One opened later, until HAProxy marks the leader down, may meet the
+    // refused port and be closed at once (the leader's too); after that,
+    // connections go to the standby.
     let reaped_at = Instant::now();
     let (mut to_first_grant, mut to_ready) = (None, None);
     let mut took_over = false;
@@ -283,16 +289,48 @@ fn kill_the_leader_under_load(
     // flight at the kill, and any a daemon sent before it saw the close.
     // Connections opened up to the reaping, and the moment it takes the
     // load generator to hand a connected socket to its reader, may be his.
-    let in_flight_at_kill = stats
-        .connection_losses()
+    let losses = stats.connection_losses();
+    let since_kill = |at: Instant| at.saturating_duration_since(killed_at).as_secs_f64() * 1e3;
+    let timeline = losses
         .iter()
-        .filter(|loss| loss.lost >= killed_at && loss.opened <= reaped_at + HANDOFF)
+        .map(|loss| {
+            format!(
+                "opened {:+.0} ms, lost {:+.0} ms, {} calls",
+                loss.opened
+                    .saturating_duration_since(killed_at)
+                    .as_secs_f64()
+                    * 1e3
+                    - killed_at
+                        .saturating_duration_since(loss.opened)
+                        .as_secs_f64()
+                        * 1e3,
+                since_kill(loss.lost),
+                loss.calls
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let timeline = format!(
+        "reaped {:+.0} ms after the kill; connections lost with calls waiting:\n{timeline}",
+        since_kill(reaped_at)
+    );
+    let in_flight_at_kill = losses
+        .iter()
+        .filter(|loss| {
+            let the_leaders = loss.opened <= reaped_at + HANDOFF;
+            // Until HAProxy marks the dead leader down, it may still send a
+            // new connection there; refused, it closes the daemon's side at
+            // once, before any scheduler saw the call.
+            let refused_by_the_balancer = loss.opened <= reaped_at + BALANCER_MARKS_DOWN
+                && loss.lost.saturating_duration_since(loss.opened) <= HANDOFF;
+            loss.lost >= killed_at && (the_leaders || refused_by_the_balancer)
+        })
         .map(|loss| loss.calls)
         .sum();
     Failover {
         to_first_grant,
         to_ready,
-        report: stats.report().to_string(),
+        report: format!("{}\n{timeline}", stats.report()),
         errors_by_kind: stats.report().total.errors,
         running_at_kill,
         in_flight_at_kill,
@@ -358,9 +396,11 @@ fn kill_9_the_leader_under_load_through_haproxy_and_the_standby_grants_within_5_
     // which takes them over until it leads.
     assert!(
         outcome.errors_around_failover <= outcome.in_flight_at_kill as u64,
-        "{} calls failed around the failover, {} were in flight at the kill\n{report}",
+        "{} calls failed around the failover, {} were in flight at the kill\n{report}\n\
+         the standby's log:\n{}",
         outcome.errors_around_failover,
-        outcome.in_flight_at_kill
+        outcome.in_flight_at_kill,
+        standby.log().join("\n")
     );
     assert_eq!(outcome.tasks_killed, 0, "{report}");
     assert_eq!(outcome.renewals_refused, 0, "{report}");
