@@ -186,6 +186,9 @@ const HANDOFF: Duration = Duration::from_millis(20);
 /// `scripts/deploy/haproxy.cfg`: a check every 300 ms (`inter`), then
 /// `fall 2` at `fastinter 200ms`, a refused port failing each at once.
 const BALANCER_MARKS_DOWN: Duration = Duration::from_millis(300 + 2 * 200 + 100);
+/// HAProxy's retries of a refused connection (`retries 3`, each after
+/// `min(timeout connect, 1 s)` = 500 ms), and a little.
+const BALANCER_RETRIES: Duration = Duration::from_millis(3 * 500 + 100);
 /// Load before the kill, once every servant has registered.
 const LOAD_BEFORE_KILL: Duration = Duration::from_secs(4);
 
@@ -319,10 +322,10 @@ fn kill_the_leader_under_load(
         .filter(|loss| {
             let the_leaders = loss.opened <= reaped_at + HANDOFF;
             // Until HAProxy marks the dead leader down, it may still send a
-            // new connection there; refused, it closes the daemon's side at
-            // once, before any scheduler saw the call.
+            // new connection there; refused, and refused again on its
+            // retries, it closes the daemon's side: no scheduler saw the call.
             let refused_by_the_balancer = loss.opened <= reaped_at + BALANCER_MARKS_DOWN
-                && loss.lost.saturating_duration_since(loss.opened) <= HANDOFF;
+                && loss.lost.saturating_duration_since(loss.opened) <= BALANCER_RETRIES;
             loss.lost >= killed_at && (the_leaders || refused_by_the_balancer)
         })
         .map(|loss| loss.calls)
