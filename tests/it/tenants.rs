@@ -412,7 +412,12 @@ async fn a_machine_with_200_connections_gets_no_more_than_its_tenant_s_share() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let tally = Arc::new(Tally::default());
     let greedy = Group::start(binary.addr, "127.0.0.31", "build-farm", 200, &tally);
-    let developers = Group::start(binary.addr, "127.0.0.11", "developers", 4, &tally);
+    // Twelve connections keep the developers waiting for their half of the
+    // 4 slots: with only as many as the slots, their queue empties whenever
+    // most of them hold or are between a free and the next ask (longer on a
+    // busy machine), and the farm's work-conserving turns rightly give
+    // those slots to the tenant still waiting (CI saw 0.566 that way).
+    let developers = Group::start(binary.addr, "127.0.0.11", "developers", 12, &tally);
     warm_up(&tally).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let (farm, dev) = (tally.grants_of("build-farm"), tally.grants_of("developers"));
@@ -424,7 +429,7 @@ async fn a_machine_with_200_connections_gets_no_more_than_its_tenant_s_share() {
     assert!(farm + dev > 300, "too few grants to judge: {farm} + {dev}");
     let share = ratio(farm, farm + dev);
     println!(
-        "FIGURE 200 connections against 4, weights 1:1, 4 s: {farm} against {dev}, share {share:.3}"
+        "FIGURE 200 connections against 12, weights 1:1, 4 s: {farm} against {dev}, share {share:.3}"
     );
     assert!(
         share <= 0.55,
