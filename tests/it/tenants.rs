@@ -118,6 +118,11 @@ struct Tally {
     bad_frees: AtomicU64,
     /// Long polls that ended without a grant (asked again).
     no_quota: AtomicU64,
+    /// Workers started, and those whose first call was answered: until
+    /// then a worker may still be connecting, and its tenant is not
+    /// waiting yet (a busy machine takes seconds to open 200 connections).
+    workers: AtomicU64,
+    answered: AtomicU64,
 }
 
 impl Tally {
@@ -149,6 +154,7 @@ fn worker(
     tokio::spawn(async move {
         let mut connection = Connection::open_from(addr, Some(local)).await;
         let mut seq = 0;
+        let mut first = true;
         while !stop.load(Ordering::Relaxed) {
             seq += 1;
             let ask = pb::WaitForStartingTaskRequest {
@@ -171,6 +177,9 @@ fn worker(
                 ))
                 .await;
             let answer = connection.read_response().await;
+            if std::mem::take(&mut first) {
+                tally.answered.fetch_add(1, Ordering::Relaxed);
+            }
             let no_quota = (pb::Status::NoQuotaAvailable as i32).to_string();
             if answer.header("rpc-error-code") == Some(no_quota.as_str()) {
                 tally.no_quota.fetch_add(1, Ordering::Relaxed);
@@ -227,6 +236,7 @@ impl Group {
     ) -> Group {
         let stop = Arc::new(AtomicBool::new(false));
         let local: IpAddr = local.parse().unwrap();
+        tally.workers.fetch_add(count as u64, Ordering::Relaxed);
         let tasks = (0..count)
             .map(|_| worker(addr, local, token, stop.clone(), tally.clone()))
             .collect();
@@ -276,8 +286,22 @@ async fn metrics(addr: SocketAddr) -> String {
         .expect("text")
 }
 
-/// Lets the farm fill and the queues form before counting.
+/// Lets the farm fill and the queues form before counting: every worker
+/// connected and answered once, then half a second of turns. (A fixed
+/// half second was not enough on a busy machine: CI counted 600 ms in
+/// which the greedy tenant's 200 connections waited and the developers'
+/// 12 were still connecting, and saw a share of 0.56.)
 async fn warm_up(tally: &Tally) {
+    let workers = tally.workers.load(Ordering::Relaxed);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tally.answered.load(Ordering::Relaxed) < workers {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {workers} workers answered within 60 s",
+            tally.answered.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     tokio::time::sleep(Duration::from_millis(500)).await;
     tally.reset();
 }
@@ -413,10 +437,9 @@ async fn a_machine_with_200_connections_gets_no_more_than_its_tenant_s_share() {
     let tally = Arc::new(Tally::default());
     let greedy = Group::start(binary.addr, "127.0.0.31", "build-farm", 200, &tally);
     // Twelve connections keep the developers waiting for their half of the
-    // 4 slots: with only as many as the slots, their queue empties whenever
-    // most of them hold or are between a free and the next ask (longer on a
-    // busy machine), and the farm's work-conserving turns rightly give
-    // those slots to the tenant still waiting (CI saw 0.566 that way).
+    // 4 slots even while a busy machine delays this test's own client:
+    // whenever their queue empties, the work-conserving turns rightly give
+    // the slots to the tenant still waiting.
     let developers = Group::start(binary.addr, "127.0.0.11", "developers", 12, &tally);
     warm_up(&tally).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
