@@ -5,7 +5,7 @@
 # separate processes on this machine, a fresh scheduler per run, collects the
 # load generator's JSON lines, prints the side-by-side table and draws P5.
 #
-#   scripts/bench.sh            # full scale, as in BENCHMARKS.md (~35 min, and P7 ~70 min; a quiet machine)
+#   scripts/bench.sh            # full scale, as in BENCHMARKS.md (~35 min, and P7 ~3 h; a quiet machine)
 #   scripts/bench.sh small      # the same steps at toy scale (~4 min)
 #   scripts/bench.sh smoke      # CI: debug build, tiny runs, results checked
 #
@@ -20,11 +20,14 @@
 # side-by-side.md (with P7's table) and the P5 plot. BENCH_ONLY="p1 p3 p5 p6 p7 original" runs a
 # subset; P1_PROTOCOL (how P1 sets up its servants), P3_PROTOCOL,
 # P5_PROTOCOLS, P5_SIZES and ORIGINAL_SIZES override the defaults; P7_SEED and
-# P7_MIXES P7's seed and mixes. P7 (the farm's outcome, docs/farm.md) runs in
-# real time: each mix against the original, this scheduler, and this one with
-# --foreign_load_from_own_average=false (the original's rule for a servant's
-# foreign load, "held"), same seed, same builds; every line also
-# carries the ideal placement's figures (ideal_*).
+# P7_MIXES P7's seed and mixes, P7_SPEEDS its farms' processor speeds (same,
+# mixed), P7_AGAINST its columns. P7 (the farm's outcome, docs/farm.md) runs
+# in real time: each farm and mix against the original, this scheduler, this
+# one with --foreign_load_from_own_average=false (the original's rule for a
+# servant's foreign load, "held") and this one with
+# --place_by_observed_speed=false (the original's pick order, "nospeed"),
+# same seed, same builds; every line also carries the ideal placement's
+# figures (ideal_*).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,6 +76,7 @@ case "$scale" in
     p7_args=(--servants 6 --developers 3 --duration 5 --drain 8 --build-gap 5 --warmup 2)
     p7_mixes=${P7_MIXES:-bursty}
     p7_against=${P7_AGAINST:-this}
+    p7_speeds=${P7_SPEEDS:-mixed}
     ;;
   *)
     echo "usage: $0 [full|small|smoke]" >&2
@@ -117,7 +121,8 @@ p3_protocol=${P3_PROTOCOL:-flare}
 p5_protocols=${P5_PROTOCOLS:-"flare http+pb"}
 p7_seed=${P7_SEED:-1}
 p7_mixes=${p7_mixes:-${P7_MIXES:-"bursty steady"}}
-p7_against=${p7_against:-${P7_AGAINST:-"original this held"}}
+p7_against=${p7_against:-${P7_AGAINST:-"original this held nospeed"}}
+p7_speeds=${p7_speeds:-${P7_SPEEDS:-"same mixed"}}
 mkdir -p "$out"
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), load:$(uptime | sed 's/.*load average://')"
 
@@ -269,23 +274,26 @@ if [[ " $only " == *" p6 "* ]]; then
 fi
 
 if [[ " $only " == *" p7 "* ]]; then
-  echo "== P7: the farm's outcome, mixes $p7_mixes, seed $p7_seed (${p7_args[*]})"
+  echo "== P7: the farm's outcome, speeds $p7_speeds, mixes $p7_mixes, seed $p7_seed (${p7_args[*]})"
   : >"$out/p7.jsonl"
-  for mix in $p7_mixes; do
-    for which in $p7_against; do
-      case "$which" in
-        original)
-          if [ -z "$original" ]; then
-            echo "P7: no original scheduler: its column left out"
-            continue
-          fi
-          launch original ;;
-        held) launch this --foreign_load_from_own_average=false ;;
-        *) launch this ;;
-      esac
-      loadgen --label "$which" --protocol flare farm "${p7_args[@]}" --mix "$mix" \
-        --seed "$p7_seed" >>"$out/p7.jsonl"
-      stop_scheduler
+  for speeds in $p7_speeds; do
+    for mix in $p7_mixes; do
+      for which in $p7_against; do
+        case "$which" in
+          original)
+            if [ -z "$original" ]; then
+              echo "P7: no original scheduler: its column left out"
+              continue
+            fi
+            launch original ;;
+          held) launch this --foreign_load_from_own_average=false ;;
+          nospeed) launch this --place_by_observed_speed=false ;;
+          *) launch this ;;
+        esac
+        loadgen --label "$which" --protocol flare farm "${p7_args[@]}" --mix "$mix" \
+          --speeds "$speeds" --seed "$p7_seed" >>"$out/p7.jsonl"
+        stop_scheduler
+      done
     done
   done
   cat "$out/p7.jsonl"

@@ -126,31 +126,36 @@ def p5_table(runs: list[dict]) -> list[str]:
 # What every P7 line carries (the interface an outside check relies on).
 P7_FIELDS = ("builds", "build_p50_s", "build_p95_s", "compile_wait_p95_s", "utilisation",
              "idle_while_waiting_slot_s", "ideal_build_p95_s")
-# P7's columns: the original, this scheduler (rule "own load", its default),
-# this one with the original's rule for the foreign load.
+# P7's columns: the original, this scheduler (its defaults: rules "own load"
+# and "observed speed"), this one with the original's rule for the foreign
+# load, and this one with the original's pick order.
 P7_COLUMNS = (("original", "original"), ("this", "this"),
-              ("held", "this, --foreign_load_from_own_average=false"))
+              ("held", "this, --foreign_load_from_own_average=false"),
+              ("nospeed", "this, --place_by_observed_speed=false"))
 
 
 def p7_table(runs: list[dict]) -> list[str]:
-    rows = ["| mix | seed | scheduler | builds | build p50 s | build p95 s | compile wait p95 s | "
-            "utilisation | idle while waiting, slot-s | unfinished | errors |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for mix in sorted({run["mix"] for run in runs}):
-        of_mix = [run for run in runs if run["mix"] == mix]
+    rows = ["| speeds | mix | seed | scheduler | builds | build p50 s | build p95 s | "
+            "compile wait p95 s | utilisation | idle while waiting, slot-s | unfinished | errors |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    # Lines from before --speeds are of a farm of one speed.
+    kinds = sorted({(run.get("speeds", "same"), run["mix"]) for run in runs})
+    for speeds, mix in kinds:
+        of_mix = [run for run in runs
+                  if (run.get("speeds", "same"), run["mix"]) == (speeds, mix)]
         for label, name in P7_COLUMNS:
             for run in of_mix:
                 if run.get("label", THIS) != label:
                     continue
                 rows.append(
-                    f"| {mix} | {run['seed']} | {name} | {run['builds']} | {number(run['build_p50_s'], 1)} | "
+                    f"| {speeds} | {mix} | {run['seed']} | {name} | {run['builds']} | {number(run['build_p50_s'], 1)} | "
                     f"{number(run['build_p95_s'], 1)} | {number(run['compile_wait_p95_s'], 2)} | "
                     f"{number(run['utilisation'], 3)} | {number(run['idle_while_waiting_slot_s'])} | "
                     f"{run.get('unfinished', '-')} | {run.get('errors', '-')} |")
         if of_mix:
             ideal = of_mix[0]
             rows.append(
-                f"| {mix} | {ideal['seed']} | ideal (simulated) | {ideal['builds']} | "
+                f"| {speeds} | {mix} | {ideal['seed']} | ideal (simulated) | {ideal['builds']} | "
                 f"{number(ideal['ideal_build_p50_s'], 1)} | {number(ideal['ideal_build_p95_s'], 1)} | "
                 f"{number(ideal['ideal_compile_wait_p95_s'], 2)} | {number(ideal['ideal_utilisation'], 3)} | "
                 f"{number(ideal['ideal_idle_while_waiting_slot_s'])} | {ideal['ideal_unfinished']} | - |")

@@ -69,6 +69,7 @@ mod requesters;
 mod servants;
 mod shared;
 mod snapshot;
+mod speed;
 mod state;
 mod tenants;
 pub(crate) mod tokens;

@@ -148,7 +148,8 @@
 //! daemon's connection or an address, figures per address), `adoption.rs`
 //! (the window after start), `cordons.rs` (the locations operators took
 //! out of rotation), `own_load.rs` (rule "own load": the 15 s average of
-//! the grants on a servant), `tokens.rs`
+//! the grants on a servant), `speed.rs` (rule "observed speed": how soon a
+//! servant's grants come back), `tokens.rs`
 //! (token sets and the flag's splitting rule, `Redacted`, serving-daemon
 //! ring). The rules that change several owners are `impl State` blocks:
 //! `lifecycle.rs` (placement rule, the one grant creation and the one

@@ -70,6 +70,16 @@ pub struct ServerFlags {
     #[arg(long, default_value_t = true)]
     pub foreign_load_from_own_average: bool,
 
+    /// Within each tier of the pick order, place first on the servants whose
+    /// freed grants came back sooner (the log-mean time of their recent
+    /// immediate grants: faster or less loaded machines), then by
+    /// utilisation; a servant with too few recent grants is tried first.
+    /// On by default (benchmark P7: shorter builds on a farm of mixed
+    /// machines, the same on a uniform one); =false for the original's
+    /// order. docs/farm.md.
+    #[arg(long, default_value_t = true)]
+    pub place_by_observed_speed: bool,
+
     /// `user:password` for HTTP basic auth on the dashboard, `/api/v1/*` and
     /// `/inspect/*`. Without it, or empty (the original's default), and
     /// without --debugging_no_inspect_auth they are closed, as in the original.

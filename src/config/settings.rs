@@ -438,6 +438,7 @@ impl Cli {
                 .map(|secret| secret.as_bytes().to_vec().into()),
             adoption_window: Duration::from_secs(self.server.adoption_window),
             foreign_load_from_own_average: self.server.foreign_load_from_own_average,
+            place_by_observed_speed: self.server.place_by_observed_speed,
             limits: engine::Limits {
                 max_waiters: self.server.max_waiters as usize,
                 max_waiters_per_requester: self.server.max_waiters_per_requester as usize,

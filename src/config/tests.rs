@@ -557,21 +557,37 @@ fn a_tenants_file_replaces_the_user_tokens_flag() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
-fn the_own_load_rule_is_on_unless_turned_off() {
-    let tokens = [
+/// The engine's settings from the token flags and `extra`, in gflags' form.
+fn engine_settings(extra: &[&str]) -> engine::Config {
+    let mut args = vec![
         "--acceptable_user_tokens=u",
         "--acceptable_servant_tokens=s",
     ];
-    let own_load = |extra: &[&str]| {
-        let args: Vec<&str> = tokens.iter().chain(extra).copied().collect();
-        let (cli, _) = gflags(&args);
-        cli.settings().unwrap().engine.foreign_load_from_own_average
-    };
-    assert!(own_load(&[]));
+    args.extend_from_slice(extra);
+    let (cli, _) = gflags(&args);
+    cli.settings().unwrap().engine
+}
+
+#[test]
+fn the_placement_rules_are_on_unless_turned_off() {
+    let own_load = |extra: &[&str]| engine_settings(extra).foreign_load_from_own_average;
+    let by_speed = |extra: &[&str]| engine_settings(extra).place_by_observed_speed;
+    assert!(own_load(&[]) && by_speed(&[]));
     assert!(own_load(&["--foreign_load_from_own_average"]));
-    // The original's rule, in gflags' spellings and clap's.
-    assert!(!own_load(&["--noforeign_load_from_own_average"]));
-    assert!(!own_load(&["--foreign_load_from_own_average=false"]));
-    assert!(!own_load(&["--foreign-load-from-own-average=false"]));
+    assert!(by_speed(&["--place_by_observed_speed"]));
+    // The original's rules, in gflags' spellings and clap's; each alone.
+    for off in [
+        "--noforeign_load_from_own_average",
+        "--foreign_load_from_own_average=false",
+        "--foreign-load-from-own-average=false",
+    ] {
+        assert!(!own_load(&[off]) && by_speed(&[off]), "{off}");
+    }
+    for off in [
+        "--noplace_by_observed_speed",
+        "--place_by_observed_speed=false",
+        "--place-by-observed-speed=false",
+    ] {
+        assert!(!by_speed(&[off]) && own_load(&[off]), "{off}");
+    }
 }

@@ -284,6 +284,11 @@ pub struct ServantRow {
     pub leaving: bool,
     /// Taken out of rotation by an operator: no new task goes there.
     pub cordon: Option<CordonRow>,
+    /// Typical time its immediate grants were held before being freed, in
+    /// milliseconds: how soon it turns a compile around, which orders it
+    /// within its tier (rule "observed speed"). Null while too few came back
+    /// recently, or with `--place_by_observed_speed=false`.
+    pub typical_grant_ms: Option<u64>,
 }
 
 impl ServantRow {
@@ -318,6 +323,9 @@ impl ServantRow {
             expires_at_ms: unix_millis(now + servant.expires_in),
             leaving: servant.leaving,
             cordon: servant.cordon.as_ref().map(CordonRow::from),
+            typical_grant_ms: servant
+                .typical_grant
+                .map(|held| u64::try_from(held.as_millis()).unwrap_or(u64::MAX)),
         }
     }
 }

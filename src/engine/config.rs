@@ -53,6 +53,9 @@ pub struct Config {
     /// the grants held now (`--foreign_load_from_own_average`, on by
     /// default since benchmark P7; false is the original's rule).
     pub foreign_load_from_own_average: bool,
+    /// Rule "observed speed": within a tier, servants whose freed grants
+    /// came back sooner are placed first (`--place_by_observed_speed`).
+    pub place_by_observed_speed: bool,
 }
 
 impl Default for Config {
@@ -71,6 +74,7 @@ impl Default for Config {
             grant_fence: GrantFence::open(),
             tenancy: None,
             foreign_load_from_own_average: true,
+            place_by_observed_speed: true,
         }
     }
 }

@@ -79,31 +79,43 @@ pub(crate) type EnvList = Vec<EnvLink>;
 /// are clamped, which keeps the utilisation key below exact.
 pub(crate) const MAX_SLOTS: u32 = (1 << 31) - 1;
 
-/// Position of a servant with free capacity in an environment's free set: 16
-/// bytes, compared as two integers.
+/// Position of a servant with free capacity in an environment's free set: 24
+/// bytes, compared field by field.
 ///
-/// `rank` orders by tier, then utilisation `granted / available`; `servant`
-/// (registration order) breaks ties, earliest first.
+/// `class` orders by tier (rule "prefer dedicated"), then within a tier by
+/// speed class (rule "observed speed"; always 0 without it); `rank` by
+/// utilisation `granted / available`; `servant` (registration order) breaks
+/// ties, earliest first.
 ///
-/// Utilisation is compared exactly, without floats: the low 62 bits of `rank`
-/// hold `floor(granted * 2^62 / available)`. With `0 <= granted < available
-/// <= MAX_SLOTS < 2^31`, two different fractions differ by at least
-/// `1 / (a1 * a2) > 2^-62`, so their scaled floors differ, and equal fractions
-/// give equal values: the order is exactly that of cross-multiplication, at
-/// the cost of one integer comparison.
+/// Utilisation is compared exactly, without floats: `rank` holds
+/// `floor(granted * 2^62 / available)`. With `0 <= granted < available <=
+/// MAX_SLOTS < 2^31`, two different fractions differ by at least `1 / (a1 *
+/// a2) > 2^-62`, so their scaled floors differ, and equal fractions give
+/// equal values: the order is exactly that of cross-multiplication, at the
+/// cost of one integer comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct PlaceKey {
+    pub class: u8,
     pub rank: u64,
     pub servant: ServantKey,
 }
 
 impl PlaceKey {
-    /// Key of a servant with `granted < available <= MAX_SLOTS`.
-    pub(crate) fn new(tier: u8, granted: u32, available: u32, servant: ServantKey) -> Self {
+    /// Key of a servant with `granted < available <= MAX_SLOTS`, of speed
+    /// class `speed` (at most `speed::MAX_CLASS`).
+    pub(crate) fn new(
+        tier: u8,
+        speed: u8,
+        granted: u32,
+        available: u32,
+        servant: ServantKey,
+    ) -> Self {
         debug_assert!(granted < available && available <= MAX_SLOTS);
+        debug_assert!(tier <= 1 && speed <= super::speed::MAX_CLASS);
         let util = ((u128::from(granted) << 62) / u128::from(available.max(1))) as u64;
         PlaceKey {
-            rank: (u64::from(tier) << 62) | util,
+            class: (tier << 6) | speed,
+            rank: util,
             servant,
         }
     }

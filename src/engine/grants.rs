@@ -235,9 +235,12 @@ pub(crate) struct NewGrant {
 /// Why a grant ends (see `State::remove_grant`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum GrantEnd {
-    /// Freed by its owner, or released because the waiter it was made for
-    /// was gone: the capacity is usable at once.
-    Freed,
+    /// Freed by its owner at `at`: the capacity is usable at once, and the
+    /// time it was held tells its servant's speed (rule "observed speed").
+    Freed { at: Instant },
+    /// Released because the waiter it was made for was gone: the capacity
+    /// is usable at once.
+    Undelivered,
     /// A zombie its servant no longer reports.
     Reaped,
     /// An adopted grant its servant no longer reports.
@@ -392,7 +395,7 @@ impl Grants {
         }
         self.adoption.retire(id);
         match end {
-            GrantEnd::Freed => self.counters.frees += 1,
+            GrantEnd::Freed { .. } | GrantEnd::Undelivered => self.counters.frees += 1,
             GrantEnd::Reaped => self.counters.zombies_reaped += 1,
             GrantEnd::AdoptionEnded => self.counters.adoptions_ended += 1,
             GrantEnd::ServantGone => {}

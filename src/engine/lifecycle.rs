@@ -106,9 +106,17 @@ impl State {
             self.tenants.released(tenant);
         }
         match end {
-            GrantEnd::Freed => {
+            GrantEnd::Freed { at } => {
+                // Rule "observed speed": only an immediate grant given back
+                // live times a compile (see `speed`).
+                let turnaround = (!g.prefetch && !g.adopted && !g.zombie)
+                    .then(|| (at.saturating_duration_since(g.granted_at), at));
                 self.servants
-                    .release_grant(g.servant, id, &mut self.envs, fx);
+                    .release_grant(g.servant, id, turnaround, &mut self.envs, fx);
+            }
+            GrantEnd::Undelivered => {
+                self.servants
+                    .release_grant(g.servant, id, None, &mut self.envs, fx);
             }
             GrantEnd::Reaped | GrantEnd::AdoptionEnded => {
                 self.servants.uncount_grant(g.servant, id);
@@ -153,7 +161,7 @@ impl State {
         let mut fx = Effects::default();
         for &id in ids {
             if self.grants.may_free(id, caller, now) {
-                self.remove_grant(id, GrantEnd::Freed, &mut fx);
+                self.remove_grant(id, GrantEnd::Freed { at: now }, &mut fx);
             } else {
                 self.requesters.refused(caller.ip);
             }
@@ -170,12 +178,12 @@ impl State {
     }
 
     /// Rule "placement": walk the free set in order (dedicated-under-half
-    /// first, then lowest utilisation, ties to the earliest-registered
-    /// servant), skipping servants older than `min_version`; the requester's
-    /// own machine (same IP) is used only if nothing else is free. Stale
-    /// entries met on the way are moved to their true place (see
-    /// `envs`). Nothing is placed while the fence is closed (rule
-    /// "fencing"): an instance that may not be the leader any more.
+    /// first, then rule "observed speed", then lowest utilisation, ties to
+    /// the earliest-registered servant), skipping servants older than
+    /// `min_version`; the requester's own machine (same IP) is used only if
+    /// nothing else is free. Stale entries met on the way are moved to their
+    /// true place (see `envs`). Nothing is placed while the fence is closed
+    /// (rule "fencing"): an instance that may not be the leader any more.
     pub(crate) fn pick(
         &mut self,
         env: EnvId,

@@ -15,6 +15,7 @@ use super::envs::{
     Effects, EnvLink, EnvList, Envs, PlaceKey, Presence, detach, relink, sync, tier,
 };
 use super::own_load::OwnLoad;
+use super::speed::ObservedSpeed;
 use super::types::{NotAcceptingReason, Rejection, RunningTask, ServantKey, ServantPriority};
 use super::views::ServantView;
 
@@ -61,6 +62,10 @@ pub(crate) struct Servant {
     /// Whether the foreign load is `current_load - own_load_at_report` (see
     /// `capacity_available`).
     foreign_from_own_load: bool,
+    /// Rule "observed speed": its freed grants' times, and the class they
+    /// put it in as of its last report or free (0 without the rule).
+    speed: ObservedSpeed,
+    speed_class: u8,
 }
 
 impl Servant {
@@ -98,6 +103,8 @@ impl Servant {
             own_load: OwnLoad::new(now),
             own_load_at_report: 0.0,
             foreign_from_own_load,
+            speed: ObservedSpeed::new(now),
+            speed_class: 0,
         }
     }
 
@@ -143,6 +150,7 @@ impl Servant {
         let place = (available > granted).then(|| {
             PlaceKey::new(
                 tier(self.priority, granted, self.num_processors),
+                self.speed_class,
                 granted,
                 available,
                 self.key,
@@ -254,6 +262,8 @@ impl Servant {
             expires_in: self.expires_at.saturating_duration_since(now),
             leaving: self.leaving,
             cordon: None,
+            speed_class: self.speed_class,
+            typical_grant: self.speed.typical(now),
         }
     }
 }
@@ -292,6 +302,8 @@ pub(crate) struct Servants {
     min_memory: u64,
     /// `--foreign_load_from_own_average` (see `Servant::capacity_available`).
     foreign_from_own_load: bool,
+    /// `--place_by_observed_speed` (rule "observed speed").
+    place_by_speed: bool,
     /// Bumped whenever any servant's shown running tasks change.
     running_version: u64,
     /// The version of the list last handed out, and when: callers are
@@ -310,6 +322,7 @@ impl Servants {
         min_memory: u64,
         running_tasks_refresh: Duration,
         foreign_from_own_load: bool,
+        place_by_speed: bool,
     ) -> Self {
         Servants {
             by_key: HashMap::new(),
@@ -320,6 +333,7 @@ impl Servants {
             max_reported_tasks,
             min_memory,
             foreign_from_own_load,
+            place_by_speed,
             running_version: 0,
             running_shown: None,
             running_tasks_refresh,
@@ -458,8 +472,12 @@ impl Servants {
         now: Instant,
     ) -> Instant {
         let min_memory = self.min_memory;
+        let place_by_speed = self.place_by_speed;
         let s = self.live(key);
         s.own_load_at_report = s.own_load.average(now);
+        if place_by_speed {
+            s.speed_class = s.speed.class(now);
+        }
         let previous_expiry = s.expires_at;
         s.reported = report.reported;
         s.version = report.version;
@@ -559,14 +577,22 @@ impl Servants {
     /// A freed grant: uncounted, and the servant moved to its new place in
     /// the environment indexes at once (the capacity may serve queued
     /// requests). One lookup for both, as every `FreeTask` pays it.
+    /// `turnaround`: how long it was held, if it tells the servant's speed,
+    /// and when it came back (rule "observed speed").
     pub(crate) fn release_grant(
         &mut self,
         key: ServantKey,
         id: u64,
+        turnaround: Option<(Duration, Instant)>,
         envs: &mut Envs,
         fx: &mut Effects,
     ) {
+        let place_by_speed = self.place_by_speed;
         if let Some(s) = self.by_key.get_mut(&key) {
+            if let Some((held, now)) = turnaround.filter(|_| place_by_speed) {
+                s.speed.record(held, now);
+                s.speed_class = s.speed.class(now);
+            }
             s.forget_grant(id);
             let (old, new) = s.repose();
             track_free(&mut self.free_total, old, new);

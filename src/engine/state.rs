@@ -67,6 +67,7 @@ impl State {
                 config.servant_min_memory_for_accepting_new_task,
                 config.running_tasks_refresh,
                 config.foreign_load_from_own_average,
+                config.place_by_observed_speed,
             ),
             grants: Grants::new(config, now),
             envs: Envs::default(),

@@ -23,6 +23,7 @@ mod rules;
 mod running_tasks;
 mod servants;
 mod snapshot;
+mod speed;
 mod tenants;
 mod tokens;
 mod waiters;

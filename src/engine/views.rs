@@ -79,6 +79,14 @@ pub struct ServantView {
     pub leaving: bool,
     /// The cordon that covers it, if an operator took it out of rotation.
     pub cordon: Option<CordonView>,
+    /// Its place within its tier by rule "observed speed" as of its last
+    /// report or free: 0 unknown (tried first), then 1 for the soonest
+    /// grants back up to 63; always 0 with the rule off.
+    pub speed_class: u8,
+    /// The typical time its immediate grants were held before their owner
+    /// freed them (rule "observed speed"); `None` while too few came back
+    /// recently, or with the rule off.
+    pub typical_grant: Option<Duration>,
 }
 
 /// One grant.

@@ -220,7 +220,7 @@ impl State {
         if !undelivered.is_empty() {
             let mut fx = Effects::default();
             for id in undelivered {
-                self.remove_grant(id, GrantEnd::Freed, &mut fx);
+                self.remove_grant(id, GrantEnd::Undelivered, &mut fx);
             }
             self.apply(fx, now);
         }
@@ -507,7 +507,7 @@ impl Drop for WaitGuard {
             {
                 let mut fx = Effects::default();
                 for g in &grants {
-                    st.remove_grant(g.id, GrantEnd::Freed, &mut fx);
+                    st.remove_grant(g.id, GrantEnd::Undelivered, &mut fx);
                 }
                 st.apply(fx, now);
             }

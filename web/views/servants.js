@@ -147,7 +147,7 @@ const columns = [
     id: 'slots', label: 'Slots', numeric: true, w: 80,
     title: 'Task slots free right now / most tasks it takes (0 when not accepting)',
     sort: (s) => num(s.capacityAvailable) * 1e6 + num(s.maxTasks),
-    sig: (s) => num(s.capacityAvailable) + '/' + num(s.maxTasks),
+    sig: (s) => num(s.capacityAvailable) + '/' + num(s.maxTasks) + '/' + str(s.typicalGrantMs),
     init: (c) => {
       c._free = h('span', 'free');
       c._max = h('span', 'of');
@@ -157,7 +157,11 @@ const columns = [
       c._free.textContent = fmtInt(num(s.capacityAvailable));
       c._max.textContent = ' / ' + fmtInt(num(s.maxTasks));
       toggleClass(c._free, 'zero', num(s.capacityAvailable) === 0);
-      c.title = num(s.capacityAvailable) + ' free of ' + num(s.maxTasks) + ' slots';
+      // Rule "observed speed": what orders it within its tier, shown
+      // where the slots are rather than in a column of its own.
+      const held = s.typicalGrantMs === null || s.typicalGrantMs === undefined ? ''
+        : '; its grants come back in ' + (num(s.typicalGrantMs) / 1000).toFixed(1) + ' s typically';
+      c.title = num(s.capacityAvailable) + ' free of ' + num(s.maxTasks) + ' slots' + held;
     },
   },
   jumpCol({

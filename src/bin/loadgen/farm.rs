@@ -29,7 +29,7 @@ use crate::{
     report::{emit, round3},
 };
 use model::{Farm, Outcome, quantile};
-use scenario::{Mix, Scenario, Shape};
+use scenario::{Mix, Scenario, Shape, Speeds};
 
 #[derive(Debug, Args)]
 pub(crate) struct FarmArgs {
@@ -50,6 +50,11 @@ pub(crate) struct FarmArgs {
     /// The owners' work on the user machines: bursty or steady.
     #[arg(long, value_enum, default_value_t = Mix::Bursty)]
     mix: Mix,
+    /// The servants' processor speeds: all the same, or mixed (0.5 to 1.5
+    /// times the reference core's, as in a farm of several hardware
+    /// generations).
+    #[arg(long, value_enum, default_value_t = Speeds::Same)]
+    speeds: Speeds,
     /// Mean seconds between two build starts of one developer (exponential).
     #[arg(long, default_value_t = 90.0)]
     build_gap: f64,
@@ -72,6 +77,9 @@ pub(crate) struct FarmArgs {
     /// With --in-process: the engine's --foreign_load_from_own_average.
     #[arg(long, requires = "in_process")]
     foreign_load_from_own_average: bool,
+    /// With --in-process: the engine's --place_by_observed_speed.
+    #[arg(long, requires = "in_process")]
+    place_by_observed_speed: bool,
 }
 
 /// Longest --duration plus --drain (a day).
@@ -130,6 +138,7 @@ pub(crate) async fn run(
         seed: args.seed,
         mix: args.mix,
         build_gap: Duration::from_secs_f64(args.build_gap),
+        speeds: args.speeds,
     };
     let limit = Duration::from_secs(args.duration + args.drain);
     let scenario = Scenario::draw(&shape, limit);
@@ -140,6 +149,10 @@ pub(crate) async fn run(
     line.insert(
         "mix".into(),
         json!(format!("{:?}", args.mix).to_lowercase()),
+    );
+    line.insert(
+        "speeds".into(),
+        json!(format!("{:?}", args.speeds).to_lowercase()),
     );
     line.insert("seed".into(), json!(args.seed));
     line.insert("servants".into(), json!(args.servants));
@@ -157,9 +170,12 @@ pub(crate) async fn run(
         } = if args.in_process {
             line.insert("in_process".into(), json!(true));
             let (user, servant) = (cli.user_token.clone(), cli.servant_token.clone());
-            let own_load = args.foreign_load_from_own_average;
+            let rules = in_process::Rules {
+                own_load: args.foreign_load_from_own_average,
+                observed_speed: args.place_by_observed_speed,
+            };
             tokio::task::spawn_blocking(move || {
-                in_process::run(&user, &servant, own_load, scenario, warmup, limit)
+                in_process::run(&user, &servant, rules, scenario, warmup, limit)
             })
             .await
             .map_err(|error| format!("farm --in-process: {error}"))??
@@ -203,9 +219,19 @@ pub(crate) async fn run(
     Ok(failures)
 }
 
+/// The engine's placement rules an in-process run turns on.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "farm-in-process"), allow(dead_code))]
+struct Rules {
+    own_load: bool,
+    observed_speed: bool,
+}
+
 /// The farm against this scheduler's engine in virtual time (`--in-process`).
 #[cfg(feature = "farm-in-process")]
 mod in_process {
+    pub(super) use super::Rules;
+
     use std::time::Duration;
 
     use tokio::time::Instant;
@@ -221,7 +247,7 @@ mod in_process {
     pub(super) fn run(
         user_token: &str,
         servant_token: &str,
-        own_load: bool,
+        rules: Rules,
         scenario: Scenario,
         warmup: Duration,
         limit: Duration,
@@ -235,7 +261,8 @@ mod in_process {
             let engine = Scheduler::new(engine::Config {
                 user_tokens: TokenSet::new([user_token]),
                 servant_tokens: TokenSet::new([servant_token]),
-                foreign_load_from_own_average: own_load,
+                foreign_load_from_own_average: rules.own_load,
+                place_by_observed_speed: rules.observed_speed,
                 ..engine::Config::default()
             });
             let service = SchedulerService::new(engine);
@@ -256,12 +283,13 @@ mod in_process {
 mod in_process {
     use std::time::Duration;
 
+    pub(super) use super::Rules;
     use super::{live, scenario::Scenario};
 
     pub(super) fn run(
         _user_token: &str,
         _servant_token: &str,
-        _own_load: bool,
+        _rules: Rules,
         _scenario: Scenario,
         _warmup: Duration,
         _limit: Duration,

@@ -189,8 +189,8 @@ async fn placement_skips_servants_older_than_min_version() {
 fn utilisation_key_orders_exactly_like_cross_multiplication() {
     use crate::engine::envs::{MAX_SLOTS, PlaceKey};
     let order = |g1: u32, a1: u32, g2: u32, a2: u32| {
-        let k1 = PlaceKey::new(1, g1, a1, 7);
-        let k2 = PlaceKey::new(1, g2, a2, 7);
+        let k1 = PlaceKey::new(1, 0, g1, a1, 7);
+        let k2 = PlaceKey::new(1, 0, g2, a2, 7);
         let cross = (u64::from(g1) * u64::from(a2)).cmp(&(u64::from(g2) * u64::from(a1)));
         assert_eq!(k1.rank.cmp(&k2.rank), cross, "{g1}/{a1} vs {g2}/{a2}");
     };
@@ -225,8 +225,10 @@ fn utilisation_key_orders_exactly_like_cross_multiplication() {
         let a2 = rand::random_range(1..=MAX_SLOTS);
         order(rand::random_range(0..a1), a1, rand::random_range(0..a2), a2);
     }
-    // Tier dominates utilisation.
-    assert!(PlaceKey::new(0, 9, 10, 1) < PlaceKey::new(1, 0, 10, 0));
+    // Tier dominates speed, speed dominates utilisation.
+    assert!(PlaceKey::new(0, 0, 9, 10, 1) < PlaceKey::new(1, 0, 0, 10, 0));
+    assert!(PlaceKey::new(0, 63, 9, 10, 1) < PlaceKey::new(1, 0, 0, 10, 0));
+    assert!(PlaceKey::new(1, 1, 9, 10, 1) < PlaceKey::new(1, 2, 0, 10, 0));
 }
 
 /// The placement rule computed the slow way, from a snapshot: what the
@@ -238,7 +240,8 @@ fn expected_pick(
     min_version: u32,
 ) -> Option<SocketAddr> {
     let requester = requester.to_canonical();
-    let mut best: Option<(u8, u32, u32, usize)> = None; // tier, granted, available, order
+    // (tier, speed class), granted, available, order
+    let mut best: Option<((u8, u8), u32, u32, usize)> = None;
     let mut own = None;
     for (order, v) in snap.servants.iter().enumerate() {
         if !v.environments.iter().any(|e| e == env)
@@ -254,9 +257,9 @@ fn expected_pick(
         let tier = if v.priority == ServantPriority::Dedicated
             && u64::from(v.running) * 2 < u64::from(v.num_processors)
         {
-            0
+            (0, v.speed_class)
         } else {
-            1
+            (1, v.speed_class)
         };
         let better = match best {
             None => true,
@@ -287,9 +290,11 @@ async fn placement_indexes_agree_with_a_full_scan_under_random_operations() {
     let s = Scheduler::new(config());
     let envs = ["e0", "e1", "e2", "e3"];
     let locations: Vec<String> = (1..=12).map(|i| format!("10.0.0.{i}:8335")).collect();
-    let mut live: Vec<u64> = Vec::new();
+    // Each grant with its requester, who alone may free it.
+    let mut live: Vec<(u64, IpAddr)> = Vec::new();
     let mut picks = 0;
-    for step in 0..3_000 {
+    let mut known_speeds = 0;
+    for step in 0..4_000 {
         match rng.random_range(0..10) {
             0..=2 => {
                 let loc = &locations[rng.random_range(0..locations.len())];
@@ -310,35 +315,45 @@ async fn placement_indexes_agree_with_a_full_scan_under_random_operations() {
                     .collect();
                 s.heartbeat(b).unwrap();
             }
-            3..=6 => {
+            3..=5 => {
                 let env = envs[rng.random_range(0..envs.len())];
                 let requester = ip(&format!("10.0.0.{}", rng.random_range(1..=14)));
                 let min_version = rng.random_range(0..4);
-                let expected = expected_pick(&s.snapshot(), env, requester, min_version);
+                let snapshot = s.snapshot();
+                known_speeds += snapshot
+                    .servants
+                    .iter()
+                    .filter(|v| v.speed_class > 0)
+                    .count();
+                let expected = expected_pick(&snapshot, env, requester, min_version);
                 let got = s
                     .wait_for_starting_task(GrantRequest {
                         environment: env.into(),
                         requester_ip: requester,
                         min_version,
-                        lease: secs(rng.random_range(1..20)),
+                        lease: secs(rng.random_range(1..=30)),
                         ..req()
                     })
                     .await;
                 match got {
                     Ok(g) => {
                         assert_eq!(Some(g[0].servant), expected, "step {step}");
-                        live.push(g[0].id);
+                        live.push((g[0].id, requester));
                         picks += 1;
                     }
                     Err(_) => assert_eq!(expected, None, "step {step}"),
                 }
             }
-            7 | 8 if !live.is_empty() => {
-                let id = live.swap_remove(rng.random_range(0..live.len()));
-                s.free(USER, ip(HOME), &[id]).unwrap();
+            6..=8 if !live.is_empty() => {
+                let (id, owner) = live.swap_remove(rng.random_range(0..live.len()));
+                s.free(USER, owner, &[id]).unwrap();
             }
             _ => advance(ms(rng.random_range(100..3_000))).await,
         }
     }
     assert!(picks > 300, "the test exercised placement ({picks} grants)");
+    assert!(
+        known_speeds > 100,
+        "the test exercised rule \"observed speed\" ({known_speeds} servants known at a pick)"
+    );
 }

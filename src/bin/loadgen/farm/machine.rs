@@ -71,7 +71,8 @@ impl LoadAverage {
     }
 }
 
-/// A compile task on a servant: its grant and the CPU time it still needs.
+/// A compile task on a servant: its grant and the CPU time (of the
+/// reference core) it still needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Task<C> {
     pub(crate) grant: u64,
@@ -81,24 +82,33 @@ pub(crate) struct Task<C> {
 
 /// One servant: `processors` shared equally by its owner's processes and
 /// the compile tasks (processor sharing: with more runnable processes than
-/// processors each runs at `processors / runnable` of a core).
+/// processors each runs at `processors / runnable` of a core), each core
+/// doing `core_speed` reference CPU-seconds a second.
 #[derive(Debug, Clone)]
 pub(crate) struct Machine<C> {
     pub(crate) processors: u32,
+    pub(crate) core_speed: f64,
     /// Its `--max_remote_tasks`, reported as `capacity`.
     pub(crate) max_tasks: u32,
     /// Runnable processes of the owner now.
     pub(crate) foreign: u32,
     pub(crate) tasks: Vec<Task<C>>,
     pub(crate) load: LoadAverage,
-    /// Compile CPU-seconds done here (for the utilisation).
+    /// Compile CPU-seconds (of the reference core) done here (for the
+    /// utilisation).
     pub(crate) compile_cpu_done: f64,
 }
 
 impl<C: Clone> Machine<C> {
-    pub(crate) fn new(processors: u32, max_tasks: u32, origin: Instant) -> Machine<C> {
+    pub(crate) fn new(
+        processors: u32,
+        core_speed: f64,
+        max_tasks: u32,
+        origin: Instant,
+    ) -> Machine<C> {
         Machine {
             processors,
+            core_speed,
             max_tasks,
             foreign: 0,
             tasks: Vec::new(),
@@ -107,14 +117,16 @@ impl<C: Clone> Machine<C> {
         }
     }
 
-    /// Share of a core each runnable process gets now.
-    pub(crate) fn speed(&self) -> f64 {
+    /// Reference CPU-seconds a second each runnable process gets now: its
+    /// share of a core times the core's speed.
+    pub(crate) fn rate(&self) -> f64 {
         let runnable = self.foreign as usize + self.tasks.len();
-        if runnable <= self.processors as usize {
+        let share = if runnable <= self.processors as usize {
             1.0
         } else {
             f64::from(self.processors) / runnable as f64
-        }
+        };
+        share * self.core_speed
     }
 
     /// Processors busy now.
@@ -148,12 +160,12 @@ impl<C: Clone> Machine<C> {
         let mut at = from;
         // Each finished task speeds up the rest: step from one end to the next.
         while at < to {
-            let speed = self.speed();
+            let rate = self.rate();
             let left = to.duration_since(at).as_secs_f64();
             let soonest = self
                 .tasks
                 .iter()
-                .map(|task| task.cpu_left / speed)
+                .map(|task| task.cpu_left / rate)
                 .fold(f64::INFINITY, f64::min);
             let step = soonest.min(left);
             let step_end = if step >= left {
@@ -163,9 +175,9 @@ impl<C: Clone> Machine<C> {
             };
             self.load.record(at, step_end, self.busy());
             for task in &mut self.tasks {
-                task.cpu_left -= speed * step;
+                task.cpu_left -= rate * step;
             }
-            self.compile_cpu_done += speed * step * self.tasks.len() as f64;
+            self.compile_cpu_done += rate * step * self.tasks.len() as f64;
             let mut index = 0;
             while index < self.tasks.len() {
                 if self.tasks[index].cpu_left <= 1e-9 {
@@ -198,7 +210,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn oversubscribed_tasks_share_the_processors() {
         let origin = Instant::now();
-        let mut machine: Machine<u32> = Machine::new(2, 8, origin);
+        let mut machine: Machine<u32> = Machine::new(2, 1.0, 8, origin);
         machine.foreign = 1;
         // Three tasks and one foreign process on two processors: each runs at
         // half speed, so 1 s of CPU takes 2 s.
@@ -219,9 +231,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_faster_core_does_more_work_a_second() {
+        let origin = Instant::now();
+        let mut machine: Machine<u32> = Machine::new(2, 1.5, 2, origin);
+        machine.foreign = 1;
+        // Two tasks and one foreign process on two cores of 1.5: each gets
+        // 2/3 of a core, 1 reference CPU-second a second.
+        machine.start(1, 1, 3.0);
+        machine.start(2, 2, 3.0);
+        advance(secs(10.0)).await;
+        let finished = machine.advance(origin, Instant::now());
+        assert_eq!(finished.len(), 2);
+        for (_, at) in &finished {
+            let took = at.duration_since(origin).as_secs_f64();
+            assert!((took - 3.0).abs() < 1e-6, "finished after {took} s");
+        }
+        assert!((machine.compile_cpu_done - 6.0).abs() < 1e-6);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_finished_task_speeds_up_the_others() {
         let origin = Instant::now();
-        let mut machine: Machine<u32> = Machine::new(1, 4, origin);
+        let mut machine: Machine<u32> = Machine::new(1, 1.0, 4, origin);
         machine.start(1, 1, 0.5);
         machine.start(2, 2, 1.0);
         advance(secs(10.0)).await;
@@ -242,7 +273,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_reported_load_is_the_busy_processors_of_the_last_15_seconds() {
         let origin = Instant::now();
-        let mut machine: Machine<u32> = Machine::new(8, 8, origin);
+        let mut machine: Machine<u32> = Machine::new(8, 1.0, 8, origin);
         // 30 s with 4 tasks' worth of foreign work, then idle.
         machine.foreign = 4;
         advance(secs(30.0)).await;
@@ -264,7 +295,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_reported_load_counts_its_own_tasks_and_caps_at_the_processors() {
         let origin = Instant::now();
-        let mut machine: Machine<u32> = Machine::new(4, 8, origin);
+        let mut machine: Machine<u32> = Machine::new(4, 1.0, 8, origin);
         machine.foreign = 2;
         for grant in 1..=6 {
             machine.start(grant, 0, 100.0);

@@ -69,7 +69,7 @@ impl Farm {
         let machines = scenario
             .servants
             .iter()
-            .map(|plan| Machine::new(plan.processors, plan.max_tasks, origin))
+            .map(|plan| Machine::new(plan.processors, plan.speed, plan.max_tasks, origin))
             .collect();
         Farm {
             origin,
@@ -210,7 +210,7 @@ impl Farm {
         let offered: f64 = self
             .machines
             .iter()
-            .map(|m| f64::from(m.processors.min(m.max_tasks)))
+            .map(|m| f64::from(m.processors.min(m.max_tasks)) * m.core_speed)
             .sum::<f64>()
             * elapsed.as_secs_f64();
         let done: f64 = self.machines.iter().map(|m| m.compile_cpu_done).sum();
@@ -242,10 +242,11 @@ pub(crate) fn quantile(values: &[f64], q: f64) -> f64 {
 pub(crate) const IDEAL_STEP: Duration = Duration::from_millis(50);
 
 /// The same builds under an ideal scheduler: it knows every processor's
-/// true state, answers at once and places each waiting compile (oldest
-/// first across developers) on the servant with the most idle processors,
-/// only where a processor is idle and within `max_tasks`. Virtual time: no
-/// scheduler, no sockets; `limit` bounds the run after the origin.
+/// true state and speed, answers at once and places each waiting compile
+/// (oldest first across developers) on the fastest servant with an idle
+/// processor, of those the one with the most, only where a processor is
+/// idle and within `max_tasks`. Virtual time: no scheduler, no sockets;
+/// `limit` bounds the run after the origin.
 pub(crate) fn ideal(scenario: Scenario, limit: Duration) -> Outcome {
     let origin = Instant::now();
     let mut farm = Farm::new(scenario, origin);
@@ -262,10 +263,13 @@ pub(crate) fn ideal(scenario: Scenario, limit: Duration) -> Outcome {
                 break;
             };
             let best = (0..farm.machines.len())
-                .map(|servant| (farm.machines[servant].free_slots(), servant))
-                .filter(|(free, _)| *free > 0)
-                .max_by_key(|(free, servant)| (*free, std::cmp::Reverse(*servant)));
-            let Some((_, servant)) = best else {
+                .map(|servant| {
+                    let machine = &farm.machines[servant];
+                    (machine.core_speed, machine.free_slots(), servant)
+                })
+                .filter(|(_, free, _)| *free > 0)
+                .max_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(b.2.cmp(&a.2)));
+            let Some((_, _, servant)) = best else {
                 break;
             };
             grant += 1;
@@ -285,6 +289,7 @@ mod tests {
             servants: vec![
                 ServantPlan {
                     processors: servants,
+                    speed: 1.0,
                     max_tasks: servants,
                     dedicated: true,
                     bursts: Vec::new(),
@@ -311,6 +316,17 @@ mod tests {
         assert!((2.0..2.2).contains(&took), "took {took}");
         // The second wave waited for the first.
         assert!(quantile(&outcome.compile_waits, 1.0) >= 1.0);
+    }
+
+    #[test]
+    fn the_ideal_scheduler_takes_the_fastest_idle_processor_first() {
+        let mut farm = tiny(4, 1, 3);
+        let slow = farm.servants[0].clone();
+        farm.servants.push(ServantPlan { speed: 2.0, ..slow });
+        // -j1, one-second files: each runs alone on the fast servant.
+        let outcome = ideal(farm, Duration::from_secs(60));
+        let took = outcome.build_seconds[0];
+        assert!((1.5..1.8).contains(&took), "took {took}");
     }
 
     #[test]

@@ -19,6 +19,20 @@ pub(crate) enum Mix {
     Steady,
 }
 
+/// How fast the servants' processors are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Speeds {
+    /// Every processor runs at the reference core's speed.
+    Same,
+    /// Each servant's processors run at 0.5 to 1.5 times the reference
+    /// core's speed (uniform, mean 1): a farm bought over several hardware
+    /// generations.
+    Mixed,
+}
+
+/// Range of a servant's processor speed with [`Speeds::Mixed`].
+const MIXED_SPEEDS: (f64, f64) = (0.5, 1.5);
+
 /// Every third servant is a user machine (the rest dedicated).
 const USER_MACHINE_EVERY: usize = 3;
 /// Processors of a dedicated servant; its `--max_remote_tasks` is all of them.
@@ -50,6 +64,9 @@ pub(crate) struct Burst {
 #[derive(Debug, Clone)]
 pub(crate) struct ServantPlan {
     pub(crate) processors: u32,
+    /// Its processors' speed against the reference core that compiles'
+    /// CPU times are given in: a compile of 2 s takes 2 / speed s alone.
+    pub(crate) speed: f64,
     pub(crate) max_tasks: u32,
     pub(crate) dedicated: bool,
     /// The owner's work, in order, not overlapping.
@@ -84,6 +101,7 @@ pub(crate) struct Shape {
     pub(crate) mix: Mix,
     /// Mean gap between two build starts of one developer (exponential).
     pub(crate) build_gap: Duration,
+    pub(crate) speeds: Speeds,
 }
 
 /// A stream of its own for each machine and developer, so one more servant
@@ -112,13 +130,24 @@ fn lognormal(rng: &mut SmallRng, median: f64, sigma: f64) -> f64 {
     median * (sigma * normal).exp()
 }
 
+/// The servant's processor speed, from a stream of its own: the other
+/// draws of a seed are the same whatever `--speeds`.
+fn speed(shape: &Shape, index: usize) -> f64 {
+    match shape.speeds {
+        Speeds::Same => 1.0,
+        Speeds::Mixed => stream(shape.seed, 3, index).random_range(MIXED_SPEEDS.0..=MIXED_SPEEDS.1),
+    }
+}
+
 fn servant(shape: &Shape, index: usize, horizon: Duration) -> ServantPlan {
     let mut rng = stream(shape.seed, 1, index);
+    let speed = speed(shape, index);
     let user = index % USER_MACHINE_EVERY == USER_MACHINE_EVERY - 1;
     if !user {
         let processors = *DEDICATED_PROCESSORS.choose(&mut rng).unwrap_or(&16);
         return ServantPlan {
             processors,
+            speed,
             max_tasks: processors,
             dedicated: true,
             bursts: Vec::new(),
@@ -147,6 +176,7 @@ fn servant(shape: &Shape, index: usize, horizon: Duration) -> ServantPlan {
     }
     ServantPlan {
         processors,
+        speed,
         max_tasks: (processors / 2).max(1),
         dedicated: false,
         bursts,
@@ -229,6 +259,7 @@ mod tests {
             seed: 7,
             mix,
             build_gap: Duration::from_secs(90),
+            speeds: Speeds::Same,
         }
     }
 
@@ -274,6 +305,32 @@ mod tests {
             burst.processes
         );
         assert_eq!(farm.foreign_at(index, &mut cursor, burst.end), 0);
+    }
+
+    #[test]
+    fn mixed_speeds_change_the_speeds_alone() {
+        let horizon = Duration::from_secs(700);
+        let same = Scenario::draw(&shape(Mix::Bursty), horizon);
+        let mixed = Scenario::draw(
+            &Shape {
+                speeds: Speeds::Mixed,
+                ..shape(Mix::Bursty)
+            },
+            horizon,
+        );
+        assert!(same.servants.iter().all(|s| s.speed == 1.0));
+        let speeds: Vec<f64> = mixed.servants.iter().map(|s| s.speed).collect();
+        assert!(speeds.iter().all(|s| (0.5..=1.5).contains(s)), "{speeds:?}");
+        let spread = speeds.iter().copied().fold(f64::NAN, f64::max)
+            - speeds.iter().copied().fold(f64::NAN, f64::min);
+        assert!(spread > 0.5, "30 servants spread over {spread} only");
+        assert_eq!(same.work(), mixed.work());
+        for (a, b) in same.servants.iter().zip(&mixed.servants) {
+            assert_eq!(
+                (a.processors, a.max_tasks, a.bursts.len()),
+                (b.processors, b.max_tasks, b.bursts.len())
+            );
+        }
     }
 
     #[test]
