@@ -35,8 +35,13 @@ pub async fn saturated_server() -> Server {
 }
 
 /// Polls `condition` until it holds or `STEP` passes.
-pub async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + STEP;
+pub async fn eventually(condition: impl FnMut() -> bool) -> bool {
+    eventually_within(STEP, condition).await
+}
+
+/// Polls `condition` until it holds or `limit` passes.
+pub async fn eventually_within(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
         if condition() {
             return true;

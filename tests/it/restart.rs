@@ -18,6 +18,7 @@ use std::{
 
 use yadcc_scheduler::sim::{Cluster, ClusterConfig, Wire, Workload, stats::Stats};
 
+use crate::fixtures::{eventually, eventually_within};
 use crate::support::{Binary, Launch, SERVANT_TOKEN, STEP, USER_TOKEN, heavy, http_client};
 
 const SECRET_FLAG: &str = "--serving_daemon_token_secret=restart-test-secret";
@@ -41,16 +42,9 @@ fn grants_received(stats: &Stats) -> u64 {
     stats.events.grants_received.load(Relaxed)
 }
 
-/// Waits until `done` holds, checking every 100 ms, for at most [`PATIENCE`].
-async fn until(mut done: impl FnMut() -> bool) -> bool {
-    let give_up_at = Instant::now() + PATIENCE;
-    while !done() {
-        if Instant::now() > give_up_at {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    true
+/// Waits until `done` holds, for at most [`PATIENCE`].
+async fn until(done: impl FnMut() -> bool) -> bool {
+    eventually_within(PATIENCE, done).await
 }
 
 /// A counter or gauge of the restarted scheduler's `/metrics`.
@@ -309,16 +303,9 @@ async fn a_port_held_for_good_fails_the_start_with_the_reason() {
     .await
     .expect("wait for the binary");
     // The last lines reach the log once the pipe is drained.
-    let said = |log: &crate::support::Log| log.contains(&format!("cannot listen on {addr}"));
-    let drained_by = Instant::now() + STEP;
-    while !said(&log) && Instant::now() < drained_by {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let reason_printed = eventually(|| log.contains(&format!("cannot listen on {addr}"))).await;
     let log = log.lines().join("\n");
     let status = status.unwrap_or_else(|| panic!("still running on a held port:\n{log}"));
     assert!(!status.success(), "{log}");
-    assert!(
-        log.contains(&format!("cannot listen on {addr}")),
-        "the reason is printed:\n{log}"
-    );
+    assert!(reason_printed, "the reason is printed:\n{log}");
 }

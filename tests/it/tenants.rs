@@ -18,6 +18,7 @@ use std::{
 use prost::Message;
 use yadcc_scheduler::pb;
 
+use crate::fixtures::eventually_within;
 use crate::support::{
     Binary, Connection, DIGEST, Method, SERVANT_TOKEN, daemon_request, heartbeat, heavy,
     http_client, servant_location,
@@ -293,15 +294,12 @@ async fn metrics(addr: SocketAddr) -> String {
 /// 12 were still connecting, and saw a share of 0.56.)
 async fn warm_up(tally: &Tally) {
     let workers = tally.workers.load(Ordering::Relaxed);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while tally.answered.load(Ordering::Relaxed) < workers {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{} of {workers} workers answered within 60 s",
-            tally.answered.load(Ordering::Relaxed)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let answered = || tally.answered.load(Ordering::Relaxed);
+    assert!(
+        eventually_within(Duration::from_secs(60), || answered() >= workers).await,
+        "{} of {workers} workers answered within 60 s",
+        answered()
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     tally.reset();
 }
