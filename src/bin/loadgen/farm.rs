@@ -19,7 +19,7 @@ mod scenario;
 
 use std::{net::SocketAddr, time::Duration};
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use serde_json::json;
 use tokio::time::Instant;
 use yadcc_scheduler::sim::Wire;
@@ -146,14 +146,8 @@ pub(crate) async fn run(
     let ideal = model::ideal(scenario.clone(), limit);
     let mut line = serde_json::Map::new();
     line.insert("bench".into(), json!("farm"));
-    line.insert(
-        "mix".into(),
-        json!(format!("{:?}", args.mix).to_lowercase()),
-    );
-    line.insert(
-        "speeds".into(),
-        json!(format!("{:?}", args.speeds).to_lowercase()),
-    );
+    line.insert("mix".into(), json!(spelling(args.mix)));
+    line.insert("speeds".into(), json!(spelling(args.speeds)));
     line.insert("seed".into(), json!(args.seed));
     line.insert("servants".into(), json!(args.servants));
     line.insert("developers".into(), json!(args.developers));
@@ -170,7 +164,7 @@ pub(crate) async fn run(
         } = if args.in_process {
             line.insert("in_process".into(), json!(true));
             let (user, servant) = (cli.user_token.clone(), cli.servant_token.clone());
-            let rules = in_process::Rules {
+            let rules = Rules {
                 own_load: args.foreign_load_from_own_average,
                 observed_speed: args.place_by_observed_speed,
             };
@@ -219,6 +213,15 @@ pub(crate) async fn run(
     Ok(failures)
 }
 
+/// How `value` is written on the command line, so the JSON line names the
+/// farm as the flag that asked for it.
+fn spelling(value: impl ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map(|possible| possible.get_name().to_owned())
+        .unwrap_or_default()
+}
+
 /// The engine's placement rules an in-process run turns on.
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "farm-in-process"), allow(dead_code))]
@@ -230,8 +233,6 @@ struct Rules {
 /// The farm against this scheduler's engine in virtual time (`--in-process`).
 #[cfg(feature = "farm-in-process")]
 mod in_process {
-    pub(super) use super::Rules;
-
     use std::time::Duration;
 
     use tokio::time::Instant;
@@ -240,7 +241,7 @@ mod in_process {
         service::SchedulerService,
     };
 
-    use super::{live, model::Farm, scenario::Scenario};
+    use super::{Rules, live, model::Farm, scenario::Scenario};
 
     /// Runs on a runtime of its own, one thread, its clock paused: time
     /// moves only when every task waits, straight to the next timer.
@@ -283,8 +284,7 @@ mod in_process {
 mod in_process {
     use std::time::Duration;
 
-    pub(super) use super::Rules;
-    use super::{live, scenario::Scenario};
+    use super::{Rules, live, scenario::Scenario};
 
     pub(super) fn run(
         _user_token: &str,
