@@ -1,81 +1,26 @@
-//! Compiles `proto/` without a system `protoc`: protox parses the files (keeping
-//! comments as source info), prost generates the message types, pbjson the
-//! proto3-JSON mapping, and the raw descriptor set is kept for prost-reflect
-//! (OpenAPI generation and the list of RPCs). etcd's election and lease
-//! services (vendored in `proto/etcd/`) become tonic client stubs the same
-//! way, from a descriptor set, for the leader election of `src/ha/`. It also
+//! etcd's election and lease services (vendored in `proto/etcd/`) become
+//! tonic client stubs, compiled by protox without a system `protoc`, for the
+//! leader election of `src/ha/` (the scheduler's own protos are compiled by
+//! `crates/pb/build.rs`). It also
 //! embeds the commit the binary was built from (`YADCC_BUILD_COMMIT`, see
 //! [`embed_commit`]).
 
 use std::{env, fs, path::PathBuf, process::Command};
 
-use prost::Message;
-
 const PROTO_ROOT: &str = "proto";
-const PROTO_FILES: &[&str] = &[
-    "yadcc/api/env_desc.proto",
-    "yadcc/api/scheduler.proto",
-    "yadcc/api/admin.proto",
-];
-/// The daemons' framework framing (binary `flare://` protocol). Kept out of the
-/// exported descriptor set: it is transport, not API, so neither the OpenAPI
-/// document nor reflection lists it, and it has no JSON mapping.
-const FRAMEWORK_PROTO_FILES: &[&str] = &["flare/rpc/rpc_meta.proto"];
 /// etcd's API as the leader election calls it (client side only). Kept out
 /// of the exported descriptor set too: it is etcd's API, not ours.
 const ETCD_PROTO_FILES: &[&str] =
     &["etcd/server/etcdserver/api/v3election/v3electionpb/v3election.proto"];
-
-/// Messages with a token or a serving-daemon token in them.
-const SECRET_MESSAGES: [&str; 7] = [
-    ".yadcc.scheduler.HeartbeatRequest",
-    ".yadcc.scheduler.HeartbeatResponse",
-    ".yadcc.scheduler.GetConfigRequest",
-    ".yadcc.scheduler.GetConfigResponse",
-    ".yadcc.scheduler.WaitForStartingTaskRequest",
-    ".yadcc.scheduler.KeepTaskAliveRequest",
-    ".yadcc.scheduler.FreeTaskRequest",
-];
 
 /// What the binary reports as its commit when it was built outside a git
 /// checkout (a source tarball) without `YADCC_BUILD_COMMIT` set.
 const UNKNOWN_COMMIT: &str = "unknown";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed={PROTO_ROOT}");
+    println!("cargo:rerun-if-changed={PROTO_ROOT}/etcd");
     embed_commit();
     let out_dir = PathBuf::from(env::var("OUT_DIR")?);
-
-    let descriptors = protox::Compiler::new([PROTO_ROOT])?
-        .include_source_info(true)
-        .include_imports(true)
-        .open_files(PROTO_FILES)?
-        .file_descriptor_set();
-    let descriptor_bytes = descriptors.encode_to_vec();
-    fs::write(out_dir.join("descriptor_set.bin"), &descriptor_bytes)?;
-
-    prost_build::Config::new()
-        .out_dir(&out_dir)
-        // Messages that carry a token get a redacting `Debug` in
-        // `src/service/redacted_debug.rs`.
-        .skip_debug(SECRET_MESSAGES)
-        // `prost::Name` lets the JSON codec find each message's descriptor.
-        .enable_type_names()
-        .compile_fds(descriptors)?;
-
-    pbjson_build::Builder::new()
-        .out_dir(&out_dir)
-        .register_descriptors(&descriptor_bytes)?
-        // Clients built against newer protos must keep working.
-        .ignore_unknown_fields()
-        .build(&[".yadcc"])?;
-
-    let framework = protox::Compiler::new([PROTO_ROOT])?
-        .open_files(FRAMEWORK_PROTO_FILES)?
-        .file_descriptor_set();
-    prost_build::Config::new()
-        .out_dir(&out_dir)
-        .compile_fds(framework)?;
 
     let etcd = protox::Compiler::new([PROTO_ROOT])?
         .include_imports(true)

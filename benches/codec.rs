@@ -21,11 +21,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use yadcc_scheduler::{
-    pb::{self, Encoding},
-    rpc::codec::{decode, encode},
-    sim::{ServantBehaviour, ServantSpec, environment_digest, servant::heartbeat_request},
-};
+use yadcc_pb::{self as pb, Encoding};
+use yadcc_scheduler::rpc::codec::{decode, encode};
+use yadcc_sim::{ServantBehaviour, ServantSpec, environment_digest, servant::heartbeat_request};
 
 /// The P1 heartbeat, as `yadcc-loadgen hammer` sends it.
 fn heartbeat() -> pb::HeartbeatRequest {

@@ -106,13 +106,14 @@ if [ "$scale" = smoke ]; then
   only=${BENCH_ONLY:-"p1 p5 p6 p7 original"}
   # The test profile's binaries, which `cargo test` builds anyway.
   echo "== building debug binaries"
-  cargo build --locked --bins
+  cargo build --locked --workspace --bins
   bin=target/debug
   p1_targets=flare,http+pb,json
 else
   only=${BENCH_ONLY:-"p1 p3 p5 p6 p7 original"}
   echo "== building release binaries"
-  cargo build --release --locked --bins --features bench-route
+  cargo build --release --locked --bin yadcc-scheduler --features bench-route
+  cargo build --release --locked -p yadcc-loadgen
   bin=target/release
   p1_targets=flare,http+pb,json,bare
 fi

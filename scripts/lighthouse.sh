@@ -42,7 +42,7 @@ demo_servants=30
 binary=${YADCC_SCHEDULER_BIN:-}
 loadgen=${YADCC_LOADGEN_BIN:-target/debug/yadcc-loadgen}
 if [ -z "$binary" ]; then
-  cargo build --locked --quiet --bins
+  cargo build --locked --quiet --workspace --bins
   binary=target/debug/yadcc-scheduler
 fi
 log=$(mktemp -t yadcc-lighthouse-demo.XXXXXX)

@@ -20,16 +20,20 @@ cd "$(dirname "$0")/.."
 
 in_ci() { [ -n "${CI:-}" ] && [ "${CI:-}" != "false" ]; }
 
-# Chromium comes from Debian, which ships one version at a time; the
-# dashboard test was last checked against this major version.
-chromium_major=156
+# Chromium comes from Debian, which ships one version at a time (security
+# updates move it a major version every few weeks), so no exact pin can hold:
+# the browser tests are what checks the version installed. They need
+# headless mode "new" and the DevTools calls of version 120 on; 148 and 156
+# were checked.
+chromium_min_major=120
 if ! command -v chromium >/dev/null 2>&1; then
   echo "installing chromium (dashboard browser test)..."
   apt_install chromium
 fi
 have_major=$(timeout 60 chromium --version 2>/dev/null | sed -n 's/^Chromium \([0-9]*\)\..*/\1/p')
-if [ "$have_major" != "$chromium_major" ]; then
-  message="chromium is major version ${have_major:-unknown}, the browser test is pinned to $chromium_major: check tests/it/browser.rs with it, then update chromium_major in scripts/test.sh"
+echo "chromium major version ${have_major:-unknown}"
+if [ -z "$have_major" ] || [ "$have_major" -lt "$chromium_min_major" ]; then
+  message="chromium is major version ${have_major:-unknown}; the browser tests need $chromium_min_major or later"
   if in_ci; then
     echo "$message" >&2
     exit 1
@@ -151,7 +155,7 @@ if [ -z "${YADCC_ORIGINAL:-}" ] && [ -x "$peers/yadcc-scheduler" ]; then
 fi
 timeout 900 scripts/bench.sh smoke
 
-cargo test --locked "$@"
+cargo test --workspace --locked "$@"
 
 # The Debian package, built from the debug binary the tests just built, then
 # installed, run, removed and purged (scripts/package_test.sh; it purges on

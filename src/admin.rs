@@ -51,7 +51,7 @@ pub enum AdminError {
 
 /// An accepted caller.
 #[derive(Debug, Clone)]
-pub struct Caller {
+pub struct Operator {
     pub identity: Identity,
     /// Its address (the socket's, or a trusted proxy's client).
     pub peer: IpAddr,
@@ -116,7 +116,7 @@ impl Admin {
         credentials: &Credentials,
         peer: IpAddr,
         protocol: Protocol,
-    ) -> Result<Caller, AdminError> {
+    ) -> Result<Operator, AdminError> {
         let refused = |error: AdminError| {
             tracing::warn!(
                 target: AUDIT_LOG,
@@ -143,14 +143,14 @@ impl Admin {
         if self.0.tokens.is_closed() {
             return Err(refused(AdminError::Forbidden(CLOSED.to_owned())));
         }
-        if !self.0.tokens.accepts(token) {
+        let Some(label) = self.0.tokens.label_of(token) else {
             return Err(refused(AdminError::Forbidden(
                 "the token is not an admin token (--admin_tokens)".to_owned(),
             )));
-        }
-        Ok(Caller {
+        };
+        Ok(Operator {
             identity: Identity::Token {
-                fingerprint: fingerprint(token),
+                label: label.to_owned(),
             },
             peer,
             protocol,
@@ -160,7 +160,7 @@ impl Admin {
     /// Cordons (or, with `drain`, drains) the servant at `location`.
     pub async fn cordon(
         &self,
-        caller: &Caller,
+        caller: &Operator,
         location: &str,
         reason: &str,
         drain: bool,
@@ -191,7 +191,7 @@ impl Admin {
 
     /// Puts the servant at `location` back into rotation; whether it was
     /// cordoned. An uncordon of a location that was not is still audited.
-    pub async fn uncordon(&self, caller: &Caller, location: &str) -> Result<bool, AdminError> {
+    pub async fn uncordon(&self, caller: &Operator, location: &str) -> Result<bool, AdminError> {
         let engine = &self.0.engine;
         let at = check_location(location).map_err(invalid)?;
         let _acting = self.0.acting.lock().await;
@@ -214,6 +214,43 @@ impl Admin {
     /// The latest actions, newest first.
     pub fn audit_events(&self) -> Vec<AuditEvent> {
         self.audit().events().cloned().collect()
+    }
+
+    /// Servants rule "broken servants" took out of rotation or tries again,
+    /// in registration order. O(cluster): an operator's call.
+    pub fn ejected_servants(&self) -> Vec<crate::engine::ServantView> {
+        self.0
+            .engine
+            .snapshot()
+            .servants
+            .into_iter()
+            .filter(|s| s.outlier.state() != "in_rotation")
+            .collect()
+    }
+
+    /// The operators' actions and the scheduler's own ejections of broken
+    /// servants (`who` = `scheduler`, action `EjectServant`), newest first.
+    /// The ejections are not saved: they describe this instance's servants,
+    /// which a restart forgets too.
+    pub fn audit_events_with_ejections(&self) -> Vec<AuditEvent> {
+        let now = std::time::SystemTime::now();
+        let mut events = self.audit_events();
+        events.extend(self.0.engine.snapshot().ejections.into_iter().map(|e| {
+            let at = now.checked_sub(e.ago).unwrap_or(std::time::UNIX_EPOCH);
+            AuditEvent {
+                at_unix_ms: at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                who: "scheduler".to_owned(),
+                action: "EjectServant".to_owned(),
+                location: e.reported.to_string(),
+                reason: format!("ejection {}: {}", e.ejections, e.evidence),
+                peer: e.servant.to_string(),
+                protocol: String::new(),
+            }
+        }));
+        events.sort_by_key(|event| std::cmp::Reverse(event.at_unix_ms));
+        events
     }
 
     /// Replaces the cordons and the audit list with a saved state (at start,
@@ -280,7 +317,7 @@ impl Admin {
 
     fn event(
         &self,
-        caller: &Caller,
+        caller: &Operator,
         action: &str,
         location: &str,
         reason: &str,

@@ -10,7 +10,7 @@
 //!   with a proto2 `RpcMeta` ([`flare::frame`]: the bytes).
 //! - [`http_pb`]: the daemons' `http+pb` (requests carrying `Rpc-SeqNo`),
 //!   answered out of order with `Rpc-SeqNo` echoed.
-//! - [`conn`]: the reader, the answers' way to the socket ([`Answer`]: a
+//! - [`conn`]: the reader, the answers' way to the socket ([`QueuedAnswer`]: a
 //!   head and a payload shared by every caller), calls in flight.
 //!
 //! The rules are the loop's, the same for both: which calls get a task, the
@@ -33,7 +33,7 @@ use std::{
 use bytes::{Bytes, BytesMut};
 use tokio::{net::TcpStream, sync::watch};
 
-pub use self::conn::Answer;
+pub use self::conn::QueuedAnswer;
 use self::conn::{Connection, Next, Reader};
 use crate::{
     edge::{ConnectionBudget, MAX_DROPPED_IN_A_ROW, Proof, Reservation},
@@ -68,7 +68,7 @@ pub trait Framing: Send + 'static {
 
     /// The answer to a call: the framing's head and the payload, as it is
     /// (never copied: it may be shared by every caller).
-    fn answer(reply: Self::Reply, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer;
+    fn answer(reply: Self::Reply, outcome: Result<rpc::EncodedAnswer, ApiError>) -> QueuedAnswer;
 }
 
 /// What [`Framing::read_request`] read.
@@ -77,7 +77,7 @@ pub enum Incoming<R> {
     Call(Request<R>),
     /// A request the framing answered itself (`http+pb`: one for another
     /// endpoint, which the router served).
-    Answered { answer: Answer, then: After },
+    Answered { answer: QueuedAnswer, then: After },
     /// A message the framing read and dropped, unanswered, as the daemons'
     /// framework drops it (`flare`: a frame without `request_meta`).
     Dropped,
@@ -130,7 +130,7 @@ pub async fn serve<F: Framing>(
 ) {
     let edge = state.settings.edge.clone();
     let connection_id = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
-    let budget = ConnectionBudget::new(&state.body_budget, proof.clone());
+    let budget = ConnectionBudget::new(&state.body_budget, peer.ip(), proof.clone());
     let mut connection = Connection::for_daemon(stream, already_read, &edge, budget, stop);
     let mut drain = false;
     loop {
@@ -232,7 +232,7 @@ fn may_wait(method: &Result<Method, ApiError>) -> bool {
 
 /// Runs a call and writes its answer in the framing's form; the body's
 /// share of the budget is given back once the call is answered.
-async fn answer<F: Framing>(state: &AppState, request: Request<F::Reply>) -> Answer {
+async fn answer<F: Framing>(state: &AppState, request: Request<F::Reply>) -> QueuedAnswer {
     let Request {
         call,
         method,

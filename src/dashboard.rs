@@ -30,6 +30,27 @@ use axum::{Router, middleware, routing::get};
 
 use crate::{engine::Scheduler, ha::Leadership, protocol::PeerProtocols, security::Security};
 
+/// A page's JSON, as `application/json` ending with a newline, as every JSON
+/// answer of the server does ([`crate::pb::json_answer`]).
+pub(crate) struct JsonAnswer<T>(pub T);
+
+impl<T: serde::Serialize> axum::response::IntoResponse for JsonAnswer<T> {
+    fn into_response(self) -> axum::response::Response {
+        match crate::pb::json_answer(&self.0) {
+            Ok(bytes) => (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                bytes,
+            )
+                .into_response(),
+            Err(error) => (
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot encode JSON: {error}\n"),
+            )
+                .into_response(),
+        }
+    }
+}
+
 pub use access::InspectAccess;
 pub use assets::{ASSETS, Asset, CONTENT_SECURITY_POLICY, SECURITY_HEADERS};
 pub use history::{HISTORY_CAPACITY, HISTORY_INTERVAL, HistorySample, HistoryView, RATE_WINDOW};

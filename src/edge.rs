@@ -15,11 +15,18 @@ use std::{
 use tokio::sync::Notify;
 
 pub use self::{
+    budget::{
+        ADDRESS_SHARE_DIVISOR, BodyBudget, ConnectionBudget, Reservation, SERVANTS_RESERVE_DIVISOR,
+        STRANGERS_SHARE_DIVISOR, ServantCheck,
+    },
+    buffers::{BufferCharge, CONNECTION_BUFFERS_BYTES, ConnectionBuffers},
     echo::{ECHO_BYTES, MESSAGE_BYTES, echo, echo_bytes, echo_within},
     proof::Proof,
 };
 
-pub mod echo;
+pub mod budget;
+pub mod buffers;
+pub use yadcc_text::echo;
 pub mod proof;
 
 /// Request bytes each connection may buffer on its own allowance; beyond
@@ -171,203 +178,6 @@ pub fn raise_fd_limit() -> std::io::Result<u64> {
     rlimit::increase_nofile_limit(u64::MAX)
 }
 
-/// The part of the global budget that connections which have not proved
-/// themselves ([`Proof`]) may hold together, as a divisor: a quarter. Beyond
-/// their own allowance strangers draw only on it, so a flood of stalled
-/// bodies from strangers leaves three quarters for the servants and
-/// delegates that proved a token, while a daemon's first call on a new
-/// connection (a servant's heartbeat listing 1,000 running tasks after a
-/// restart is over 64 KiB) still finds room when nobody floods.
-pub const STRANGERS_SHARE_DIVISOR: usize = 4;
-
-/// The global budget of request bytes (`--max_buffered_body_bytes`). Cheap
-/// to clone.
-#[derive(Debug, Clone)]
-pub struct BodyBudget {
-    inner: Arc<Budget>,
-    /// What strangers hold of it together.
-    strangers: Arc<Budget>,
-}
-
-/// Bytes that may be taken, and how many are.
-#[derive(Debug)]
-struct Budget {
-    capacity: usize,
-    used: AtomicUsize,
-}
-
-impl Budget {
-    fn new(capacity: usize) -> Arc<Self> {
-        Arc::new(Budget {
-            capacity,
-            used: AtomicUsize::new(0),
-        })
-    }
-
-    /// Takes `bytes` whole, or nothing (false).
-    fn take(&self, bytes: usize) -> bool {
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes)
-                    .filter(|&after| after <= self.capacity)
-            })
-            .is_ok()
-    }
-
-    /// Takes as much of `bytes` as is left; returns what it took.
-    fn take_up_to(&self, bytes: usize) -> usize {
-        let before = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                (used < self.capacity).then(|| used + bytes.min(self.capacity - used))
-            })
-            .unwrap_or(self.capacity);
-        bytes.min(self.capacity.saturating_sub(before))
-    }
-
-    fn give_back(&self, bytes: usize) {
-        self.used.fetch_sub(bytes, Ordering::AcqRel);
-    }
-}
-
-/// Request bytes taken from a connection's allowance and the global budget,
-/// given back on drop.
-#[derive(Debug)]
-pub struct Reservation {
-    global: Arc<Budget>,
-    /// The connection's allowance; None for a request served without one.
-    own: Option<Arc<Budget>>,
-    /// The strangers' share and the connection's standing; None for a
-    /// request served without a connection.
-    strangers: Option<(Arc<Budget>, Proof)>,
-    global_bytes: usize,
-    own_bytes: usize,
-    /// Of `global_bytes`, those counted in the strangers' share too.
-    strangers_bytes: usize,
-}
-
-impl BodyBudget {
-    pub fn new(capacity: usize) -> Self {
-        Self {
-            inner: Budget::new(capacity),
-            strangers: Budget::new(capacity / STRANGERS_SHARE_DIVISOR),
-        }
-    }
-
-    /// Reserves room for `bytes` of a request that came with no connection
-    /// of its own (every byte from the global budget), or None when the
-    /// budget cannot hold it.
-    pub fn reserve(&self, bytes: usize) -> Option<Reservation> {
-        let mut reservation = Reservation {
-            global: Arc::clone(&self.inner),
-            own: None,
-            strangers: None,
-            global_bytes: 0,
-            own_bytes: 0,
-            strangers_bytes: 0,
-        };
-        reservation.grow_to(bytes).then_some(reservation)
-    }
-
-    /// Bytes reserved right now.
-    pub fn used(&self) -> usize {
-        self.inner.used.load(Ordering::Relaxed)
-    }
-}
-
-/// One connection's share of request bytes: its own
-/// [`CONNECTION_BODY_BYTES`] first, then the global budget. Cheap to clone;
-/// every request on the connection (every HTTP/2 stream) draws from it.
-#[derive(Debug, Clone)]
-pub struct ConnectionBudget {
-    global: Arc<Budget>,
-    own: Arc<Budget>,
-    strangers: Arc<Budget>,
-    proof: Proof,
-}
-
-impl ConnectionBudget {
-    /// The budget of a connection whose standing is `proof`: while it has
-    /// proved nothing, it draws beyond its allowance only on the strangers'
-    /// share.
-    pub fn new(global: &BodyBudget, proof: Proof) -> Self {
-        Self {
-            global: Arc::clone(&global.inner),
-            own: Budget::new(CONNECTION_BODY_BYTES),
-            strangers: Arc::clone(&global.strangers),
-            proof,
-        }
-    }
-
-    /// Reserves room for `bytes` of a request, or None when the
-    /// connection's allowance and the global budget together cannot hold it.
-    pub fn reserve(&self, bytes: usize) -> Option<Reservation> {
-        let mut reservation = Reservation {
-            global: Arc::clone(&self.global),
-            own: Some(Arc::clone(&self.own)),
-            strangers: Some((Arc::clone(&self.strangers), self.proof.clone())),
-            global_bytes: 0,
-            own_bytes: 0,
-            strangers_bytes: 0,
-        };
-        reservation.grow_to(bytes).then_some(reservation)
-    }
-}
-
-impl Reservation {
-    /// Grows the reservation to cover `total` bytes so far; false (and
-    /// unchanged) when the budgets cannot hold it.
-    pub fn grow_to(&mut self, total: usize) -> bool {
-        let held = self.own_bytes + self.global_bytes;
-        if total <= held {
-            return true;
-        }
-        let extra = total - held;
-        let from_own = self.own.as_ref().map_or(0, |own| own.take_up_to(extra));
-        let from_global = extra - from_own;
-        let stranger = self
-            .strangers
-            .as_ref()
-            .filter(|(_, proof)| !proof.is_proved() && from_global > 0)
-            .map(|(share, _)| share);
-        let refuse = |own: &Option<Arc<Budget>>| {
-            if let Some(own) = own {
-                own.give_back(from_own);
-            }
-            false
-        };
-        if let Some(share) = stranger
-            && !share.take(from_global)
-        {
-            return refuse(&self.own);
-        }
-        if from_global > 0 && !self.global.take(from_global) {
-            if let Some(share) = stranger {
-                share.give_back(from_global);
-            }
-            return refuse(&self.own);
-        }
-        self.own_bytes += from_own;
-        self.global_bytes += from_global;
-        if stranger.is_some() {
-            self.strangers_bytes += from_global;
-        }
-        true
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if let Some((share, _)) = &self.strangers {
-            share.give_back(self.strangers_bytes);
-        }
-        self.global.give_back(self.global_bytes);
-        if let Some(own) = &self.own {
-            own.give_back(self.own_bytes);
-        }
-    }
-}
-
 /// The answer bytes one connection of the general HTTP path (hyper) has
 /// queued: counted from when a response leaves its handler until hyper has
 /// taken its bytes. The listener counts them ([`crate::net`]); the RPC seam
@@ -443,88 +253,6 @@ pub fn address_block(ip: std::net::IpAddr) -> std::net::IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_connection_buffers_its_allowance_then_draws_on_the_global_budget() {
-        let global = BodyBudget::new(4 * CONNECTION_BODY_BYTES);
-        let first = ConnectionBudget::new(&global, Proof::proved());
-        // Many small requests on one connection (HTTP/2 streams) share its
-        // allowance: it is per connection, not per request.
-        let small: Vec<_> = (0..64)
-            .map(|_| first.reserve(1024).expect("within the allowance"))
-            .collect();
-        assert_eq!(global.used(), 0);
-        let over = first.reserve(1000).expect("from the global budget");
-        assert_eq!(global.used(), 1000, "every byte past the allowance counts");
-        drop(small);
-        let mut growing = first.reserve(0).expect("nothing yet");
-        assert!(
-            growing.grow_to(CONNECTION_BODY_BYTES),
-            "the allowance is back"
-        );
-        assert_eq!(global.used(), 1000);
-        assert!(growing.grow_to(3 * CONNECTION_BODY_BYTES));
-        assert_eq!(global.used(), 1000 + 2 * CONNECTION_BODY_BYTES);
-        assert!(
-            !growing.grow_to(5 * CONNECTION_BODY_BYTES),
-            "over the global budget"
-        );
-        assert_eq!(global.used(), 1000 + 2 * CONNECTION_BODY_BYTES, "unchanged");
-        // The global budget is exhausted for everyone, but another
-        // connection's small requests still fit in its own allowance.
-        let second = ConnectionBudget::new(&global, Proof::proved());
-        assert!(second.reserve(3 * CONNECTION_BODY_BYTES).is_none());
-        let heartbeat = second
-            .reserve(1300)
-            .expect("a daemon's call fits its connection");
-        drop((over, growing, heartbeat));
-        assert_eq!(global.used(), 0);
-        assert_eq!(first.own.used.load(Ordering::Relaxed), 0);
-        assert_eq!(second.own.used.load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn strangers_share_a_quarter_of_the_global_budget_and_proved_connections_the_rest() {
-        let global = BodyBudget::new(16 * CONNECTION_BODY_BYTES);
-        let share = 4 * CONNECTION_BODY_BYTES;
-        let strangers: Vec<_> = (0..8)
-            .map(|_| ConnectionBudget::new(&global, Proof::stranger()))
-            .collect();
-        // Each stranger's own allowance, then the strangers' share, is all
-        // they get together.
-        let mut held: Vec<_> = strangers
-            .iter()
-            .map(|budget| budget.reserve(CONNECTION_BODY_BYTES).expect("own"))
-            .collect();
-        assert_eq!(global.used(), 0);
-        held.push(strangers[0].reserve(share).expect("the strangers' share"));
-        assert!(
-            strangers[1].reserve(CONNECTION_BODY_BYTES).is_none(),
-            "the share is used up"
-        );
-        // A daemon that proved its token still finds the rest.
-        let proof = Proof::stranger();
-        let daemon = ConnectionBudget::new(&global, proof.clone());
-        assert!(daemon.reserve(2 * CONNECTION_BODY_BYTES).is_none());
-        proof.mark();
-        let heartbeat = daemon
-            .reserve(8 * CONNECTION_BODY_BYTES)
-            .expect("a large heartbeat of a proved servant");
-        assert_eq!(global.used(), share + 7 * CONNECTION_BODY_BYTES);
-        drop((held, heartbeat));
-        assert_eq!(global.used(), 0);
-        assert_eq!(global.strangers.used.load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn a_request_without_a_connection_counts_every_byte() {
-        let global = BodyBudget::new(1000);
-        let reservation = global.reserve(10).expect("fits");
-        assert_eq!(global.used(), 10);
-        assert!(global.reserve(991).is_none());
-        drop(reservation);
-        assert_eq!(global.used(), 0);
-    }
 
     #[tokio::test]
     async fn calls_wait_for_room_while_queued_answers_exceed_the_bound() {

@@ -43,6 +43,8 @@
 mod connection;
 pub mod election;
 mod etcd;
+pub mod failsafe;
+mod failsafe_peers;
 pub mod probe;
 pub mod saved_state;
 
@@ -96,6 +98,10 @@ pub struct HaSettings {
     pub instance: String,
     /// How etcd is reached: TLS files and etcd's authentication.
     pub access: EtcdAccess,
+    /// `--ha_failsafe_secret_file`: keys the calls between instances that
+    /// keep a leader granting while etcd does not answer ([`failsafe`]);
+    /// None: no failsafe, a leader steps down within its lease.
+    pub failsafe_secret: Option<crate::engine::Redacted<Vec<u8>>>,
 }
 
 /// `--ha_etcd_ca_file`, `--ha_etcd_cert_file`/`--ha_etcd_key_file` and
@@ -268,6 +274,14 @@ struct Inner {
     keeper: OnceLock<Arc<dyn SavedStateKeeper>>,
     /// While leading: how to write the saved state.
     term: Mutex<Option<LeaderTerm>>,
+    /// With `--ha_failsafe_secret_file`, once the election starts.
+    failsafe: OnceLock<Arc<failsafe_peers::FailsafeState>>,
+    /// When etcd last answered a renewal: an instance etcd answers denies a
+    /// failsafe question (it may win once the lease runs out).
+    etcd_answered_at: Mutex<Option<Instant>>,
+    /// Won the election, waiting out a failsafe confirmation's hold: it
+    /// leads on etcd, so it denies as a leader does.
+    won_waiting: AtomicBool,
 }
 
 impl Leadership {
@@ -285,6 +299,9 @@ impl Leadership {
             stats: None,
             keeper: OnceLock::new(),
             term: Mutex::new(None),
+            failsafe: OnceLock::new(),
+            etcd_answered_at: Mutex::new(None),
+            won_waiting: AtomicBool::new(false),
         }))
     }
 
@@ -306,6 +323,9 @@ impl Leadership {
             stats: Some(HaStats::new()),
             keeper: OnceLock::new(),
             term: Mutex::new(None),
+            failsafe: OnceLock::new(),
+            etcd_answered_at: Mutex::new(None),
+            won_waiting: AtomicBool::new(false),
         }))
     }
 
@@ -518,6 +538,39 @@ impl Leadership {
         if took_over {
             tracing::info!(target: election::LOG, "took over: kept what daemons reported meanwhile");
         }
+    }
+
+    /// Answers failsafe questions from now on ([`failsafe`]).
+    fn enable_failsafe(&self, state: Arc<failsafe_peers::FailsafeState>) {
+        let _ = self.0.failsafe.set(state);
+    }
+
+    fn failsafe(&self) -> Option<&Arc<failsafe_peers::FailsafeState>> {
+        self.0.failsafe.get()
+    }
+
+    /// etcd answered a renewal of this instance's lease.
+    fn etcd_answered(&self) {
+        *self
+            .0
+            .etcd_answered_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
+    }
+
+    /// The answer to a leader's failsafe question (`POST /ha/failsafe`):
+    /// None without `--ha_failsafe_secret_file`, else the answer's body or
+    /// why the question was refused.
+    pub fn failsafe_answer(&self, body: &str) -> Option<Result<String, String>> {
+        let state = self.failsafe()?;
+        let leads = self.role().is_leader() || self.0.won_waiting.load(Ordering::Acquire);
+        let etcd_answers = self
+            .0
+            .etcd_answered_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|at| at.elapsed() < state.etcd_recent);
+        Some(state.answer(body, leads, etcd_answers))
     }
 
     /// A balancer asked whether this instance is ready (`/readyz`).

@@ -5,6 +5,7 @@ use std::{net::SocketAddr, process::ExitCode, sync::Arc, time::Duration};
 
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
+use yadcc_engine::{self as engine, GrantFence, Scheduler};
 use yadcc_scheduler::{
     AppState,
     admin::{self, Admin, Store},
@@ -12,11 +13,11 @@ use yadcc_scheduler::{
     config::{self, Cli, Settings, server::LogFormat},
     dashboard::InspectAccess,
     edge,
-    engine::{self, GrantFence, Scheduler},
     ha::{self, Leadership, election::Election},
     logging::LimitedWarnings,
-    net, sim,
+    net,
 };
+use yadcc_sim as sim;
 
 /// The server allocates and frees small buffers on every request (bodies,
 /// decoded strings, responses); mimalloc's thread-local free lists serve that
@@ -103,7 +104,7 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     let admin = start_admin(&settings, &engine, &leadership).await?;
     let state = AppState::with_admin(
         engine.clone(),
-        settings.http.clone(),
+        settings.transport.clone(),
         leadership.clone(),
         admin,
     );
@@ -118,13 +119,14 @@ async fn run(settings: Settings) -> std::io::Result<()> {
                 .join(", ")
         );
         let failures = state.metrics.config_reload_failures();
-        config::tenants_file::watch(
+        state.reloads.add(config::tenants_file::Watched::source(
             path.clone(),
             engine.clone(),
+            settings.tenants_checks.clone(),
             Arc::new(move || {
                 failures.inc();
             }),
-        );
+        ));
     }
     let listener = bind_when_free(settings.listen).await.map_err(|error| {
         std::io::Error::new(
@@ -134,7 +136,7 @@ async fn run(settings: Settings) -> std::io::Result<()> {
     })?;
     let local = listener.local_addr()?;
     tracing::info!("listening on http://{local} (daemons: flare://{local} or http+pb://{local})");
-    if settings.http.security.tls.is_some() {
+    if settings.transport.security.tls.is_some() {
         tracing::info!("TLS on the same port: https://{local} (HTTP/2 or HTTP/1.1 by ALPN)");
     }
     #[allow(unused_mut)] // Only a bench-route build adds to it.
@@ -198,9 +200,9 @@ async fn start_admin(
         );
     } else {
         tracing::info!(
-            "the admin API takes {} token(s) (fingerprints {}); cordons and the audit list are kept {}",
-            admin.tokens().fingerprints().len(),
-            admin.tokens().fingerprints().join(", "),
+            "the admin API takes {} token(s) (labels {}); cordons and the audit list are kept {}",
+            admin.tokens().labels().len(),
+            admin.tokens().labels().join(", "),
             admin.store().describe()
         );
     }
@@ -215,7 +217,7 @@ async fn start_admin(
 #[cfg(feature = "bench-route")]
 mod bench_route {
     use axum::{Router, body::Bytes, http::header, response::IntoResponse, routing::post};
-    use yadcc_scheduler::sim::BARE_PATH;
+    use yadcc_sim::BARE_PATH;
 
     /// What the bare route answers: as many bytes as a binary
     /// `HeartbeatResponse` carrying three serving-daemon tokens (3 x (2 + 32) bytes).
@@ -240,10 +242,12 @@ mod bench_route {
 fn start_demo(settings: &Settings, local: SocketAddr) -> sim::Cluster {
     let target = sim::connect_address(local);
     let first = |tokens: &engine::TokenSet| tokens.first_entry().unwrap_or_default().to_owned();
-    let (user_token, servant_token) = (
-        first(&settings.engine.user_tokens),
-        first(&settings.engine.servant_tokens),
-    );
+    // With the demo's tenants the user tokens live in the tenancy, not in
+    // the flag's set: the simulated daemons are the `developers` tenant.
+    let user_token = Some(first(&settings.engine.user_tokens))
+        .filter(|token| !token.is_empty())
+        .unwrap_or_else(|| sim::DEMO_USER_TOKEN.to_owned());
+    let servant_token = first(&settings.engine.servant_tokens);
     let mut config = sim::ClusterConfig::demo(target, &user_token, &servant_token);
     config.protocol = settings.demo_protocol;
     // Only the demo's own, public tokens are printed: tokens an operator
@@ -259,6 +263,24 @@ fn start_demo(settings: &Settings, local: SocketAddr) -> sim::Cluster {
         config.delegates,
         config.protocol
     );
+    if settings.engine.tenancy.is_some() {
+        tracing::info!(
+            "demo: tenants developers (user token {:?}, weight 3; the simulated daemons) \
+             and ci (user token {:?}, weight 1, at most half the slots)",
+            sim::DEMO_USER_TOKEN,
+            config::demo::DEMO_CI_TOKEN
+        );
+    }
+    if settings
+        .admin_tokens
+        .accepts(config::demo::DEMO_ADMIN_TOKEN)
+    {
+        tracing::info!(
+            "demo: the admin API (cordon, drain, uncordon; the dashboard's Operator panel) \
+             takes the token {:?}",
+            config::demo::DEMO_ADMIN_TOKEN
+        );
+    }
     tracing::info!("demo: dashboard at http://{target}/");
     tracing::info!("demo: API docs at http://{target}/docs");
     tracing::info!(
@@ -288,7 +310,7 @@ fn warn_about_open_doors(settings: &Settings) {
             );
         }
     }
-    match &settings.http.inspect {
+    match &settings.transport.inspect {
         InspectAccess::Closed => tracing::info!(
             "dashboard, /api/v1 and /inspect are closed: pass --inspect_credential=USER:PASSWORD \
              (basic auth) or --debugging_no_inspect_auth to open them"

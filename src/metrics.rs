@@ -43,7 +43,7 @@ use crate::{
     engine::{ClusterTotals, Counters, Scheduler},
     ha::Leadership,
     pb::{self, Encoding, Method},
-    protocol::Protocol,
+    protocol::{ConnectionKind, Protocol},
 };
 
 /// The prefix of every family of the scheduler's own.
@@ -53,11 +53,14 @@ pub const PREFIX: &str = "yadcc_scheduler";
 /// [`Metrics::connection_refused`]); their series exist from the start, at 0,
 /// so a rate over them is defined before the first refusal.
 /// `evicted_stranger`: a connection that proved no token, closed near the
-/// global cap to make room for a new one.
-pub const CONNECTION_CAPS: [&str; 3] = [
+/// global cap to make room for a new one. `connection_buffers`: a
+/// connection closed before its first request because what it held did not
+/// fit the budget for connection buffers (`edge::buffers`).
+pub const CONNECTION_CAPS: [&str; 4] = [
     "max_connections",
     "max_connections_per_ip",
     "evicted_stranger",
+    "connection_buffers",
 ];
 
 /// How a call ended, as its metrics tell endings apart.
@@ -318,9 +321,9 @@ impl Metrics {
 
     /// Counts a connection whose protocol is known; it counts as open until
     /// the returned value is dropped.
-    pub fn connection_opened(&self, protocol: Protocol) -> OpenConnection {
+    pub fn connection_opened(&self, kind: ConnectionKind) -> OpenConnection {
         let labels = ProtocolLabels {
-            protocol: protocol.label(),
+            protocol: kind.label(),
         };
         self.connections_accepted.get_or_create(&labels).inc();
         let gauge = self.connections_open.get_or_create(&labels).clone();
@@ -472,8 +475,18 @@ fn write_totals(
         ),
         (
             "servants_accepting",
-            "Servants that accept tasks",
+            "Servants that accept tasks (not cordoned, a task limit above 0)",
             gauge_value(totals.servants_accepting),
+        ),
+        (
+            "servants_cordoned",
+            "Live servants an operator cordoned or is draining (not accepting)",
+            gauge_value(totals.servants_cordoned),
+        ),
+        (
+            "servants_ejected",
+            "Servants out of rotation because their grants kept coming back at once",
+            gauge_value(totals.servants_ejected),
         ),
         (
             "capacity",
@@ -487,8 +500,13 @@ fn write_totals(
         ),
         (
             "capacity_unavailable",
-            "Task slots offered but not usable (load, memory, NAT, unverified)",
+            "Task slots neither free nor running (load, memory, a cordon); running + capacity_available + capacity_unavailable = capacity + running_over_capacity",
             gauge_value(totals.capacity_unavailable),
+        ),
+        (
+            "running_over_capacity",
+            "Grants beyond the slots their servant offers now (it lowered its capacity)",
+            gauge_value(totals.running_over_capacity),
         ),
         (
             "running",
@@ -570,6 +588,21 @@ fn write_events(
             "no_quota",
             "WaitForStartingTask calls answered with no quota",
             counters.no_quota,
+        ),
+        (
+            "broken_grants",
+            "Immediate grants given back unlisted, far sooner than the farm's typical hold",
+            counters.broken_grants,
+        ),
+        (
+            "servant_ejections",
+            "Servants taken out of rotation for broken grants",
+            counters.ejections,
+        ),
+        (
+            "servant_ejections_capped",
+            "Ejections held back: the most servants that may be out at once were",
+            counters.ejections_capped,
         ),
     ];
     for (name, help, value) in events {

@@ -32,7 +32,7 @@ use std::{
     time::Duration,
 };
 
-use axum::{Router, extract::ConnectInfo};
+use axum::Router;
 use bytes::BytesMut;
 use hyper::body::Incoming;
 use hyper_util::{
@@ -61,11 +61,14 @@ use crate::{
         flare::{Flare, frame::MAGIC},
         http_pb::{self, HeadScan, HttpPb, MAX_HEAD_BYTES},
     },
-    edge::{self, ConnectionBudget, EdgeSettings, Proof, QueuedAnswers},
-    protocol::Protocol,
+    edge::{
+        self, BufferCharge, ConnectionBudget, ConnectionBuffers, EdgeSettings, Proof,
+        QueuedAnswers, buffers::PENDING_HTTP2_BYTES,
+    },
+    http::connection::ConnectionFacts,
+    protocol::ConnectionKind,
     readiness::NotReady,
     rpc::state::AppState,
-    security::OverTls,
 };
 
 const LOG: &str = "yadcc_scheduler::net";
@@ -123,7 +126,7 @@ pub async fn serve(
     let tls = match &state.settings.security.tls {
         None => None,
         Some(files) => Some(
-            Tls::start(files, state.security.counters.clone())
+            Tls::start(files, state.security.counters.clone(), &state.reloads)
                 .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidInput, error))?,
         ),
     };
@@ -135,6 +138,7 @@ pub async fn serve(
         per_ip: Mutex::default(),
         per_ip_cap,
         strangers: Arc::default(),
+        buffers: ConnectionBuffers::new(edge::CONNECTION_BUFFERS_BYTES),
         eviction_headroom: edge::eviction_headroom(cap),
         edge,
     });
@@ -148,7 +152,7 @@ pub async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    if let Some(admitted) = admit(&shared, &slots, peer) {
+                    if let Some((admitted, charge)) = admit(&shared, &slots, peer) {
                         let shared = Arc::clone(&shared);
                         let stopping = stopping.clone();
                         let proof = Proof::stranger();
@@ -156,7 +160,7 @@ pub async fn serve(
                         connections.spawn(async move {
                             let _admitted = admitted;
                             tokio::select! {
-                                () = serve_connection(shared, stream, peer, stopping, proof) => {}
+                                () = serve_connection(shared, stream, peer, stopping, proof, charge) => {}
                                 // Dropping the connection's future closes it.
                                 () = seat.evicted() => {
                                     tracing::debug!(
@@ -213,6 +217,8 @@ struct Listener {
     per_ip_cap: usize,
     /// The connections that proved no token yet, evicted first.
     strangers: Arc<Strangers>,
+    /// What connections hold before their first request.
+    buffers: ConnectionBuffers,
     /// Free places under the global cap below which a new connection
     /// evicts the oldest stranger.
     eviction_headroom: usize,
@@ -264,7 +270,11 @@ impl Drop for Admitted {
 /// cap does not apply to it (the global cap still does). Near the global
 /// cap, each new connection evicts the oldest that proved no token, so the
 /// places free never run out while strangers hold them.
-fn admit(shared: &Arc<Listener>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Option<Admitted> {
+fn admit(
+    shared: &Arc<Listener>,
+    slots: &Arc<Semaphore>,
+    peer: SocketAddr,
+) -> Option<(Admitted, BufferCharge)> {
     let metrics = &shared.state.metrics;
     if slots.available_permits() <= shared.eviction_headroom && shared.strangers.evict_oldest() {
         metrics.connection_refused("evicted_stranger");
@@ -288,11 +298,16 @@ fn admit(shared: &Arc<Listener>, slots: &Arc<Semaphore>, peer: SocketAddr) -> Op
         *count += 1;
         Some(block)
     };
-    Some(Admitted {
+    let admitted = Admitted {
         _slot: slot,
         shared: Arc::clone(shared),
         counted_ip,
-    })
+    };
+    let Some(charge) = shared.buffers.admit(ip) else {
+        metrics.connection_refused("connection_buffers");
+        return None;
+    };
+    Some((admitted, charge))
 }
 
 async fn serve_connection(
@@ -301,6 +316,7 @@ async fn serve_connection(
     mut peer: SocketAddr,
     stopping: watch::Receiver<bool>,
     proof: Proof,
+    charge: BufferCharge,
 ) {
     let _ = stream.set_nodelay(true);
     let mut first = BytesMut::with_capacity(1024);
@@ -311,7 +327,7 @@ async fn serve_connection(
                 .await?
                 .unwrap_or(peer);
         }
-        sniff(&mut stream, &mut first).await
+        sniff(&mut stream, &mut first, &charge).await
     })
     .await;
     let server = match sniffed {
@@ -327,27 +343,41 @@ async fn serve_connection(
     if server != ConnectionServer::Hyper && !leadership.admits_daemons().await {
         return;
     }
+    if matches!(
+        server,
+        ConnectionServer::Flare | ConnectionServer::DaemonHttp
+    ) {
+        // Every frame's body is in the body budget from its header on.
+        charge.release();
+    }
     match server {
         ConnectionServer::Flare => {
-            let _open = state.metrics.connection_opened(Protocol::Flare);
+            let _open = state.metrics.connection_opened(ConnectionKind::Flare);
             let serve = daemon::serve(Flare, state.clone(), stream, peer, first, stopping, proof);
             leadership.while_serving_daemons(serve).await;
         }
         ConnectionServer::DaemonHttp => {
-            let _open = state.metrics.connection_opened(Protocol::HttpPb);
+            let _open = state.metrics.connection_opened(ConnectionKind::DaemonHttp);
             let framing = HttpPb::new(shared.router.clone());
             let serve = daemon::serve(framing, state.clone(), stream, peer, first, stopping, proof);
             leadership.while_serving_daemons(serve).await;
         }
         ConnectionServer::Tls if shared.tls.is_some() => {
-            let _open = state.metrics.connection_opened(Protocol::Http);
-            tls::serve(&shared, stream, peer, first, stopping, proof).await;
+            let _open = state.metrics.connection_opened(ConnectionKind::Http);
+            tls::serve(&shared, stream, peer, first, stopping, proof, charge).await;
         }
         ConnectionServer::Hyper | ConnectionServer::Tls => {
-            let _open = state.metrics.connection_opened(Protocol::Http);
+            let _open = state.metrics.connection_opened(ConnectionKind::Http);
+            if first.starts_with(H2_PREFACE_START) && !charge.grow_by(PENDING_HTTP2_BYTES) {
+                shared
+                    .state
+                    .metrics
+                    .connection_refused("connection_buffers");
+                return;
+            }
             let activity = Activity::new();
-            let io = Rewind::new(first.freeze(), stream, activity.clone());
-            serve_hyper(&shared, io, activity, None, peer, stopping, proof).await;
+            let io = Rewind::new(first.freeze(), stream, activity.clone()).charged(charge.clone());
+            serve_hyper(&shared, io, activity, None, peer, stopping, (proof, charge)).await;
         }
     }
 }
@@ -381,7 +411,11 @@ async fn read_proxy_header(
 }
 
 /// Reads until the connection's server is known; None if the peer closed first.
-async fn sniff(stream: &mut TcpStream, buf: &mut BytesMut) -> Option<ConnectionServer> {
+async fn sniff(
+    stream: &mut TcpStream,
+    buf: &mut BytesMut,
+    charge: &BufferCharge,
+) -> Option<ConnectionServer> {
     let mut scan = HeadScan::default();
     loop {
         // The first four bytes decide alone and cost nothing; after them only
@@ -396,6 +430,9 @@ async fn sniff(stream: &mut TcpStream, buf: &mut BytesMut) -> Option<ConnectionS
             return Some(ConnectionServer::Hyper);
         }
         buf.reserve(4096);
+        if !charge.grow_to(edge::buffers::PENDING_CONNECTION_BYTES + buf.capacity()) {
+            return None;
+        }
         match stream.read_buf(buf).await {
             Ok(0) | Err(_) => return None,
             Ok(_) => {}
@@ -433,38 +470,36 @@ async fn serve_hyper<S>(
     secured: Option<Secured>,
     peer: SocketAddr,
     mut stopping: watch::Receiver<bool>,
-    proof: Proof,
+    // The connection's standing, and what it is charged until its first
+    // request.
+    (proof, charge): (Proof, BufferCharge),
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let streams = Streams::new();
     let io = TokioIo::new(io);
-    let certificate = secured
-        .as_ref()
-        .and_then(|secured| secured.certificate.clone());
-    let over_tls = secured.is_some();
     let router = shared.router.clone();
     // Every request (every HTTP/2 stream) of the connection buffers its body
     // within the connection's one allowance, and every answer is counted
     // until hyper has taken it.
-    let budget = ConnectionBudget::new(&shared.state.body_budget, proof.clone());
     let queued = QueuedAnswers::default();
     let answers = AnswerTracker::new(queued.clone());
+    let facts = ConnectionFacts {
+        peer,
+        budget: ConnectionBudget::new(&shared.state.body_budget, peer.ip(), proof),
+        queued: Some(queued),
+        over_tls: secured.is_some(),
+        certificate: secured.and_then(|secured| secured.certificate),
+    };
     let service = {
         let answers = Arc::clone(&answers);
         let streams = streams.clone();
         hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            // From its first request on, the connection's bytes are bodies
+            // (the body budget's) or the next heads of a known client.
+            charge.release();
             let open = streams.open();
-            request.extensions_mut().insert(ConnectInfo(peer));
-            request.extensions_mut().insert(budget.clone());
-            request.extensions_mut().insert(queued.clone());
-            request.extensions_mut().insert(proof.clone());
-            if over_tls {
-                request.extensions_mut().insert(OverTls);
-            }
-            if let Some(certificate) = &certificate {
-                request.extensions_mut().insert(certificate.clone());
-            }
+            facts.mark(&mut request);
             let router = router.clone();
             let answers = Arc::clone(&answers);
             async move {
@@ -537,135 +572,4 @@ async fn serve_hyper<S>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn shared_for(settings: crate::rpc::state::ServeSettings) -> Arc<Listener> {
-        let engine = crate::engine::Scheduler::new(crate::engine::Config::default());
-        let state = AppState::new(engine, settings);
-        Arc::new(Listener {
-            tls: None,
-            hyper: hyper_builder(&state.settings.edge),
-            router: Router::new(),
-            edge: state.settings.edge.clone(),
-            per_ip_cap: state.settings.edge.connection_cap_per_ip(usize::MAX),
-            state,
-            per_ip: Mutex::default(),
-            strangers: Arc::default(),
-            eviction_headroom: 1,
-        })
-    }
-
-    #[tokio::test]
-    async fn trusted_proxies_are_exempt_from_the_per_address_cap() {
-        let settings = crate::rpc::state::ServeSettings {
-            trusted_proxies: vec!["10.0.0.1".parse().unwrap()],
-            edge: EdgeSettings {
-                max_connections_per_ip: Some(2),
-                ..EdgeSettings::default()
-            },
-            ..Default::default()
-        };
-        let shared = shared_for(settings);
-        let slots = Arc::new(Semaphore::new(8));
-        let from = |ip: &str| SocketAddr::new(ip.parse().unwrap(), 40_000);
-
-        let through_proxy: Vec<_> = (0..5)
-            .map(|_| admit(&shared, &slots, from("10.0.0.1")).expect("proxy admitted"))
-            .collect();
-        let mapped_proxy = admit(&shared, &slots, from("::ffff:10.0.0.1"));
-        assert!(mapped_proxy.is_some(), "the same proxy over IPv6-mapped");
-        let direct: Vec<_> = (0..2)
-            .map(|_| admit(&shared, &slots, from("10.0.0.9")).expect("under the cap"))
-            .collect();
-        assert!(
-            admit(&shared, &slots, from("10.0.0.9")).is_none(),
-            "an untrusted address keeps its cap"
-        );
-        assert_eq!(slots.available_permits(), 0);
-        assert!(
-            admit(&shared, &slots, from("10.0.0.1")).is_none(),
-            "the global cap still holds for a proxy"
-        );
-
-        drop((through_proxy, mapped_proxy, direct));
-        assert!(shared.per_ip.lock().unwrap().is_empty());
-        assert_eq!(slots.available_permits(), 8);
-    }
-
-    #[tokio::test]
-    async fn the_per_address_cap_counts_an_ipv6_slash_64_as_one_address() {
-        let settings = crate::rpc::state::ServeSettings {
-            edge: EdgeSettings {
-                max_connections_per_ip: Some(2),
-                ..EdgeSettings::default()
-            },
-            ..Default::default()
-        };
-        let shared = shared_for(settings);
-        let slots = Arc::new(Semaphore::new(16));
-        let from = |ip: &str| SocketAddr::new(ip.parse().unwrap(), 40_000);
-
-        let same_block: Vec<_> = ["2001:db8:1:2::1", "2001:db8:1:2:ffff::7"]
-            .into_iter()
-            .map(|ip| admit(&shared, &slots, from(ip)).expect("under the cap"))
-            .collect();
-        assert!(
-            admit(&shared, &slots, from("2001:db8:1:2:abcd::99")).is_none(),
-            "a third address of the same /64 is over the block's cap"
-        );
-        let next_block = admit(&shared, &slots, from("2001:db8:1:3::1"));
-        assert!(next_block.is_some(), "another /64 has its own cap");
-        let ipv4: Vec<_> = ["192.0.2.1", "192.0.2.2", "::ffff:192.0.2.1"]
-            .into_iter()
-            .map(|ip| admit(&shared, &slots, from(ip)))
-            .collect();
-        assert!(
-            ipv4[0].is_some() && ipv4[1].is_some(),
-            "IPv4 addresses are counted one by one"
-        );
-        assert!(
-            ipv4[2].is_some(),
-            "192.0.2.1's second connection, over IPv6-mapped"
-        );
-        assert!(
-            admit(&shared, &slots, from("192.0.2.1")).is_none(),
-            "mapped and plain IPv4 are the same address"
-        );
-
-        drop((same_block, next_block, ipv4));
-        assert!(shared.per_ip.lock().unwrap().is_empty());
-    }
-
-    #[test]
-    fn first_bytes_decide_the_protocol() {
-        assert_eq!(classify(b"CP"), None);
-        assert_eq!(classify(b"CPRF"), Some(ConnectionServer::Flare));
-        assert_eq!(
-            classify(b"PRI * HTTP/2.0\r\n"),
-            Some(ConnectionServer::Hyper)
-        );
-        assert_eq!(classify(b"PR"), None);
-        assert_eq!(classify(b"POST /rpc/x.Y HTTP/1.1\r\nRpc-Se"), None);
-        assert_eq!(
-            classify(b"POST /rpc/x.Y HTTP/1.1\r\nRpc-SeqNo: 1\r\n\r\n"),
-            Some(ConnectionServer::DaemonHttp)
-        );
-        assert_eq!(
-            classify(b"POST /rpc/x.Y HTTP/1.1\r\nHost: a\r\n\r\n"),
-            Some(ConnectionServer::Hyper),
-            "scripts keep hyper's path"
-        );
-        assert_eq!(
-            classify(b"POST /yadcc.scheduler.SchedulerService/Heartbeat HTTP/1.1\r\nRpc-SeqNo: 1\r\n\r\n"),
-            Some(ConnectionServer::Hyper),
-            "Connect stays on hyper"
-        );
-        assert_eq!(
-            classify(&[0x16, 0x03, 0x01, 0x02, 0x00]),
-            Some(ConnectionServer::Tls),
-            "a TLS ClientHello"
-        );
-        assert_eq!(classify(&[0x16]), Some(ConnectionServer::Tls));
-    }
-}
+mod tests;

@@ -217,9 +217,42 @@ pub fn router() -> Router<AppState> {
         .filter(true)
         // The default sends the document to an online validator: not offline.
         .validator_url("none");
-    Router::new()
-        .route(SPEC_PATH, get(openapi_json))
-        .merge(SwaggerUi::new(DOCS_PATH).config(config))
+    Router::new().route(SPEC_PATH, get(openapi_json)).merge(
+        Router::from(SwaggerUi::new(DOCS_PATH).config(config))
+            .layer(axum::middleware::map_response(name_the_page)),
+    )
+}
+
+/// The page's title, as tabs and bookmarks show it.
+pub const DOCS_TITLE: &str = "yadcc-scheduler API";
+
+/// The bundle's `index.html` is titled "Swagger UI" and has no viewport
+/// tag, so a phone renders it 980 px wide: both are put right on the way
+/// out (the bundle is vendored, and its other files pass untouched).
+async fn name_the_page(response: Response) -> Response {
+    /// Far above the bundle's index page (under 1 KiB).
+    const MAX_INDEX_BYTES: usize = 64 * 1024;
+    let is_html = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("text/html"));
+    if !is_html {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_INDEX_BYTES).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let page = String::from_utf8_lossy(&bytes).replace(
+        "<title>Swagger UI</title>",
+        &format!(
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n    \
+             <title>{DOCS_TITLE}</title>"
+        ),
+    );
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(page))
 }
 
 /// This document.

@@ -14,10 +14,11 @@ use std::{
 pub enum Protocol {
     /// The daemons' binary framework protocol (`flare://`, frames starting `CPRF`).
     Flare,
-    /// The daemons' `http+pb` (requests carrying `Rpc-SeqNo`), answered out of order.
+    /// `POST /rpc/yadcc.scheduler.SchedulerService.<Method>`, the daemons'
+    /// `http+pb`: on a daemon connection (requests carrying `Rpc-SeqNo`,
+    /// answered out of order) or through the general HTTP server (curl,
+    /// scripts; JSON or binary). One wire, one label, whichever server.
     HttpPb,
-    /// `POST /rpc/...` through the general HTTP server (curl, scripts; JSON or binary).
-    Http,
     /// Connect unary, `POST /yadcc.scheduler.SchedulerService/<Method>`.
     Connect,
     /// gRPC unary over HTTP/2, on the Connect path (`application/grpc`).
@@ -28,10 +29,9 @@ pub enum Protocol {
 
 impl Protocol {
     /// Every protocol, for documentation and tests.
-    pub const ALL: [Protocol; 6] = [
+    pub const ALL: [Protocol; 5] = [
         Protocol::Flare,
         Protocol::HttpPb,
-        Protocol::Http,
         Protocol::Connect,
         Protocol::Grpc,
         Protocol::GrpcWeb,
@@ -42,7 +42,6 @@ impl Protocol {
         match self {
             Protocol::Flare => "flare",
             Protocol::HttpPb => "http+pb",
-            Protocol::Http => "http",
             Protocol::Connect => "connect",
             Protocol::Grpc => "grpc",
             Protocol::GrpcWeb => "grpc-web",
@@ -62,6 +61,29 @@ impl Protocol {
 impl std::fmt::Display for Protocol {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.label())
+    }
+}
+
+/// Which server a connection is served by, for the connection series
+/// (`protocol` label): the daemons' binary protocol, their `http+pb`
+/// framing, or the general HTTP server (HTTP/1.1, h2c or TLS), whose
+/// connections carry any of the HTTP protocols, each call labelled by its
+/// own [`Protocol`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConnectionKind {
+    Flare,
+    DaemonHttp,
+    Http,
+}
+
+impl ConnectionKind {
+    /// The label in the connection series.
+    pub fn label(self) -> &'static str {
+        match self {
+            ConnectionKind::Flare => "flare",
+            ConnectionKind::DaemonHttp => "http+pb",
+            ConnectionKind::Http => "http",
+        }
     }
 }
 
@@ -166,7 +188,11 @@ mod tests {
 
         // A flood of new addresses while nobody is old enough to forget.
         for n in full..full + 10_000 {
-            peers.record_at(address(n), Protocol::Http, start + Duration::from_secs(1));
+            peers.record_at(
+                address(n),
+                Protocol::Connect,
+                start + Duration::from_secs(1),
+            );
         }
         assert_eq!(sweeps(), 1, "one sweep for the whole flood");
         assert_eq!(peers.labels().len(), MAX_PEERS);

@@ -23,7 +23,7 @@ use crate::{
         access_log::AccessLogLayer,
         dialect::{self, RouteStyle},
         grpc::{self, Grpc},
-        handler, health, operations, reflection,
+        handler, health, operations, rebinding, reflection,
     },
     openapi, pb,
     rpc::{
@@ -68,7 +68,12 @@ pub fn app(state: AppState) -> Router {
     let operations = Router::new()
         .route("/healthz", get(operations::healthz))
         .route("/readyz", get(operations::readyz))
-        .route("/metrics", get(operations::metrics));
+        .route("/metrics", get(operations::metrics))
+        // Between instances only (signed with their shared secret).
+        .route(
+            crate::ha::failsafe::PATH,
+            axum::routing::post(operations::failsafe),
+        );
 
     // Compression suits the dashboard's large JSON and never touches RPCs.
     let people = dashboard::router(Arc::clone(&state.dashboard))
@@ -80,6 +85,10 @@ pub fn app(state: AppState) -> Router {
         .merge(people)
         .merge(openapi::router())
         .fallback(fallback)
+        .layer(axum::middleware::from_fn_with_state(
+            state.settings.security.allowed_hosts.clone(),
+            rebinding::refuse_rebinding,
+        ))
         .layer(AccessLogLayer::new(state.settings.access_log))
         .with_state(state)
 }
@@ -92,7 +101,7 @@ async fn rpc_path(
     request: Request,
 ) -> Response {
     let method = dialect::resolve_full_name(&full_name);
-    handler::serve(&state, &RouteStyle::HttpPb.served(), method, peer, request).await
+    handler::serve(&state, &RouteStyle::HttpPb, method, peer, request).await
 }
 
 /// `POST /<service>/<Method>` (`/yadcc.scheduler.SchedulerService/Heartbeat`):
@@ -108,7 +117,7 @@ async fn service_path(
     if grpc::is_grpc(request.headers()) {
         handler::serve(&state, &Grpc, method, peer, request).await
     } else {
-        handler::serve(&state, &RouteStyle::Connect.served(), method, peer, request).await
+        handler::serve(&state, &RouteStyle::Connect, method, peer, request).await
     }
 }
 

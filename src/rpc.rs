@@ -56,6 +56,21 @@ pub fn budget_exhausted() -> ApiError {
     )
 }
 
+/// Why an admin token was refused unread.
+const PLAINTEXT_ADMIN_TOKEN: &str = "the admin token is accepted over HTTPS only (this \
+     scheduler has --tls_cert_file); plain HTTP is refused except from loopback or with \
+     --allow_plaintext_inspection";
+
+/// What a refusal from a slowed address block adds to its message.
+fn slowed_message(left: Duration) -> String {
+    format!(
+        "too many failed credentials from this address: wrong ones are answered after {} s \
+         for {} s more",
+        crate::security::SLOWED_ANSWER.as_secs(),
+        left.as_secs() + u64::from(left.subsec_nanos() > 0)
+    )
+}
+
 /// A body that did not arrive within the body-read timeout.
 pub fn body_too_slow(timeout: Duration) -> ApiError {
     ApiError::new(
@@ -184,6 +199,24 @@ pub async fn call(
         answer.map_err(|error| not_served_here(state, method).unwrap_or(error))
     }
     .await;
+    let outcome = match outcome {
+        Err(mut error)
+            if error.kind == ErrorKind::Scheduler(pb::Status::AccessDenied)
+                && named.is_some_and(|method| method.service() == Service::Scheduler) =>
+        {
+            // Rule "guessing costs time", for a daemon's or a user's token
+            // as for every credential.
+            if let Some(left) = state
+                .security
+                .wrong_credential(Surface::RpcToken, call.peer)
+                .await
+            {
+                error.message = format!("{}; {}", error.message, slowed_message(left));
+            }
+            Err(error)
+        }
+        other => other,
+    };
     if let Some(proof) = &call.proof
         && proves_a_token(named, &outcome)
     {
@@ -234,12 +267,6 @@ pub fn record(state: &AppState, call: &Call, method: Option<Method>, error: Opti
         .metrics
         .observe_rpc(call.protocol, method, call.encoding, end, elapsed);
     state.peer_protocols.record(call.peer, call.protocol);
-    if kind == Some(ErrorKind::Scheduler(pb::Status::AccessDenied))
-        && method.is_some_and(|method| method.service() == Service::Scheduler)
-    {
-        // Rule "guessing costs time": counted, never limited.
-        state.security.counters.failed_credential(Surface::RpcToken);
-    }
     log_call(state, call, method, kind, elapsed);
 }
 
@@ -354,9 +381,37 @@ async fn dispatch_admin(
 ) -> Result<EncodedAnswer, ApiError> {
     use codec::{decode, encode};
     let admin = &state.admin;
-    let caller = admin
-        .admin()
-        .authenticate(&call.credentials, call.peer, call.protocol)?;
+    let credentials = &call.credentials;
+    let security = &state.security;
+    // Rule "credentials over TLS", as for the inspection credential: a
+    // token sent in clear from afar is refused unread (never an oracle).
+    if credentials.presents_token()
+        && security
+            .settings
+            .refuses_plaintext_credential(credentials.over_tls(), call.peer)
+    {
+        return Err(ApiError::new(
+            ErrorKind::Scheduler(pb::Status::AccessDenied),
+            PLAINTEXT_ADMIN_TOKEN,
+        ));
+    }
+    let caller = match admin
+        .operators()
+        .authenticate(credentials, call.peer, call.protocol)
+    {
+        Ok(caller) => caller,
+        Err(refused) => {
+            let mut error = ApiError::from(refused);
+            if credentials.presents_token()
+                && let Some(left) = security
+                    .wrong_credential(Surface::AdminToken, call.peer)
+                    .await
+            {
+                error.message = format!("{}; {}", error.message, slowed_message(left));
+            }
+            return Err(error);
+        }
+    };
     let encoding = call.encoding;
     let encoded = match method {
         Method::CordonServant => encode(

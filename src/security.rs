@@ -7,21 +7,22 @@
 //! ([`SecurityCounters`]). A leaf: the dashboard, the call core and the
 //! listener read it.
 
-use std::{
-    collections::HashMap,
-    net::IpAddr,
-    path::PathBuf,
-    sync::{Arc, Mutex},
-    time::Duration,
+mod guessing;
+mod hosts;
+
+use std::{net::IpAddr, path::PathBuf, sync::Arc, time::Duration};
+
+pub use guessing::{
+    DEFAULT_IPV6_PREFIX, FIRST_LOCKOUT, Failure, GUESS_WINDOW, GUESSES_PER_WINDOW, Guessing,
+    LOCKOUT_MEMORY, MAX_LOCKOUT, MAX_TRACKED_BLOCKS, SLOWED_ANSWER,
 };
+pub use hosts::AllowedHosts;
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{counter::Counter, family::Family},
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
-use tokio::time::Instant;
-
 /// The certificate, key and optional client CA (`--tls_cert_file`,
 /// `--tls_key_file`, `--tls_client_ca_file`), all PEM.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +35,7 @@ pub struct TlsFiles {
 }
 
 /// What the transport is asked to secure.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecuritySettings {
     /// TLS on the listening port beside the plaintext protocols; None: none.
     pub tls: Option<TlsFiles>,
@@ -42,6 +43,22 @@ pub struct SecuritySettings {
     /// inspection credential over plain HTTP from any address anyway (a
     /// proxy in front terminates TLS).
     pub allow_plaintext_inspection: bool,
+    /// `--guessing_ipv6_prefix`: IPv6 clients share a guessing limit per
+    /// this prefix.
+    pub guessing_ipv6_prefix: u8,
+    /// Rule "no rebinding": the machine's name and `--allowed_hosts`.
+    pub allowed_hosts: AllowedHosts,
+}
+
+impl Default for SecuritySettings {
+    fn default() -> Self {
+        SecuritySettings {
+            tls: None,
+            allow_plaintext_inspection: false,
+            guessing_ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            allowed_hosts: AllowedHosts::default(),
+        }
+    }
 }
 
 impl SecuritySettings {
@@ -70,15 +87,27 @@ pub enum Surface {
     Inspect,
     /// A daemon's token on an RPC (STATUS_ACCESS_DENIED).
     RpcToken,
+    /// An operator's bearer token on the admin API.
+    AdminToken,
 }
 
 impl Surface {
-    pub const ALL: [Surface; 2] = [Surface::Inspect, Surface::RpcToken];
+    pub const ALL: [Surface; 3] = [Surface::Inspect, Surface::RpcToken, Surface::AdminToken];
 
     pub fn label(self) -> &'static str {
         match self {
             Surface::Inspect => "inspect",
             Surface::RpcToken => "rpc_token",
+            Surface::AdminToken => "admin_token",
+        }
+    }
+
+    /// The credential's name in the log.
+    fn described(self) -> &'static str {
+        match self {
+            Surface::Inspect => "inspection credential",
+            Surface::RpcToken => "daemon token",
+            Surface::AdminToken => "admin token",
         }
     }
 }
@@ -96,6 +125,7 @@ pub struct SecurityCounters {
     guesses_refused: Family<SurfaceLabels, Counter>,
     tls_reload_failures: Counter,
     tls_handshake_failures: Counter,
+    tls_certificate_expiry: Gauge,
 }
 
 impl SecurityCounters {
@@ -115,18 +145,23 @@ impl SecurityCounters {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "failed_credentials",
-            "Credentials presented and refused, by surface (inspect: basic auth; rpc_token: a daemon's token)",
+            "Credentials presented and refused, by surface (inspect: basic auth; rpc_token: a daemon's token; admin_token: an operator's bearer token)",
             self.failed_credentials.clone(),
         );
         registry.register(
             "guesses_refused",
-            "Requests answered 429 because their address failed too many credentials (--inspect_credential's limit)",
+            "Wrong credentials answered slowly (after 1 s) because their address block failed too many credentials, by surface",
             self.guesses_refused.clone(),
         );
         registry.register(
             "tls_reload_failures",
             "Replaced TLS certificate or key files that did not load (the previous pair is still served)",
             self.tls_reload_failures.clone(),
+        );
+        registry.register(
+            "tls_certificate_expiry_timestamp_seconds",
+            "When the served TLS certificate expires (its notAfter), in seconds since the Unix epoch; 0 without TLS. The log warns at start and on reload with less than 30 days left",
+            self.tls_certificate_expiry.clone(),
         );
         registry.register(
             "tls_handshake_failures",
@@ -143,7 +178,7 @@ impl SecurityCounters {
             .inc();
     }
 
-    pub fn guess_refused(&self, surface: Surface) {
+    fn guess_refused(&self, surface: Surface) {
         self.guesses_refused
             .get_or_create(&SurfaceLabels {
                 surface: surface.label(),
@@ -153,6 +188,11 @@ impl SecurityCounters {
 
     pub fn tls_reload_failed(&self) {
         self.tls_reload_failures.inc();
+    }
+
+    /// The served certificate's `notAfter` (seconds since the epoch).
+    pub fn tls_certificate_expires(&self, not_after: i64) {
+        self.tls_certificate_expiry.set(not_after);
     }
 
     pub fn tls_handshake_failed(&self) {
@@ -169,115 +209,6 @@ impl SecurityCounters {
     }
 }
 
-/// Failed credentials an address may present in one [`GUESS_WINDOW`] before
-/// it is refused for a while.
-pub const GUESSES_PER_WINDOW: u32 = 10;
-/// The window over which [`GUESSES_PER_WINDOW`] counts.
-pub const GUESS_WINDOW: Duration = Duration::from_secs(60);
-/// The first refusal lasts this long; each further one twice the last.
-pub const FIRST_LOCKOUT: Duration = Duration::from_secs(60);
-/// The longest refusal.
-pub const MAX_LOCKOUT: Duration = Duration::from_secs(3600);
-/// An address without a failure for this long starts again from
-/// [`FIRST_LOCKOUT`].
-pub const LOCKOUT_MEMORY: Duration = Duration::from_secs(6 * 3600);
-/// Addresses tracked at most; past it, the quietest are forgotten first.
-pub const MAX_TRACKED_ADDRESSES: usize = 16_384;
-
-/// One address's recent failures.
-#[derive(Debug, Clone, Copy)]
-struct Attempts {
-    window_started: Instant,
-    failures: u32,
-    /// Refusals so far (each twice as long as the one before).
-    lockouts: u32,
-    refused_until: Option<Instant>,
-    last_failure: Instant,
-}
-
-/// Rule "guessing costs time": per address block ([`crate::edge::address_block`]),
-/// [`GUESSES_PER_WINDOW`] failed credentials a [`GUESS_WINDOW`], then every
-/// request presenting one is refused (429, `Retry-After`) for
-/// [`FIRST_LOCKOUT`], doubling up to [`MAX_LOCKOUT`]. Only the inspection
-/// credential is limited: a daemon's token is counted, never limited (one
-/// misconfigured daemon must not lock its office's NAT address out).
-#[derive(Debug, Default)]
-pub struct Guessing {
-    addresses: Mutex<HashMap<IpAddr, Attempts>>,
-}
-
-impl Guessing {
-    /// Err(how long until it may try again) while `peer` is refused.
-    pub fn check(&self, peer: IpAddr) -> Result<(), Duration> {
-        let now = Instant::now();
-        let addresses = self.addresses.lock().unwrap_or_else(|p| p.into_inner());
-        match addresses
-            .get(&crate::edge::address_block(peer))
-            .and_then(|attempts| attempts.refused_until)
-        {
-            Some(until) if until > now => Err(until - now),
-            _ => Ok(()),
-        }
-    }
-
-    /// Counts a failed credential from `peer`; Some(the refusal's length)
-    /// when this one starts a refusal.
-    pub fn failed(&self, peer: IpAddr) -> Option<Duration> {
-        let now = Instant::now();
-        let block = crate::edge::address_block(peer);
-        let mut addresses = self.addresses.lock().unwrap_or_else(|p| p.into_inner());
-        if addresses.len() >= MAX_TRACKED_ADDRESSES && !addresses.contains_key(&block) {
-            forget_quietest(&mut addresses, now);
-        }
-        let attempts = addresses.entry(block).or_insert(Attempts {
-            window_started: now,
-            failures: 0,
-            lockouts: 0,
-            refused_until: None,
-            last_failure: now,
-        });
-        if now.duration_since(attempts.last_failure) >= LOCKOUT_MEMORY {
-            attempts.lockouts = 0;
-        }
-        if now.duration_since(attempts.window_started) >= GUESS_WINDOW {
-            attempts.window_started = now;
-            attempts.failures = 0;
-        }
-        attempts.last_failure = now;
-        attempts.failures += 1;
-        if attempts.failures < GUESSES_PER_WINDOW {
-            return None;
-        }
-        let lockout = FIRST_LOCKOUT
-            .saturating_mul(1u32 << attempts.lockouts.min(16))
-            .min(MAX_LOCKOUT);
-        attempts.lockouts += 1;
-        attempts.failures = 0;
-        attempts.window_started = now + lockout;
-        attempts.refused_until = Some(now + lockout);
-        Some(lockout)
-    }
-}
-
-/// Makes room: first every address whose failures are all old, then, if an
-/// attacker's many addresses still fill the table, the longest quiet half.
-fn forget_quietest(addresses: &mut HashMap<IpAddr, Attempts>, now: Instant) {
-    addresses.retain(|_, attempts| {
-        now.duration_since(attempts.last_failure) < GUESS_WINDOW
-            || attempts.refused_until.is_some_and(|until| until > now)
-    });
-    if addresses.len() >= MAX_TRACKED_ADDRESSES {
-        let mut quiet: Vec<_> = addresses
-            .iter()
-            .map(|(ip, attempts)| (attempts.last_failure, *ip))
-            .collect();
-        quiet.sort_unstable();
-        for (_, ip) in quiet.iter().take(quiet.len() / 2) {
-            addresses.remove(ip);
-        }
-    }
-}
-
 /// What the dashboard, the call core and the listener share of it.
 #[derive(Debug, Clone, Default)]
 pub struct Security {
@@ -286,54 +217,66 @@ pub struct Security {
     pub guessing: Arc<Guessing>,
 }
 
+/// Target of the guessing limit's lines.
+pub const GUESSING_LOG: &str = "yadcc_scheduler::guessing";
+
+impl Security {
+    pub fn new(settings: SecuritySettings) -> Self {
+        Security {
+            guessing: Arc::new(Guessing::new(settings.guessing_ipv6_prefix)),
+            settings,
+            counters: SecurityCounters::new(),
+        }
+    }
+
+    /// Rule "guessing costs time", the one place every surface reports a
+    /// wrong credential from `peer`: counted, logged (warnings are limited
+    /// to a line a second per call site, `logging`), and, if `peer`'s block
+    /// is slowed, answered only after [`SLOWED_ANSWER`]. Some(what is left
+    /// of the slowed period, for `Retry-After`) when it was slowed.
+    ///
+    /// A right credential is never slowed, so a guesser behind an office's
+    /// NAT address cannot lock its operators out; the cost of that is that
+    /// a slowed block still learns which guess was right, at a second of a
+    /// connection per wrong guess (see docs/security.md).
+    pub async fn wrong_credential(&self, surface: Surface, peer: IpAddr) -> Option<Duration> {
+        self.counters.failed_credential(surface);
+        let failure = self.guessing.failed(peer);
+        let block = self.guessing.block(peer);
+        if let Some(lockout) = failure.started {
+            tracing::warn!(
+                target: GUESSING_LOG,
+                %peer,
+                %block,
+                surface = surface.label(),
+                "{GUESSES_PER_WINDOW} failed credentials within {} s: wrong credentials from \
+                 this block are answered after {} s for the next {} s (right ones pass)",
+                GUESS_WINDOW.as_secs(),
+                SLOWED_ANSWER.as_secs(),
+                lockout.as_secs()
+            );
+        } else if failure.slowed.is_none() {
+            tracing::warn!(
+                target: GUESSING_LOG,
+                %peer,
+                surface = surface.label(),
+                "{} refused",
+                surface.described()
+            );
+        }
+        let left = failure.slowed?;
+        self.counters.guess_refused(surface);
+        tokio::time::sleep(SLOWED_ANSWER).await;
+        Some(left)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn ten_failures_a_minute_then_a_refusal_that_doubles() {
-        let guessing = Guessing::default();
-        let guesser = ip("192.0.2.7");
-        for _ in 1..GUESSES_PER_WINDOW {
-            assert_eq!(guessing.failed(guesser), None);
-            assert_eq!(guessing.check(guesser), Ok(()));
-        }
-        assert_eq!(guessing.failed(guesser), Some(FIRST_LOCKOUT));
-        assert_eq!(guessing.check(guesser), Err(FIRST_LOCKOUT));
-        assert_eq!(guessing.check(ip("192.0.2.8")), Ok(()), "another address");
-
-        tokio::time::advance(FIRST_LOCKOUT).await;
-        assert_eq!(guessing.check(guesser), Ok(()));
-        for _ in 1..GUESSES_PER_WINDOW {
-            assert_eq!(guessing.failed(guesser), None);
-        }
-        assert_eq!(guessing.failed(guesser), Some(2 * FIRST_LOCKOUT));
-        tokio::time::advance(FIRST_LOCKOUT).await;
-        assert_eq!(guessing.check(guesser), Err(FIRST_LOCKOUT));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn failures_spread_over_minutes_are_never_refused() {
-        let guessing = Guessing::default();
-        let guesser = ip("2001:db8::1");
-        for _ in 0..5 * GUESSES_PER_WINDOW {
-            assert_eq!(guessing.failed(guesser), None);
-            tokio::time::advance(GUESS_WINDOW / (GUESSES_PER_WINDOW - 2)).await;
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_ipv6_slash_64_guesses_as_one_address() {
-        let guessing = Guessing::default();
-        for host in 0..GUESSES_PER_WINDOW {
-            guessing.failed(ip(&format!("2001:db8:0:1::{host:x}")));
-        }
-        assert!(guessing.check(ip("2001:db8:0:1::ffff")).is_err());
-        assert!(guessing.check(ip("2001:db8:0:2::1")).is_ok());
     }
 
     #[test]
@@ -346,7 +289,7 @@ mod tests {
                 key: "k.pem".into(),
                 client_ca: None,
             }),
-            allow_plaintext_inspection: false,
+            ..SecuritySettings::default()
         };
         assert!(with_tls.refuses_plaintext_credential(false, peer));
         assert!(!with_tls.refuses_plaintext_credential(true, peer));
@@ -388,7 +331,26 @@ pub mod pem {
     /// A PEM file's bytes and the private key in it.
     pub fn private_key(path: &Path) -> Result<(Vec<u8>, PrivateKeyDer<'static>), String> {
         let pem = std::fs::read(path).map_err(|error| named(path, &error))?;
+        if is_encrypted(&pem) {
+            return Err(named(path, &ENCRYPTED_KEY));
+        }
         let key = PrivateKeyDer::from_pem_slice(&pem).map_err(|error| named(path, &error))?;
         Ok((pem, key))
+    }
+
+    /// Why an encrypted key is refused, and what to do: the scheduler
+    /// starts unattended (a unit, a pod), where nobody types a passphrase.
+    const ENCRYPTED_KEY: &str = "the private key is encrypted with a passphrase, and the \
+         scheduler reads unencrypted keys only (it starts unattended): decrypt it once with \
+         `openssl pkey -in KEY -out KEY.plain` and protect that file instead (mode 0600, \
+         owned by the scheduler's user)";
+
+    /// PKCS#8 `ENCRYPTED PRIVATE KEY`, or OpenSSL's traditional format with
+    /// `Proc-Type: 4,ENCRYPTED` (rustls-pki-types sees neither as a key and
+    /// would only say that there is none).
+    fn is_encrypted(pem: &[u8]) -> bool {
+        let text = String::from_utf8_lossy(pem);
+        text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----")
+            || text.contains("Proc-Type: 4,ENCRYPTED")
     }
 }

@@ -15,7 +15,6 @@ use crate::{
 };
 
 pub mod admin;
-mod redacted_debug;
 
 /// A scheduler-level failure: one of the seed's `Status` codes and a message
 /// for people (never containing a token).

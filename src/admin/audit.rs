@@ -86,7 +86,7 @@ mod tests {
             location: "10.0.0.1:8335".into(),
             reason: String::new(),
             peer: "127.0.0.1".into(),
-            protocol: "http".into(),
+            protocol: "http+pb".into(),
         }
     }
 

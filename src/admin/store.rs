@@ -91,6 +91,16 @@ impl SavedState {
                 state.version
             ));
         }
+        // Refused whole rather than cut: dropping cordons would put servants
+        // an operator took out back into rotation without a word.
+        let most = crate::engine::Limits::default().max_cordons;
+        if state.cordons.len() > most {
+            return Err(format!(
+                "{} cordons, more than the {most} the scheduler holds: uncordon some in the \
+                 file (or remove it) and start again",
+                state.cordons.len()
+            ));
+        }
         Ok(state)
     }
 }
@@ -148,24 +158,39 @@ pub fn read_file(path: &Path) -> Result<Option<SavedState>, String> {
 /// Replaces `path` with `bytes` so that a crash at any moment leaves the old
 /// file or the new one, whole: a temporary file in the same directory,
 /// written and fsynced, renamed over it, then the directory fsynced (the
-/// rename itself lasts).
+/// rename itself lasts). The temporary file is created exclusively (a name
+/// that exists, a planted symlink included, is never opened: another name
+/// is tried) with mode 0600, as the state is (the audit names operators).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let failed = |what: &str, error: std::io::Error| format!("{what} {}: {error}", path.display());
     let directory = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
         _ => PathBuf::from("."),
     };
-    let mut name = path
+    let name = path
         .file_name()
         .ok_or_else(|| format!("{} names no file", path.display()))?
         .to_owned();
-    name.push(format!(".tmp-{}", std::process::id()));
-    let temporary = directory.join(name);
-    let written = (|| {
-        let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(bytes)?;
-        file.sync_all()
-    })();
+    let (temporary, written) = (0..TEMPORARY_ATTEMPTS)
+        .map(|attempt| {
+            let mut name = name.clone();
+            name.push(format!(".tmp-{}-{attempt}", std::process::id()));
+            let temporary = directory.join(name);
+            let written = create_exclusive(&temporary).and_then(|mut file| {
+                file.write_all(bytes)?;
+                file.sync_all()
+            });
+            (temporary, written)
+        })
+        .find(|(_, written)| {
+            !matches!(written, Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists)
+        })
+        .ok_or_else(|| {
+            format!(
+                "cannot write the state beside {}: {TEMPORARY_ATTEMPTS} temporary names are taken",
+                path.display()
+            )
+        })?;
     if let Err(error) = written {
         let _ = std::fs::remove_file(&temporary);
         return Err(failed("cannot write the state beside", error));
@@ -177,6 +202,20 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     std::fs::File::open(&directory)
         .and_then(|dir| dir.sync_all())
         .map_err(|error| failed("cannot sync the directory of", error))
+}
+
+/// Temporary names tried before the write gives up (they only exist after
+/// a crash mid-write, or when planted).
+const TEMPORARY_ATTEMPTS: u32 = 16;
+
+/// A new file at `path`, never an existing one (`O_CREAT | O_EXCL`, which
+/// does not follow a symlink), readable by the owner only.
+fn create_exclusive(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
 }
 
 #[cfg(test)]
@@ -238,5 +277,50 @@ mod tests {
         let mut big = state();
         big.cordons[0].reason = "x".repeat(MAX_STATE_BYTES);
         assert!(big.encode().unwrap_err().contains("limit"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_planted_symlink_is_never_followed_and_the_state_is_the_owner_s_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch("symlink");
+        let path = dir.join("state.json");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        // Every name the writer tries first, planted.
+        for attempt in 0..3 {
+            let planted = dir.join(format!("state.json.tmp-{}-{attempt}", std::process::id()));
+            std::os::unix::fs::symlink(&victim, planted).unwrap();
+        }
+        write_atomically(&path, &state().encode().unwrap()).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(read_file(&path), Ok(Some(state())));
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the state file is {mode:o}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_with_more_cordons_than_the_limit_is_refused_whole() {
+        let most = crate::engine::Limits::default().max_cordons;
+        let cordons = |n: usize| SavedState {
+            cordons: (0..n)
+                .map(|i| SavedCordon {
+                    location: format!("10.0.{}.{}:8335", i / 250, i % 250)
+                        .parse()
+                        .unwrap(),
+                    ..state().cordons[0].clone()
+                })
+                .collect(),
+            ..state()
+        };
+        let at_limit = cordons(most).encode().unwrap();
+        assert_eq!(SavedState::decode(&at_limit).unwrap().cordons.len(), most);
+        let over = cordons(1500).encode().unwrap();
+        let error = SavedState::decode(&over).unwrap_err();
+        assert!(
+            error.contains("1500 cordons") && error.contains("1000"),
+            "{error}"
+        );
     }
 }

@@ -32,6 +32,21 @@ fn a_hot_standby_needs_the_shared_secret_and_whole_second_leases() {
     );
     assert_eq!(ha.election_name, "yadcc-scheduler");
     assert_eq!(ha.lease_ttl, std::time::Duration::from_secs(3));
+    assert_eq!(
+        ha.resign_unchecked_after,
+        Some(std::time::Duration::from_secs(3)),
+        "a leader no balancer reaches resigns by default: well above HAProxy's \
+         300 ms checks (2 missed mark it down)"
+    );
+    let never = with(&[
+        "--ha_etcd_endpoints=etcd:2379",
+        "--serving_daemon_token_secret=x",
+        "--ha_resign_unchecked_after=0s",
+    ])
+    .unwrap()
+    .ha
+    .expect("HA settings");
+    assert_eq!(never.resign_unchecked_after, None, "0 turns it off");
     for (bad, says) in [
         ("--ha_lease_ttl=2500ms", "whole seconds"),
         ("--ha_lease_ttl=1s", "at least 2s"),
@@ -155,5 +170,47 @@ fn etcd_tls_and_credentials_are_checked_and_read_at_start() {
         let parsed = Cli::try_parse_args(["yadcc-scheduler", https, lonely]);
         assert!(parsed.is_err(), "{lonely}");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn failsafe_needs_a_secret_file_of_16_bytes_or_more() {
+    let dir = std::env::temp_dir().join(format!("failsafe-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        format!("--ha_failsafe_secret_file={}", path.display())
+    };
+    let with = |extra: &str| {
+        let mut args = vec![
+            "--acceptable_user_tokens=u",
+            "--acceptable_servant_tokens=s",
+            "--serving_daemon_token_secret=x",
+            "--ha_etcd_endpoints=etcd:2379",
+        ];
+        args.extend([extra].into_iter().filter(|flag| !flag.is_empty()));
+        cli(&args)
+            .settings()
+            .map(|settings| settings.ha.expect("HA").failsafe_secret)
+    };
+    assert_eq!(with("").unwrap(), None, "off without the file");
+    let good = file("good", "0123456789abcdef\n");
+    assert_eq!(
+        with(&good).unwrap().map(|secret| secret.0),
+        Some(b"0123456789abcdef".to_vec()),
+        "the newline is not the secret's"
+    );
+    let short = file("short", "0123456789abcde\n");
+    assert!(with(&short).unwrap_err().contains("at least 16"));
+    let missing = format!(
+        "--ha_failsafe_secret_file={}",
+        dir.join("missing").display()
+    );
+    assert!(
+        with(&missing)
+            .unwrap_err()
+            .contains("--ha_failsafe_secret_file")
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -24,16 +24,16 @@ pub struct ServerFlags {
     pub listen: Option<SocketAddr>,
 
     /// Comma-separated tokens that delegates (and unverified servants) present.
-    /// Entries are literal (no trimming). An empty entry (`a,` or `,a`) accepts
-    /// only the empty token (daemons without `--token`), with a warning; a
-    /// wholly empty flag stops the start, as in the original.
+    /// Entries are literal (no trimming). An empty entry (`a,` or `,a`: the
+    /// empty token, which lets daemons without `--token` in) stops the start,
+    /// as a wholly empty flag does.
     #[arg(long, hide_env_values = true)]
     pub acceptable_user_tokens: Option<Redacted<String>>,
 
     /// Comma-separated tokens that compile servants present. Servants with only a
     /// user token are listed but get no task. Entries are literal (no trimming).
-    /// An empty entry (`a,` or `,a`) accepts only the empty token, with a
-    /// warning; a wholly empty flag stops the start, as in the original.
+    /// An empty entry (`a,` or `,a`) stops the start, as a wholly empty flag
+    /// does.
     #[arg(long, hide_env_values = true)]
     pub acceptable_servant_tokens: Option<Redacted<String>>,
 
@@ -80,6 +80,17 @@ pub struct ServerFlags {
     #[arg(long, default_value_t = true)]
     pub place_by_observed_speed: bool,
 
+    /// Take a servant out of rotation when 5 immediate grants in a row come
+    /// back before any heartbeat listed them, far sooner than the farm's
+    /// typical hold (a refused serving port, a full disk, a broken
+    /// compiler): for 30 s, 30 s more with each ejection up to 300 s, then
+    /// one grant at a time until one runs; never more than a tenth of the
+    /// servants (at least one) at once. Shown on the dashboard, in
+    /// /metrics, the audit and ListServantStates. =false keeps every
+    /// servant in rotation, as the original does. docs/farm.md.
+    #[arg(long, default_value_t = true)]
+    pub eject_broken_servants: bool,
+
     /// `user:password` for HTTP basic auth on the dashboard, `/api/v1/*` and
     /// `/inspect/*`. Without it, or empty (the original's default), and
     /// without --debugging_no_inspect_auth they are closed, as in the original.
@@ -90,7 +101,10 @@ pub struct ServerFlags {
     /// uncordon servants (`yadcc.scheduler.AdminService`, sent as
     /// `Authorization: Bearer TOKEN`). Apart from the daemons' tokens (none
     /// may be one of them) and from --inspect_credential. Without it the
-    /// admin API is closed.
+    /// admin API is closed. `LABEL:TOKEN` (e.g. `alice:$TOKEN`; a label is
+    /// letters, digits, `.`, `_`, `-`, `@`) names who acted in the audit and
+    /// on cordons; a plain TOKEN is named `admin-token-N` by its place in
+    /// the list (`:TOKEN` keeps a token that contains `:` whole).
     #[arg(long, hide_env_values = true)]
     pub admin_tokens: Option<Redacted<String>>,
 
@@ -224,13 +238,25 @@ pub struct ServerFlags {
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub ha_lease_ttl: Duration,
 
-    /// A leader that no balancer has asked `/readyz` for this long resigns,
-    /// so that the instance the daemons can reach leads (a leader cut off
-    /// from the balancer and the daemons but not from etcd). Well above the
-    /// balancer's check interval (HAProxy's in scripts/deploy: 300 ms), e.g.
-    /// 2s; 0 (the default) never resigns for that.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    /// With --ha_etcd_endpoints: a leader that no balancer has asked
+    /// `/readyz` for this long resigns, so that the instance the daemons can
+    /// reach leads (a leader cut off from the balancer and the daemons but
+    /// not from etcd; a standby's own probes do not count). Well above the
+    /// balancer's check interval (HAProxy's in scripts/deploy: 300 ms, down
+    /// after 2 missed); 0 never resigns for that (a deployment without a
+    /// balancer checking `/readyz`). A single instance is never affected.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub ha_resign_unchecked_after: Duration,
+
+    /// A file holding a secret (16 bytes at least, the same on every
+    /// instance, readable by this one only) that turns failsafe on: while
+    /// etcd does not answer, the leader goes on granting as long as every
+    /// other instance the election named confirms, over a call signed with
+    /// this secret, that it does not lead (docs/failover.md, "Failsafe").
+    /// Without it a leader that etcd does not answer steps down within its
+    /// lease. The instances' clocks must agree within 5 s.
+    #[arg(long)]
+    pub ha_failsafe_secret_file: Option<std::path::PathBuf>,
 
     /// CA certificates (PEM) etcd's server certificates chain to: needed by
     /// `https://` endpoints in --ha_etcd_endpoints (no system root store:
@@ -276,11 +302,28 @@ pub struct ServerFlags {
     #[arg(long, requires = "tls_cert_file")]
     pub tls_client_ca_file: Option<std::path::PathBuf>,
 
-    /// With TLS configured, accept --inspect_credential over plain HTTP from
-    /// any address (by default only from loopback): for a proxy in front that
-    /// terminates TLS itself.
+    /// With TLS configured, accept --inspect_credential and admin tokens
+    /// over plain HTTP from any address (by default only from loopback): for
+    /// a proxy in front that terminates TLS itself.
     #[arg(long)]
     pub allow_plaintext_inspection: bool,
+
+    /// Comma-separated names browsers may reach this server by, besides IP
+    /// addresses, `localhost`, `*.localhost` and this machine's name: a
+    /// request with an `Origin` for any other `Host` is refused (403), so a
+    /// page cannot rebind its own name to this server (DNS rebinding). A
+    /// name starting with `.` stands for every name under it
+    /// (`.farm.example.com`). Requests without an `Origin` are not checked.
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+
+    /// IPv6 clients share one guessing limit (failed credentials: the
+    /// inspection password, admin and daemon tokens) per this prefix length:
+    /// 56 (a customer's usual allocation), 64 for one per subnet, 128 for
+    /// one per address. IPv4 clients count per address.
+    #[arg(long, default_value_t = crate::security::DEFAULT_IPV6_PREFIX,
+          value_parser = clap::value_parser!(u8).range(16..=128))]
+    pub guessing_ipv6_prefix: u8,
 
     /// Comma-separated origins (`https://ci.example.com`) whose pages may call
     /// the RPCs from a browser (Connect, gRPC-Web); `*` for any. Default: none.

@@ -10,8 +10,8 @@ use crate::{
     edge::{self, EdgeSettings},
     engine::{self, Redacted},
     ha::{self, EtcdAccess, EtcdCredentials, HaSettings},
-    rpc::state::ServeSettings,
-    security::{self, SecuritySettings, TlsFiles},
+    rpc::state::TransportSettings,
+    security::{self, AllowedHosts, SecuritySettings, TlsFiles},
 };
 
 /// Parses `4096`, `512K`, `512M`, `10G`, `1T` (binary multiples; a trailing `B`
@@ -80,7 +80,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub struct Settings {
     pub listen: SocketAddr,
     pub engine: engine::Config,
-    pub http: ServeSettings,
+    pub transport: TransportSettings,
     /// Run the simulated demo cluster against this scheduler.
     pub demo: bool,
     /// A hot standby elected on etcd (`--ha_*`); None: the only scheduler.
@@ -95,6 +95,8 @@ pub struct Settings {
     /// The tenants file to watch for changes (`--tenants_file`), already
     /// read into `engine.tenancy`.
     pub tenants_file: Option<std::path::PathBuf>,
+    /// What a reload of the tenants file is checked against, as at start.
+    pub tenants_checks: super::tenants_file::Checks,
     /// Mount the benchmark's bare route.
     #[cfg(feature = "bench-route")]
     pub bench_bare_route: bool,
@@ -142,6 +144,14 @@ impl Cli {
                  to start too), or, to let anyone in, drop both token flags and pass \
                  --insecure_accept_any_token"
             )),
+            // The original accepts an empty entry as the empty token (with a
+            // warning); a template's unset variable makes one, and then calls
+            // without a token pass. Refused, like an empty token in the file.
+            Some(tokens) if tokens.split(',').any(str::is_empty) => Err(format!(
+                "{flag} has an empty entry (`a,`, `,a` or `a,,b`): the empty token would let \
+                 daemons without --token in (a template's unset variable?): remove it, or, \
+                 to let anyone in, drop both token flags and pass --insecure_accept_any_token"
+            )),
             Some(tokens) => Ok(Some(engine::TokenSet::from_flag(tokens))),
             None => Ok(self.sim.demo.then(|| engine::TokenSet::new([demo]))),
         };
@@ -164,6 +174,25 @@ impl Cli {
         })
     }
 
+    /// The demo's tenants ([`super::demo::DEMO_TENANTS`]) unless user
+    /// tokens are given (then they form the one tenant, as without the demo)
+    /// or anyone is let in. The servants keep the demo's token unless one is
+    /// given.
+    fn demo_tenancy(&self) -> Result<Option<engine::Tenancy>, String> {
+        if !self.sim.demo
+            || self.server.acceptable_user_tokens.is_some()
+            || self.server.insecure_accept_any_token
+        {
+            return Ok(None);
+        }
+        let mut tenancy = super::tenants_file::parse(super::demo::DEMO_TENANTS)
+            .map_err(|error| format!("the demo's tenants:{error}"))?;
+        if self.server.acceptable_servant_tokens.is_none() {
+            tenancy.servant_tokens = Some(engine::TokenSet::new([crate::sim::DEMO_SERVANT_TOKEN]));
+        }
+        Ok(Some(tenancy))
+    }
+
     /// With `--tenants_file`: the user tokens are the file's (the engine
     /// reads them from [`engine::Config::tenancy`]), the servants' the
     /// file's or the flag's.
@@ -171,7 +200,7 @@ impl Cli {
         &self,
         tenancy: &engine::Tenancy,
     ) -> Result<(engine::TokenSet, engine::TokenSet), String> {
-        if self.sim.demo {
+        if self.sim.demo && self.server.tenants_file.is_some() {
             return Err(
                 "--demo cannot run with --tenants_file: the simulated daemons \
                  present the demo's own tokens"
@@ -197,16 +226,27 @@ impl Cli {
 
     /// `--admin_tokens`, checked: not empty when given, and none of them a
     /// daemon's token (a daemon could act on the farm otherwise).
+    /// The demo on loopback opens the API to its public token, so the
+    /// operators' examples run against it; off loopback a public token
+    /// would let anyone act on the farm, so it stays closed there.
     fn admin_tokens(
         &self,
         user: &engine::TokenSet,
         servant: &engine::TokenSet,
         tenancy: Option<&engine::Tenancy>,
-    ) -> Result<AdminTokens, String> {
-        let Some(flag) = &self.server.admin_tokens else {
-            return Ok(AdminTokens::default());
+        listen: SocketAddr,
+    ) -> Result<(AdminTokens, engine::TokenSet), String> {
+        let entries: Vec<&str> = match &self.server.admin_tokens {
+            Some(flag) => flag.split(',').filter(|token| !token.is_empty()).collect(),
+            None if self.sim.demo && listen.ip().is_loopback() => {
+                vec![super::demo::DEMO_ADMIN_TOKEN]
+            }
+            None => return Ok(Default::default()),
         };
-        let tokens: Vec<&str> = flag.split(',').filter(|token| !token.is_empty()).collect();
+        let tokens: Vec<&str> = entries
+            .iter()
+            .map(|entry| crate::admin::credentials::split_label(entry).1)
+            .collect();
         if tokens.is_empty() {
             return Err(
                 "--admin_tokens is empty: list at least one token, or leave the flag \
@@ -216,22 +256,29 @@ impl Cli {
         }
         let listed =
             |set: &engine::TokenSet, token: &str| !set.accepts_anyone() && set.accepts_token(token);
-        let tenant_digests: Vec<engine::TokenDigest> = tenancy
-            .iter()
-            .flat_map(|t| &t.tenants)
-            .flat_map(|t| t.token_digests.iter().copied())
-            .collect();
-        let a_tenants = |token: &str| tenant_digests.contains(&engine::token_digest(token));
+        // The file's tokens: the same check as on every reload.
+        if let (Some(tenancy), Some(path)) = (tenancy, &self.server.tenants_file) {
+            super::tenants_file::check_admin_tokens(
+                tenancy,
+                &engine::TokenSet::new(tokens.iter().copied()),
+            )
+            .map_err(|error| {
+                format!(
+                    "--admin_tokens and --tenants_file {}: {error}",
+                    path.display()
+                )
+            })?;
+        }
         if tokens
             .iter()
-            .any(|token| listed(user, token) || listed(servant, token) || a_tenants(token))
+            .any(|token| listed(user, token) || listed(servant, token))
         {
             return Err("--admin_tokens: a token is also a daemon's token \
                  (--acceptable_user_tokens or --acceptable_servant_tokens): operators need \
                  tokens of their own"
                 .to_owned());
         }
-        Ok(AdminTokens::new(tokens))
+        Ok((AdminTokens::new(entries), engine::TokenSet::new(tokens)))
     }
 
     /// The `--ha_*` flags, checked; None without `--ha_etcd_endpoints`.
@@ -291,7 +338,34 @@ impl Cli {
                 .filter(|after| !after.is_zero()),
             instance: String::new(),
             access,
+            failsafe_secret: self.failsafe_secret()?,
         }))
+    }
+
+    /// `--ha_failsafe_secret_file`, read once at start (a trailing newline
+    /// is not the secret's).
+    fn failsafe_secret(&self) -> Result<Option<crate::engine::Redacted<Vec<u8>>>, String> {
+        let Some(path) = &self.server.ha_failsafe_secret_file else {
+            return Ok(None);
+        };
+        let mut secret = std::fs::read(path)
+            .map_err(|error| format!("--ha_failsafe_secret_file: {}: {error}", path.display()))?;
+        while secret
+            .last()
+            .is_some_and(|byte| *byte == b'\n' || *byte == b'\r')
+        {
+            secret.pop();
+        }
+        if secret.len() < ha::failsafe::MIN_SECRET_BYTES {
+            return Err(format!(
+                "--ha_failsafe_secret_file: {} holds {} bytes; at least {} (the same \
+                 random secret on every instance, e.g. `head -c 32 /dev/urandom | base64`)",
+                path.display(),
+                secret.len(),
+                ha::failsafe::MIN_SECRET_BYTES
+            ));
+        }
+        Ok(Some(crate::engine::Redacted(secret)))
     }
 
     /// TLS and authentication to etcd, checked against the endpoints'
@@ -439,6 +513,7 @@ impl Cli {
             adoption_window: Duration::from_secs(self.server.adoption_window),
             foreign_load_from_own_average: self.server.foreign_load_from_own_average,
             place_by_observed_speed: self.server.place_by_observed_speed,
+            eject_broken_servants: self.server.eject_broken_servants,
             limits: engine::Limits {
                 max_waiters: self.server.max_waiters as usize,
                 max_waiters_per_requester: self.server.max_waiters_per_requester as usize,
@@ -463,17 +538,33 @@ impl Cli {
                     client_ca: self.server.tls_client_ca_file.clone(),
                 }),
             allow_plaintext_inspection: self.server.allow_plaintext_inspection,
+            guessing_ipv6_prefix: self.server.guessing_ipv6_prefix,
+            allowed_hosts: AllowedHosts::new(
+                machine_name()
+                    .into_iter()
+                    .chain(self.server.allowed_hosts.iter().cloned()),
+            ),
         }
     }
 
     /// Checks the flags and turns them into settings. Errors say what to pass.
     pub fn settings(&self) -> Result<Settings, String> {
+        let listen = self.server.listen.unwrap_or_else(|| {
+            // The demo's tokens are public: keep it off the network.
+            let ip = if self.sim.demo {
+                [127, 0, 0, 1]
+            } else {
+                [0, 0, 0, 0]
+            };
+            SocketAddr::from((ip, self.server.port))
+        });
         let tenancy = match &self.server.tenants_file {
             Some(path) => Some(super::tenants_file::read(path)?),
-            None => None,
+            None => self.demo_tenancy()?,
         };
         let (user_tokens, servant_tokens) = self.token_sets(tenancy.as_ref())?;
-        let admin_tokens = self.admin_tokens(&user_tokens, &servant_tokens, tenancy.as_ref())?;
+        let (admin_tokens, admin_token_set) =
+            self.admin_tokens(&user_tokens, &servant_tokens, tenancy.as_ref(), listen)?;
         let ha = self.ha_settings()?;
         if ha.is_some() && self.server.state_file.is_some() {
             return Err(
@@ -495,19 +586,10 @@ impl Cli {
         let edge = self.edge_settings()?;
         let cors_allowed_origins = self.cors_allowed_origins()?;
         let engine = self.engine_config(user_tokens, servant_tokens, tenancy);
-        let listen = self.server.listen.unwrap_or_else(|| {
-            // The demo's tokens are public: keep it off the network.
-            let ip = if self.sim.demo {
-                [127, 0, 0, 1]
-            } else {
-                [0, 0, 0, 0]
-            };
-            SocketAddr::from((ip, self.server.port))
-        });
         Ok(Settings {
             listen,
             engine,
-            http: ServeSettings {
+            transport: TransportSettings {
                 max_body_bytes,
                 max_running_tasks_bytes,
                 trusted_proxies: self.server.trusted_proxies.clone(),
@@ -523,8 +605,19 @@ impl Cli {
             admin_tokens,
             state_file: self.server.state_file.clone(),
             tenants_file: self.server.tenants_file.clone(),
+            tenants_checks: super::tenants_file::Checks {
+                admin_tokens: admin_token_set,
+            },
             #[cfg(feature = "bench-route")]
             bench_bare_route: self.sim.bench_bare_route,
         })
     }
+}
+
+/// This machine's name (what a browser on the office network reaches it
+/// by), if the kernel says.
+fn machine_name() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_owned())
 }

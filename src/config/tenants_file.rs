@@ -1,23 +1,26 @@
 //! `--tenants_file`: the tenants, their weights, caps and user tokens, and
 //! optionally the servants' tokens, in TOML (docs/tenants.md). Read at
 //! start (a bad file stops it) and again on SIGHUP or a change of the file
-//! (a bad file keeps the running configuration; [`watch`]).
+//! (a bad file keeps the running configuration; [`Watched`], one of the
+//! sources of [`crate::reload`]).
 //!
-//! Strict: an unknown key, a token in two tenants, a weight <= 0 (or above
-//! [`engine::MAX_TENANT_WEIGHT`]), a share outside (0, 1], a name that is
+//! Strict: an unknown key, a token in two tenants, a weight outside
+//! [`engine::MIN_TENANT_WEIGHT`]..=[`engine::MAX_TENANT_WEIGHT`], a share outside (0, 1], a name that is
 //! not a label or a digest that is not 64 hex characters is an error naming
-//! the file and the line.
+//! the file and the line. So is an empty token (what a template's unset
+//! variable leaves), which would let calls without a token in. A reload
+//! runs every check the start runs, including [`check_admin_tokens`].
 
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use crate::engine::{self, Redacted, Scheduler, Tenancy, TenantSpec, TokenSet};
+use crate::reload::{self, Reloadable, Why};
 
 /// Largest tenants file read (a file of tokens and a few names).
 pub const MAX_TENANTS_FILE_BYTES: u64 = 1 << 20;
@@ -25,8 +28,10 @@ pub const MAX_TENANTS_FILE_BYTES: u64 = 1 << 20;
 pub const MAX_TENANTS: usize = 1000;
 /// Longest tenant name (it is a metrics label value).
 pub const MAX_TENANT_NAME_CHARS: usize = 64;
-/// How often the file is looked at for a change (besides SIGHUP).
-pub const TENANTS_FILE_POLL: Duration = Duration::from_secs(1);
+
+/// Why an empty token is refused, wherever it is listed.
+const EMPTY_TOKEN: &str = "an empty token would let calls without a token in \
+    (a template's unset variable?): remove it";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,6 +39,14 @@ struct RawFile {
     servants: Option<RawServants>,
     #[serde(default)]
     tenant: Vec<Spanned<RawTenant>>,
+}
+
+/// What a tenants file is checked against besides itself, at start and on
+/// every reload: the operators' tokens, which no daemon may hold.
+#[derive(Clone, Debug, Default)]
+pub struct Checks {
+    /// `--admin_tokens` (empty: the admin API is closed).
+    pub admin_tokens: TokenSet,
 }
 
 #[derive(Deserialize)]
@@ -54,7 +67,44 @@ struct RawTenant {
     user_token_sha256: Vec<Spanned<String>>,
 }
 
-/// Reads and checks the tenants file at `path`.
+/// Reads the tenants file at `path` and runs every check on it: the file's
+/// own and those against the rest of the configuration (`checks`).
+pub fn read_checked(path: &Path, checks: &Checks) -> Result<Tenancy, String> {
+    let tenancy = read(path)?;
+    check_admin_tokens(&tenancy, &checks.admin_tokens)
+        .map_err(|error| format!("--tenants_file {}: {error}", path.display()))?;
+    Ok(tenancy)
+}
+
+/// Admin tokens are the operators' own (as at start): no tenant's user token and
+/// no `[servants]` token is one of `admin_tokens` (a daemon could act on
+/// the farm otherwise).
+pub fn check_admin_tokens(tenancy: &Tenancy, admin_tokens: &TokenSet) -> Result<(), String> {
+    if admin_tokens.is_empty() {
+        return Ok(());
+    }
+    for tenant in &tenancy.tenants {
+        if admin_tokens.lists_any_of(&tenant.token_digests) {
+            return Err(format!(
+                "tenant {:?}: a user token is also an --admin_tokens token: operators need \
+                 tokens of their own",
+                tenant.name
+            ));
+        }
+    }
+    if let Some(servants) = &tenancy.servant_tokens
+        && admin_tokens.shares_a_token_with(servants)
+    {
+        return Err(
+            "[servants]: a token is also an --admin_tokens token: operators need \
+             tokens of their own"
+                .to_owned(),
+        );
+    }
+    Ok(())
+}
+
+/// Reads and checks the tenants file at `path` (its own checks only).
 pub fn read(path: &Path) -> Result<Tenancy, String> {
     let shown = path.display();
     let size = std::fs::metadata(path)
@@ -120,11 +170,14 @@ pub fn parse(text: &str) -> Result<Tenancy, String> {
             ));
         }
         let weight = *t.weight.get_ref();
-        if !(weight > 0.0 && weight <= engine::MAX_TENANT_WEIGHT) {
+        // The same check at start and on reload: both read through here.
+        if !(engine::MIN_TENANT_WEIGHT..=engine::MAX_TENANT_WEIGHT).contains(&weight) {
             return Err(at(
                 t.weight.span(),
                 format!(
-                    "tenant {name:?}: weight {weight} must be more than 0 and at most {}",
+                    "tenant {name:?}: weight {weight} must be from {} to {} \
+                     (a ratio of at most 10^6 between two tenants)",
+                    engine::MIN_TENANT_WEIGHT,
                     engine::MAX_TENANT_WEIGHT
                 ),
             ));
@@ -142,6 +195,13 @@ pub fn parse(text: &str) -> Result<Tenancy, String> {
             }
             None => None,
         };
+        if let Some(empty) = t
+            .user_tokens
+            .iter()
+            .find(|token| token.get_ref().is_empty())
+        {
+            return Err(at(empty.span(), format!("tenant {name:?}: {EMPTY_TOKEN}")));
+        }
         let mut digests = Vec::new();
         let plain = t
             .user_tokens
@@ -179,78 +239,104 @@ pub fn parse(text: &str) -> Result<Tenancy, String> {
             token_digests: Redacted(digests),
         });
     }
-    let servant_tokens = raw
-        .servants
-        .map(|s| TokenSet::new(s.tokens.into_inner().into_iter().map(Spanned::into_inner)));
+    let servant_tokens = match raw.servants {
+        None => None,
+        Some(servants) => {
+            let tokens = servants.tokens.into_inner();
+            let mut seen: HashMap<&str, usize> = HashMap::new();
+            for token in &tokens {
+                if token.get_ref().is_empty() {
+                    return Err(at(
+                        token.span(),
+                        format!("[servants] tokens: {EMPTY_TOKEN}"),
+                    ));
+                }
+                let line = line_of(token.span());
+                if let Some(first) = seen.insert(token.get_ref(), line) {
+                    return Err(at(
+                        token.span(),
+                        format!("[servants] tokens: a token is also on line {first}"),
+                    ));
+                }
+            }
+            Some(TokenSet::new(tokens.into_iter().map(Spanned::into_inner)))
+        }
+    };
     Ok(Tenancy {
         tenants,
         servant_tokens,
     })
 }
 
-/// What identifies a version of the file without reading it.
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
+/// The file as a [`Reloadable`]: rule "reload": on SIGHUP, and when the
+/// file's modification time or size changes, it is read again with every
+/// check of the start ([`read_checked`]); a good one replaces the engine's
+/// tenants and tokens at once, a bad one is logged and counted by `failed`,
+/// and the running configuration stays.
+pub struct Watched {
+    path: PathBuf,
+    engine: Scheduler,
+    checks: Checks,
+    failed: Arc<dyn Fn() + Send + Sync>,
+    /// The file as last read (or tried): one error per change, not per look.
+    seen: Mutex<reload::Stamp>,
 }
 
-/// Rule "reload": on SIGHUP, and when the file's modification time or size
-/// changes (looked at every [`TENANTS_FILE_POLL`]), reads the file again; a
-/// good one replaces the engine's tenants and tokens at once, a bad one is
-/// logged and counted by `failed`, and the running configuration stays.
-/// Runs until the process ends.
-pub fn watch(path: PathBuf, engine: Scheduler, failed: Arc<dyn Fn() + Send + Sync>) {
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        let mut hangups =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-        let mut seen = stamp(&path);
-        let mut tick = tokio::time::interval(TENANTS_FILE_POLL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            #[cfg(unix)]
-            let hangup = async {
-                match hangups.as_mut() {
-                    Some(signal) => signal.recv().await,
-                    None => std::future::pending().await,
-                }
-            };
-            #[cfg(not(unix))]
-            let hangup = std::future::pending::<Option<()>>();
-            let why = tokio::select! {
-                _ = hangup => "SIGHUP",
-                _ = tick.tick() => {
-                    let now = stamp(&path);
-                    if now == seen {
-                        continue;
-                    }
-                    "a change of the file"
-                }
-            };
-            seen = stamp(&path);
-            match read(&path) {
-                Ok(tenancy) => {
-                    engine.set_tenancy(&tenancy);
-                    tracing::info!(
-                        "tenants reloaded after {why}: {} tenant(s) ({})",
-                        tenancy.tenants.len(),
-                        tenancy
-                            .tenants
-                            .iter()
-                            .map(|t| t.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
-                }
-                Err(error) => {
-                    failed();
-                    tracing::warn!(
-                        "tenants not reloaded after {why}, the running configuration stays: {error}"
-                    );
-                }
+impl Watched {
+    /// The source for `path`, whose current version the engine runs.
+    pub fn source(
+        path: PathBuf,
+        engine: Scheduler,
+        checks: Checks,
+        failed: Arc<dyn Fn() + Send + Sync>,
+    ) -> Arc<dyn Reloadable> {
+        Arc::new(Watched {
+            seen: Mutex::new(reload::stamp(&path)),
+            path,
+            engine,
+            checks,
+            failed,
+        })
+    }
+}
+
+impl Reloadable for Watched {
+    fn name(&self) -> String {
+        format!("the tenants file {}", self.path.display())
+    }
+
+    fn reload(&self, why: Why) {
+        let now = reload::stamp(&self.path);
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            if why == Why::Poll && *seen == now {
+                return;
+            }
+            *seen = now;
+        }
+        let why = why.as_str();
+        match read_checked(&self.path, &self.checks) {
+            Ok(tenancy) => {
+                self.engine.set_tenancy(&tenancy);
+                tracing::info!(
+                    "tenants reloaded after {why}: {} tenant(s) ({})",
+                    tenancy.tenants.len(),
+                    tenancy
+                        .tenants
+                        .iter()
+                        .map(|t| t.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            Err(error) => {
+                (self.failed)();
+                tracing::warn!(
+                    "tenants not reloaded after {why}, the running configuration stays: {error}"
+                );
             }
         }
-    });
+    }
 }
 
 #[cfg(test)]
@@ -320,6 +406,21 @@ user_tokens = ["dev-token"]
             ),
             ("[[tenant]]\nname = \"a\"\nweight = 0\n", "3: ", "weight 0"),
             (
+                "[[tenant]]\nname = \"a\"\nweight = 0.000001\n",
+                "3: ",
+                "from 0.001 to 1000",
+            ),
+            (
+                "[[tenant]]\nname = \"a\"\nweight = 1000.5\n",
+                "3: ",
+                "from 0.001 to 1000",
+            ),
+            (
+                "[[tenant]]\nname = \"a\"\nweight = nan\n",
+                "3: ",
+                "weight NaN",
+            ),
+            (
                 "[[tenant]]\nname = \"a\"\nweight = -2\n",
                 "3: ",
                 "weight -2",
@@ -378,6 +479,21 @@ user_tokens = ["dev-token"]
                 "{text:?}: {error:?} does not say {says:?}"
             );
         }
+    }
+
+    #[test]
+    fn no_tenant_or_servant_token_may_be_an_admin_token() {
+        let t = parse(EXAMPLE).unwrap();
+        let admin = |token: &str| TokenSet::new([token]);
+        assert_eq!(check_admin_tokens(&t, &admin("ops-only")), Ok(()));
+        assert_eq!(check_admin_tokens(&t, &TokenSet::default()), Ok(()));
+        let error = check_admin_tokens(&t, &admin("dev-token")).unwrap_err();
+        assert!(error.contains("tenant \"developers\"") && error.contains("--admin_tokens"));
+        // A digest in the file is the same token.
+        let error = check_admin_tokens(&t, &admin("password")).unwrap_err();
+        assert!(error.contains("tenant \"ci\""), "{error}");
+        let error = check_admin_tokens(&t, &admin("servant-secret")).unwrap_err();
+        assert!(error.starts_with("[servants]"), "{error}");
     }
 
     #[test]

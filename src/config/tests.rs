@@ -39,7 +39,7 @@ fn reference_and_kebab_spellings_are_both_accepted() {
     assert_eq!(snake.engine.user_tokens, kebab.engine.user_tokens);
     assert_eq!(kebab.engine.min_daemon_version, 3);
     assert_eq!(snake.listen.port(), 8336);
-    assert_eq!(snake.http.max_body_bytes, 4 << 20);
+    assert_eq!(snake.transport.max_body_bytes, 4 << 20);
     assert_eq!(
         snake.engine.servant_min_memory_for_accepting_new_task,
         10 << 30
@@ -54,7 +54,7 @@ fn edge_flags_have_documented_defaults_and_bounds() {
     ])
     .settings()
     .unwrap();
-    assert_eq!(settings.http.edge, EdgeSettings::default());
+    assert_eq!(settings.transport.edge, EdgeSettings::default());
     let tuned = cli(&[
         "--acceptable_user_tokens=u",
         "--acceptable_servant_tokens=s",
@@ -67,7 +67,7 @@ fn edge_flags_have_documented_defaults_and_bounds() {
     ])
     .settings()
     .unwrap()
-    .http
+    .transport
     .edge;
     assert_eq!(tuned.header_read_timeout, Duration::from_millis(500));
     assert_eq!(tuned.idle_timeout, Duration::from_secs(120));
@@ -114,17 +114,17 @@ fn cap_flags_default_to_the_limits_and_tune_them() {
         limits.max_waiters_per_requester
     );
     // Derived: 4096, at most half the connection cap.
-    let edge = &defaults.http.edge;
+    let edge = &defaults.transport.edge;
     assert_eq!(edge.max_connections_per_ip, None);
     assert_eq!(edge.connection_cap_per_ip(1_000_000), 4096);
     assert_eq!(edge.connection_cap_per_ip(4160), 2080, "an office of 2,000");
     assert_eq!(edge.connection_cap_per_ip(960), 480);
     assert_eq!(
-        defaults.http.edge.max_calls_in_flight_per_connection,
+        defaults.transport.edge.max_calls_in_flight_per_connection,
         crate::edge::MAX_CALLS_IN_FLIGHT_PER_CONNECTION
     );
     assert_eq!(
-        defaults.http.max_running_tasks_bytes,
+        defaults.transport.max_running_tasks_bytes,
         crate::rpc::running_tasks::DEFAULT_MAX_ANSWER_BYTES
     );
     let tuned = cli(&[
@@ -140,14 +140,14 @@ fn cap_flags_default_to_the_limits_and_tune_them() {
     .unwrap();
     assert_eq!(tuned.engine.limits.max_waiters, 500);
     assert_eq!(tuned.engine.limits.max_waiters_per_requester, 8);
-    assert_eq!(tuned.http.edge.max_calls_in_flight_per_connection, 16);
-    assert_eq!(tuned.http.edge.max_connections_per_ip, Some(2500));
+    assert_eq!(tuned.transport.edge.max_calls_in_flight_per_connection, 16);
+    assert_eq!(tuned.transport.edge.max_connections_per_ip, Some(2500));
     assert_eq!(
-        tuned.http.edge.connection_cap_per_ip(960),
+        tuned.transport.edge.connection_cap_per_ip(960),
         2500,
         "as configured"
     );
-    assert_eq!(tuned.http.max_running_tasks_bytes, 128 << 20);
+    assert_eq!(tuned.transport.max_running_tasks_bytes, 128 << 20);
     for zero in [
         "--max_waiters=0",
         "--max_waiters_per_requester=0",
@@ -174,7 +174,7 @@ fn the_access_log_keeps_errors_by_default_and_takes_all_or_off() {
         args.extend(extra);
         cli(&args)
             .settings()
-            .map(|settings| settings.http.access_log)
+            .map(|settings| settings.transport.access_log)
     };
     assert_eq!(mode(&[]), Ok(AccessLog::Errors));
     assert_eq!(mode(&["--access_log=all"]), Ok(AccessLog::All));
@@ -220,10 +220,6 @@ fn the_demo_needs_no_other_flag_and_stays_on_loopback() {
     assert!(settings.demo);
     assert_eq!(settings.listen.to_string(), "127.0.0.1:8336");
     assert_eq!(
-        settings.engine.user_tokens,
-        engine::TokenSet::new([crate::sim::DEMO_USER_TOKEN])
-    );
-    assert_eq!(
         settings.engine.servant_tokens,
         engine::TokenSet::new([crate::sim::DEMO_SERVANT_TOKEN])
     );
@@ -231,6 +227,10 @@ fn the_demo_needs_no_other_flag_and_stays_on_loopback() {
         .settings()
         .unwrap();
     assert_eq!(given.engine.user_tokens, engine::TokenSet::new(["u"]));
+    assert!(
+        given.engine.tenancy.is_none(),
+        "given tokens form one tenant"
+    );
     assert_eq!(given.listen.port(), 9);
     // Stock daemons speak flare: so does the demo unless told otherwise.
     assert_eq!(settings.demo_protocol, crate::sim::Wire::Flare);
@@ -238,6 +238,45 @@ fn the_demo_needs_no_other_flag_and_stays_on_loopback() {
     assert_eq!(over_http.demo_protocol, crate::sim::Wire::HttpPb);
     assert!(cli(&["--demo"]).settings().is_ok());
     assert!(Cli::try_parse_args(["yadcc-scheduler", "--demo", "--protocol=grpc"]).is_err());
+}
+
+#[test]
+fn the_demo_opens_every_feature_with_public_credentials_on_loopback_only() {
+    use crate::config::demo::{DEMO_ADMIN_TOKEN, DEMO_CI_TOKEN};
+    let settings = cli(&["--demo"]).settings().unwrap();
+    assert!(settings.admin_tokens.accepts(DEMO_ADMIN_TOKEN));
+    let tenancy = settings.engine.tenancy.expect("the demo's tenants");
+    let tenant_of = |token: &str| {
+        let digest = engine::token_digest(token);
+        tenancy
+            .tenants
+            .iter()
+            .find(|tenant| tenant.token_digests.contains(&digest))
+            .map(|tenant| (tenant.name.as_str(), tenant.weight, tenant.max_share))
+    };
+    assert_eq!(
+        tenant_of(crate::sim::DEMO_USER_TOKEN),
+        Some(("developers", 3.0, None))
+    );
+    assert_eq!(tenant_of(DEMO_CI_TOKEN), Some(("ci", 1.0, Some(0.5))));
+    assert_eq!(
+        tenancy.servant_tokens,
+        Some(engine::TokenSet::new([crate::sim::DEMO_SERVANT_TOKEN]))
+    );
+    // A public admin token must not reach the network.
+    let exposed = cli(&["--demo", "--listen=0.0.0.0:8336"])
+        .settings()
+        .unwrap();
+    assert!(exposed.admin_tokens.is_closed());
+    // Given credentials replace the demo's.
+    let given = cli(&["--demo", "--admin_tokens=mine"]).settings().unwrap();
+    assert!(given.admin_tokens.accepts("mine"));
+    assert!(!given.admin_tokens.accepts(DEMO_ADMIN_TOKEN));
+    let servants = cli(&["--demo", "--acceptable_servant_tokens=s"])
+        .settings()
+        .unwrap();
+    assert_eq!(servants.engine.servant_tokens, engine::TokenSet::new(["s"]));
+    assert!(servants.engine.tenancy.is_some());
 }
 
 fn gflags(args: &[&str]) -> (Cli, Vec<String>) {
@@ -287,10 +326,10 @@ fn the_originals_command_line_works_unchanged() {
         4 << 30
     );
     assert!(
-        matches!(settings.http.inspect, InspectAccess::Credential(ref c) if c.as_str() == "ops:pw")
+        matches!(settings.transport.inspect, InspectAccess::Credential(ref c) if c.as_str() == "ops:pw")
     );
     assert!(
-        !format!("{:?}", settings.http).contains("ops:pw"),
+        !format!("{:?}", settings.transport).contains("ops:pw"),
         "the credential never reaches a log"
     );
     let printed = format!("{cli:?}");
@@ -311,7 +350,7 @@ fn a_flagfile_and_the_originals_booleans_work() {
     .unwrap();
     let (cli, _) = gflags(&[&format!("--flagfile={}", path.display())]);
     assert!(matches!(
-        cli.settings().unwrap().http.inspect,
+        cli.settings().unwrap().transport.inspect,
         InspectAccess::Open
     ));
     let (cli, _) = gflags(&[
@@ -319,7 +358,7 @@ fn a_flagfile_and_the_originals_booleans_work() {
         "--nodebugging_no_inspect_auth",
     ]);
     assert!(matches!(
-        cli.settings().unwrap().http.inspect,
+        cli.settings().unwrap().transport.inspect,
         InspectAccess::Closed
     ));
     std::fs::remove_file(&path).unwrap();
@@ -338,7 +377,7 @@ fn inspection_is_closed_unless_a_flag_opens_it() {
     ];
     let access = |extra: &[&str]| {
         let args: Vec<&str> = tokens.iter().chain(extra).copied().collect();
-        cli(&args).settings().unwrap().http.inspect
+        cli(&args).settings().unwrap().transport.inspect
     };
     assert!(matches!(access(&[]), InspectAccess::Closed));
     assert!(matches!(
@@ -380,12 +419,24 @@ fn token_lists_are_read_as_the_original_reads_them() {
     assert!(spaced.accepts_token("a") && spaced.accepts_token(" "));
     assert!(!spaced.accepts_token("b") && !spaced.accepts_token(""));
     assert!(!spaced.accepts_anyone() && !spaced.accepts_empty_token());
-    // An empty entry accepts the empty token (daemons without --token), never anyone.
-    let trailing = user_tokens("a,");
-    assert!(trailing.accepts_token("") && trailing.accepts_token("a"));
-    assert!(!trailing.accepts_token("b") && !trailing.accepts_anyone());
-    assert!(trailing.accepts_empty_token(), "warned about at start");
-    assert!(user_tokens(",a").accepts_token(""));
+    // An empty entry (the original's empty token, what a template's unset
+    // variable leaves) stops the start, on either list, wherever it is.
+    for flag in ["--acceptable_user_tokens", "--acceptable_servant_tokens"] {
+        for value in ["a,", ",a", "a,,b", ","] {
+            let other = if flag.contains("user") {
+                "--acceptable_servant_tokens=s"
+            } else {
+                "--acceptable_user_tokens=u"
+            };
+            let error = cli(&[&format!("{flag}={value}"), other])
+                .settings()
+                .expect_err("an empty entry");
+            assert!(
+                error.starts_with(flag) && error.contains("empty entry"),
+                "{flag}={value}: {error}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -445,7 +496,7 @@ fn an_empty_credential_keeps_inspection_closed() {
     ])
     .settings()
     .unwrap();
-    assert!(matches!(settings.http.inspect, InspectAccess::Closed));
+    assert!(matches!(settings.transport.inspect, InspectAccess::Closed));
     let error = cli(&[
         "--acceptable_user_tokens=u",
         "--acceptable_servant_tokens=s",
@@ -542,10 +593,10 @@ fn a_tenants_file_replaces_the_user_tokens_flag() {
         "--acceptable_user_tokens=u",
     ]);
     assert!(both.is_err(), "the file and the user tokens flag conflict");
-    let error = cli(&[&flag(&with_servants), "--admin_tokens=ci"])
-        .settings()
-        .unwrap_err();
-    assert!(error.contains("--admin_tokens"), "{error}");
+    for admin in ["--admin_tokens=ci", "--admin_tokens=alice:ci"] {
+        let error = cli(&[&flag(&with_servants), admin]).settings().unwrap_err();
+        assert!(error.contains("--admin_tokens"), "{admin}: {error}");
+    }
     let error = cli(&[&flag(&with_servants), "--demo"])
         .settings()
         .unwrap_err();

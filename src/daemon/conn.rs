@@ -1,7 +1,7 @@
 //! What the daemons' two protocols share on one connection: a buffered
 //! reader with the edge's timeouts, answers written in the order calls finish
 //! (by the finishing task when the socket takes them at once, else by the
-//! connection's writer task), and the cap on calls in flight. An [`Answer`]
+//! connection's writer task), and the cap on calls in flight. An [`QueuedAnswer`]
 //! is a head and a payload written with one vectored write: the payload may
 //! be shared by every caller (the encoded `GetRunningTasks` list) and is
 //! never copied per caller.
@@ -47,12 +47,12 @@ const WRITE_PIECES: usize = 64;
 /// `GetRunningTasks` list): it is written from where it is, never copied into
 /// a buffer of its own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Answer {
+pub struct QueuedAnswer {
     pub head: Bytes,
     pub payload: Bytes,
 }
 
-impl Answer {
+impl QueuedAnswer {
     pub fn new(head: Bytes, payload: Bytes) -> Self {
         Self { head, payload }
     }
@@ -440,7 +440,7 @@ struct Outbox {
 
 #[derive(Debug, Default)]
 struct Queue {
-    answers: VecDeque<Answer>,
+    answers: VecDeque<QueuedAnswer>,
     /// Bytes of the answers queued or in the writer's hands, not written yet.
     bytes: usize,
     /// The largest answer queued on this connection, for the bound.
@@ -486,7 +486,7 @@ pub struct Broken;
 impl AnswerSender {
     /// Sends one answer; first waits while the answers queued exceed the
     /// connection's bound ([`answer_queue_bound`]).
-    pub async fn send(&self, mut answer: Answer) -> Result<(), Broken> {
+    pub async fn send(&self, mut answer: QueuedAnswer) -> Result<(), Broken> {
         let outbox = &*self.outbox;
         loop {
             let room = outbox.room.notified();
@@ -634,7 +634,7 @@ async fn write_queued(outbox: Arc<Outbox>, write_timeout: Duration) {
 /// `stall_timeout`.
 async fn write_all(
     outbox: &Outbox,
-    answers: &mut VecDeque<Answer>,
+    answers: &mut VecDeque<QueuedAnswer>,
     stall_timeout: Duration,
 ) -> io::Result<()> {
     let write = &outbox.write;
@@ -643,7 +643,7 @@ async fn write_all(
         let mut count = 0;
         for (slot, slice) in slices
             .iter_mut()
-            .zip(answers.iter().flat_map(Answer::slices))
+            .zip(answers.iter().flat_map(QueuedAnswer::slices))
         {
             *slot = slice;
             count += 1;

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use self::frame::{FrameHeader, HEADER_LEN, RequestMeta};
 use super::{
     After, Framing, Incoming, Request,
-    conn::{Answer, Reader},
+    conn::{QueuedAnswer, Reader},
 };
 use crate::{
     edge::{self, Reservation},
@@ -68,7 +68,7 @@ impl Framing for Flare {
         }))
     }
 
-    fn answer(id: u64, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer {
+    fn answer(id: u64, outcome: Result<rpc::EncodedAnswer, ApiError>) -> QueuedAnswer {
         answer(id, outcome)
     }
 }
@@ -245,9 +245,9 @@ fn unknown_method(name: &str) -> ApiError {
 }
 
 /// The answer frame of call `id`: its head, and the payload as it is.
-fn answer(id: u64, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer {
+fn answer(id: u64, outcome: Result<rpc::EncodedAnswer, ApiError>) -> QueuedAnswer {
     match outcome {
-        Ok(answer) => Answer::new(
+        Ok(answer) => QueuedAnswer::new(
             frame::response_head(id, Ok(answer.payload.len()), answer.compression),
             answer.payload,
         ),
@@ -258,7 +258,7 @@ fn answer(id: u64, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer {
                 _ => error.message.as_str(),
             };
             let status = error.kind.wire().rpc_code as i32;
-            Answer::new(
+            QueuedAnswer::new(
                 frame::response_head(id, Err((status, description)), None),
                 Bytes::new(),
             )

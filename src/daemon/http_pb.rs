@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use axum::{
     Router,
     body::Body,
-    extract::ConnectInfo,
     http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header},
 };
 use bytes::{BufMut, Bytes, BytesMut};
@@ -19,17 +18,17 @@ use tower::ServiceExt;
 
 use super::{
     After, Framing, Incoming, Request,
-    conn::{Answer, Reader},
+    conn::{QueuedAnswer, Reader},
 };
 use crate::{
     edge::{self, ConnectionBudget},
     grammar,
     http::{
-        dialect::{self, RPC_SEQ_NO, RouteAnswer, RouteDialect, RouteStyle},
+        connection::ConnectionFacts,
+        dialect::{self, RPC_SEQ_NO, RouteAnswer, RouteStyle},
         handler,
     },
     pb::RPC_PATH_PREFIX,
-    protocol::Protocol,
     rpc::{
         self,
         error::{ApiError, ErrorKind},
@@ -55,13 +54,6 @@ impl HttpPb {
     }
 }
 
-/// `http+pb` as the daemons' connections serve it: the general HTTP
-/// path's rules, the calls recorded as `http+pb`.
-const DAEMON_HTTP_PB: RouteDialect = RouteDialect {
-    style: RouteStyle::HttpPb,
-    protocol: Protocol::HttpPb,
-};
-
 impl Framing for HttpPb {
     /// The request's media type and `Rpc-SeqNo`.
     type Reply = RouteAnswer;
@@ -75,7 +67,7 @@ impl Framing for HttpPb {
         read_request(reader, state, peer, &self.router).await
     }
 
-    fn answer(reply: RouteAnswer, outcome: Result<rpc::EncodedAnswer, ApiError>) -> Answer {
+    fn answer(reply: RouteAnswer, outcome: Result<rpc::EncodedAnswer, ApiError>) -> QueuedAnswer {
         // Never compressed: only the binary protocol's callers say what they
         // inflate.
         let outcome = outcome.map(|answer| answer.payload);
@@ -99,7 +91,7 @@ async fn route_plain(
     body: Bytes,
     peer: SocketAddr,
     budget: &ConnectionBudget,
-) -> Answer {
+) -> QueuedAnswer {
     let request = axum::http::Request::builder()
         .method(plain.method)
         .uri(plain.uri)
@@ -113,8 +105,16 @@ async fn route_plain(
         }
     };
     *request.headers_mut() = plain.headers;
-    request.extensions_mut().insert(ConnectInfo(peer));
-    request.extensions_mut().insert(budget.clone());
+    // Plaintext (TLS is served by hyper); the connection's answers are
+    // written in order by its writer, which bounds them itself.
+    ConnectionFacts {
+        peer,
+        budget: budget.clone(),
+        queued: None,
+        over_tls: false,
+        certificate: None,
+    }
+    .mark(&mut request);
     let response = match router.clone().oneshot(request).await {
         Ok(response) => response,
         Err(never) => match never {},
@@ -220,7 +220,7 @@ async fn read_request(
     };
     let checked = handler::check_head(
         state,
-        &DAEMON_HTTP_PB,
+        &RouteStyle::HttpPb,
         &http_method,
         method,
         &headers,
@@ -299,7 +299,7 @@ fn write_answer(
     headers: &HeaderMap,
     seq_no: Option<&HeaderValue>,
     body: Bytes,
-) -> Answer {
+) -> QueuedAnswer {
     let mut head = BytesMut::with_capacity(128);
     head.put_slice(b"HTTP/1.1 ");
     head.put_slice(status.as_str().as_bytes());
@@ -320,7 +320,7 @@ fn write_answer(
     }
     line(b"content-length", body.len().to_string().as_bytes());
     head.put_slice(b"\r\n");
-    Answer::new(head.freeze(), body)
+    QueuedAnswer::new(head.freeze(), body)
 }
 
 /// When a request head still arriving is worth parsing again. Parsing from

@@ -25,8 +25,6 @@ use crate::{
     security::{OverTls, Surface},
 };
 
-const LOG: &str = "yadcc_scheduler::dashboard";
-
 /// Who may read the dashboard, `/api/v1/*` and `/inspect/*`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum InspectAccess {
@@ -71,7 +69,10 @@ pub(super) enum Refusals {
         status = 401,
         description = "Basic auth required (--inspect_credential); without a credential \
             configured nothing is accepted (start with --inspect_credential or \
-            --debugging_no_inspect_auth)"
+            --debugging_no_inspect_auth). A wrong credential from an address that failed \
+            too many (10 a minute) is answered after a second, with Retry-After: the \
+            seconds this lasts (doubling each time, up to an hour); the right one still \
+            passes"
     )]
     NoCredential,
     #[response(
@@ -80,12 +81,6 @@ pub(super) enum Refusals {
             over HTTPS only, except from loopback or with --allow_plaintext_inspection"
     )]
     Plaintext,
-    #[response(
-        status = 429,
-        description = "This address failed too many credentials (10 a minute): wait the \
-            Retry-After seconds (the wait doubles with each refusal, up to an hour)"
-    )]
-    Guessing,
 }
 
 /// Why a request was refused, in words that name the flag to pass.
@@ -97,8 +92,8 @@ const CREDENTIAL_MESSAGE: &str =
 const PLAINTEXT_MESSAGE: &str = "the inspection credential is accepted over HTTPS only \
      (this scheduler has --tls_cert_file); plain HTTP is refused except from loopback or \
      with --allow_plaintext_inspection\n";
-const GUESSING_MESSAGE: &str =
-    "too many failed credentials from this address: try again after Retry-After seconds\n";
+const GUESSING_MESSAGE: &str = "wrong credential, and too many failed credentials from this \
+     address: wrong ones are answered slowly for Retry-After seconds (the right one passes)\n";
 
 /// The challenge of every refusal.
 const CHALLENGE: &str = "Basic realm=\"yadcc scheduler\", charset=\"UTF-8\"";
@@ -127,7 +122,15 @@ pub(super) async fn require_access(
             match presented {
                 None => CREDENTIAL_MESSAGE,
                 Some(presented) => {
-                    return match refuse_credential(&dashboard, &request, expected, &presented) {
+                    // Read before the await: a request is not Sync.
+                    let peer = request
+                        .extensions()
+                        .get::<ConnectInfo<SocketAddr>>()
+                        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
+                    let over_tls = request.extensions().get::<OverTls>().is_some();
+                    let refusal =
+                        refuse_credential(&dashboard, peer, over_tls, expected, &presented).await;
+                    return match refusal {
                         None => next.run(request).await,
                         Some(refusal) => refusal,
                     };
@@ -139,52 +142,37 @@ pub(super) async fn require_access(
 }
 
 /// The refusal of a presented credential, or None to let it in: refused
-/// unread over plain HTTP when TLS is configured, refused unread while its
-/// address is over the guessing limit, else compared, and a failure counted.
-fn refuse_credential(
+/// unread over plain HTTP when TLS is configured, else compared; a wrong one
+/// is counted, and answered after a pause while its address block is slowed
+/// (a right one always passes: rule "guessing costs time"). The status stays
+/// 401: the credential is what is wrong, and clients that prompt for a new
+/// one on 401 keep doing so; Retry-After says how long the pause lasts.
+async fn refuse_credential(
     dashboard: &Dashboard,
-    request: &Request,
+    peer: IpAddr,
+    over_tls: bool,
     expected: &TokenSet,
     presented: &str,
 ) -> Option<Response> {
     let security = &dashboard.security;
-    let peer = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |info| info.0.ip());
-    let over_tls = request.extensions().get::<OverTls>().is_some();
     if security
         .settings
         .refuses_plaintext_credential(over_tls, peer)
     {
         return Some(plain(StatusCode::FORBIDDEN, PLAINTEXT_MESSAGE));
     }
-    if let Err(wait) = security.guessing.check(peer) {
-        security.counters.guess_refused(Surface::Inspect);
-        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        let mut refusal = plain(StatusCode::TOO_MANY_REQUESTS, GUESSING_MESSAGE);
-        refusal
-            .headers_mut()
-            .insert(header::RETRY_AFTER, seconds.into());
-        return Some(refusal);
-    }
     if expected.accepts_token(presented) {
         return None;
     }
-    security.counters.failed_credential(Surface::Inspect);
-    match security.guessing.failed(peer) {
-        // Warnings are limited to a line a second (`logging`).
-        Some(lockout) => tracing::warn!(
-            target: LOG,
-            %peer,
-            "{} failed inspection credentials within {} s: refusing this address for {} s",
-            crate::security::GUESSES_PER_WINDOW,
-            crate::security::GUESS_WINDOW.as_secs(),
-            lockout.as_secs()
-        ),
-        None => tracing::warn!(target: LOG, %peer, "inspection credential refused"),
-    }
-    Some(challenge(CREDENTIAL_MESSAGE))
+    let Some(left) = security.wrong_credential(Surface::Inspect, peer).await else {
+        return Some(challenge(CREDENTIAL_MESSAGE));
+    };
+    let seconds = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+    let mut refusal = challenge(GUESSING_MESSAGE);
+    refusal
+        .headers_mut()
+        .insert(header::RETRY_AFTER, seconds.into());
+    Some(refusal)
 }
 
 fn plain(status: StatusCode, message: &'static str) -> Response {

@@ -11,7 +11,9 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use axum::{Json, extract::State};
+use axum::extract::State;
+
+use super::JsonAnswer;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -185,8 +187,8 @@ pub struct HistorySample {
 #[utoipa::path(get, path = "/api/v1/history", tag = "dashboard",
     responses((status = 200, description = "History, oldest first", body = HistoryView),
               Refusals))]
-pub(super) async fn history(State(dashboard): State<Arc<Dashboard>>) -> Json<HistoryView> {
-    Json(
+pub(super) async fn history(State(dashboard): State<Arc<Dashboard>>) -> JsonAnswer<HistoryView> {
+    JsonAnswer(
         dashboard
             .history
             .lock()

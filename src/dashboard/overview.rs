@@ -49,7 +49,7 @@ impl Dashboard {
             return json.clone();
         }
         let json = bytes::Bytes::from(
-            serde_json::to_vec(&self.overview()).unwrap_or_else(|_| b"{}".to_vec()),
+            crate::pb::json_answer(&self.overview()).unwrap_or_else(|_| b"{}\n".to_vec()),
         );
         *cache = Some((now, json.clone()));
         json
@@ -79,9 +79,11 @@ impl Dashboard {
             totals: TotalsView {
                 servants_up: totals.servants_up as u64,
                 servants_accepting: totals.servants_accepting as u64,
+                servants_cordoned: totals.servants_cordoned as u64,
                 capacity: totals.capacity,
                 capacity_available: totals.capacity_available,
                 capacity_unavailable: totals.capacity_unavailable,
+                running_over_capacity: totals.running_over_capacity,
                 running: totals.running,
                 zombies: totals.zombies,
                 waiters: totals.waiters as u64,
@@ -191,14 +193,20 @@ pub struct Overview {
 #[serde(rename_all = "camelCase")]
 pub struct TotalsView {
     pub servants_up: u64,
-    /// Servants with a non-zero task limit.
+    /// Servants with a non-zero task limit that no operator cordoned.
     pub servants_accepting: u64,
+    /// Servants up that an operator cordoned or is draining.
+    pub servants_cordoned: u64,
     /// Task slots the servants offer.
     pub capacity: u64,
     /// Task slots free right now.
     pub capacity_available: u64,
-    /// Task slots offered but unusable (load, memory, NAT, unverified).
+    /// Task slots neither free nor running (load, memory, a cordon):
+    /// `running + capacityAvailable + capacityUnavailable = capacity +
+    /// runningOverCapacity`.
     pub capacity_unavailable: u64,
+    /// Grants beyond the slots their servant offers now.
+    pub running_over_capacity: u64,
     /// Grants counted against servants, zombies included.
     pub running: u64,
     pub zombies: u64,
@@ -289,6 +297,24 @@ pub struct ServantRow {
     /// within its tier (rule "observed speed"). Null while too few came back
     /// recently, or with `--place_by_observed_speed=false`.
     pub typical_grant_ms: Option<u64>,
+    /// Taken out of rotation because its grants kept coming back at once
+    /// (`--eject_broken_servants`), or back on trial; null in rotation.
+    pub ejection: Option<EjectionRow>,
+}
+
+/// A servant rule "broken servants" took out of rotation, or is trying again.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EjectionRow {
+    /// `ejected`, or `on_trial` (one grant at a time after an ejection).
+    #[schema(pattern = "^(ejected|on_trial)$")]
+    pub state: &'static str,
+    /// When the ejection ends (at the servant's next heartbeat after it).
+    pub until_ms: Option<u64>,
+    /// Ejections counting towards the next one's length.
+    pub ejections: u32,
+    /// The evidence of the latest ejection.
+    pub why: String,
 }
 
 impl ServantRow {
@@ -326,6 +352,22 @@ impl ServantRow {
             typical_grant_ms: servant
                 .typical_grant
                 .map(|held| u64::try_from(held.as_millis()).unwrap_or(u64::MAX)),
+            ejection: match servant.outlier.state() {
+                "in_rotation" => None,
+                state => Some(EjectionRow {
+                    state,
+                    until_ms: servant
+                        .outlier
+                        .ejected_for
+                        .map(|left| unix_millis(now + left)),
+                    ejections: servant.outlier.ejections,
+                    why: servant
+                        .outlier
+                        .last_evidence
+                        .map(|e| e.to_string())
+                        .unwrap_or_default(),
+                }),
+            },
         }
     }
 }

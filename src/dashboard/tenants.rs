@@ -8,7 +8,9 @@ use std::{
     sync::Arc,
 };
 
-use axum::{Json, extract::State};
+use axum::extract::State;
+
+use super::JsonAnswer;
 use serde::Serialize;
 use tokio::time::Instant;
 use utoipa::ToSchema;
@@ -155,8 +157,8 @@ impl Dashboard {
 #[utoipa::path(get, path = "/api/v1/tenants", tag = "dashboard",
     responses((status = 200, description = "The tenants, configured ones first", body = TenantsView),
               Refusals))]
-pub(super) async fn tenants(State(dashboard): State<Arc<Dashboard>>) -> Json<TenantsView> {
-    Json(dashboard.tenants_view())
+pub(super) async fn tenants(State(dashboard): State<Arc<Dashboard>>) -> JsonAnswer<TenantsView> {
+    JsonAnswer(dashboard.tenants_view())
 }
 
 #[cfg(test)]

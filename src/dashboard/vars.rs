@@ -8,7 +8,7 @@ use std::{
 };
 
 use axum::{
-    Json, Router,
+    Router,
     extract::{Path, Request, State},
     http::{StatusCode, Uri, header},
     response::{IntoResponse, Response},
@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::{Dashboard, access::Refusals};
+use super::{Dashboard, JsonAnswer, access::Refusals};
 use crate::{
     engine::{NotAcceptingReason, ServantPriority},
     pb,
@@ -234,8 +234,8 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
               Refusals))]
 pub(super) async fn task_dispatcher(
     State(dashboard): State<Arc<Dashboard>>,
-) -> Json<TaskDispatcherDump> {
-    Json(dashboard.task_dispatcher_dump())
+) -> JsonAnswer<TaskDispatcherDump> {
+    JsonAnswer(dashboard.task_dispatcher_dump())
 }
 
 /// The exposed variables under `yadcc`, as the framework nests them.
@@ -268,8 +268,10 @@ impl Dashboard {
 #[utoipa::path(get, path = "/inspect/vars", tag = "inspection",
     responses((status = 200, description = "Every exposed variable", body = InspectVars),
               Refusals))]
-pub(super) async fn inspect_vars(State(dashboard): State<Arc<Dashboard>>) -> Json<InspectVars> {
-    Json(dashboard.inspect_vars())
+pub(super) async fn inspect_vars(
+    State(dashboard): State<Arc<Dashboard>>,
+) -> JsonAnswer<InspectVars> {
+    JsonAnswer(dashboard.inspect_vars())
 }
 
 /// The exposed variables under `yadcc`.
@@ -278,8 +280,10 @@ pub(super) async fn inspect_vars(State(dashboard): State<Arc<Dashboard>>) -> Jso
 #[utoipa::path(get, path = "/inspect/vars/yadcc", tag = "inspection",
     responses((status = 200, description = "The variables under yadcc", body = YadccVars),
               Refusals))]
-pub(super) async fn inspect_vars_yadcc(State(dashboard): State<Arc<Dashboard>>) -> Json<YadccVars> {
-    Json(dashboard.inspect_vars().yadcc)
+pub(super) async fn inspect_vars_yadcc(
+    State(dashboard): State<Arc<Dashboard>>,
+) -> JsonAnswer<YadccVars> {
+    JsonAnswer(dashboard.inspect_vars().yadcc)
 }
 
 /// Any other path under `/inspect/vars/`, read as the original's framework
@@ -299,7 +303,7 @@ async fn inspect_var(
     };
     let below = path.map(|Path(path)| path).unwrap_or_default();
     match var_at(&vars, &below) {
-        Some(value @ (Value::Object(_) | Value::Array(_))) => Json(value).into_response(),
+        Some(value @ (Value::Object(_) | Value::Array(_))) => JsonAnswer(value).into_response(),
         Some(Value::String(text)) => plain_text(StatusCode::OK, text.clone()),
         Some(scalar) => plain_text(StatusCode::OK, scalar.to_string()),
         None => no_such_page(uri.path()),

@@ -23,8 +23,11 @@ use super::{
             election_client::ElectionClient,
         },
     },
+    failsafe::{fence_after_round, renewal_overdue},
+    failsafe_peers::{FailsafeState, ask_all, follow_members},
     saved_state::{self, LeaderTerm},
 };
+use std::sync::{Arc, Mutex, PoisonError, atomic::Ordering};
 use tokio::{
     sync::{mpsc, watch},
     task::JoinHandle,
@@ -112,6 +115,21 @@ enum Ended {
 }
 
 async fn run(settings: HaSettings, leadership: Leadership, mut stop: watch::Receiver<bool>) {
+    // One for the whole run: a confirmation holds this instance off across
+    // its terms.
+    if let Some(secret) = &settings.failsafe_secret {
+        let every = settings.lease_ttl / RENEWALS_PER_TTL;
+        leadership.enable_failsafe(Arc::new(FailsafeState::new(
+            secret.0.clone(),
+            settings.instance.clone(),
+            settings.lease_ttl,
+            // A standby renews every period: one whose last answer is older
+            // no longer reaches etcd, and confirms before the leader's
+            // fence (at least TTL - period - margin ahead then) closes.
+            every,
+        )));
+        tracing::info!(target: LOG, "failsafe on: a leader goes on while every instance confirms");
+    }
     let mut endpoint = 0;
     // A lease of an earlier term that was not given back.
     let mut stale_lease = None;
@@ -119,6 +137,7 @@ async fn run(settings: HaSettings, leadership: Leadership, mut stop: watch::Rece
         let url = &settings.endpoints[endpoint % settings.endpoints.len()];
         let ended = term(&settings, &leadership, &mut stop, url, &mut stale_lease).await;
         leadership.set_campaigning(false);
+        leadership.0.won_waiting.store(false, Ordering::Release);
         let was_leading = leadership.role().is_leader();
         leadership.stand_by(None);
         let pause = if matches!(ended, Ended::Refused(_)) {
@@ -223,11 +242,74 @@ async fn term(
         let request = request.clone();
         async move { ElectionClient::new(service).campaign(request).await }
     }));
+    let failsafe = leadership.failsafe().cloned();
+    let known = Arc::new(Mutex::new(Vec::new()));
+    let _members = failsafe.as_ref().map(|_| {
+        Helper(tokio::spawn(follow_members(
+            etcd.clone(),
+            settings.election_name.clone(),
+            settings.instance.clone(),
+            every,
+            known.clone(),
+        )))
+    });
+    let mut failsafe_round = tokio::time::interval(every / 2);
+    let mut in_failsafe = false;
+    // Won, but held off by a failsafe confirmation until then.
+    let mut held: Option<(LeaderKey, Instant)> = None;
     let mut campaigning = true;
     let mut leading: Option<LeaderKey> = None;
     let mut unchecked = tokio::time::interval(UNCHECKED_POLL);
     loop {
         tokio::select! {
+            _ = failsafe_round.tick(), if leading.is_some() && failsafe.is_some() => {
+                let Some(state) = &failsafe else { continue };
+                let asked = Instant::now();
+                if !renewal_overdue(asked, lease_until, margin(granted_ttl), every) {
+                    in_failsafe = false;
+                    continue;
+                }
+                let members = known.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                let answers = ask_all(state, &members).await;
+                match fence_after_round(asked, margin(granted_ttl), &members, &answers) {
+                    Some(fence) => {
+                        if !in_failsafe {
+                            tracing::warn!(
+                                target: LOG,
+                                "etcd does not renew the lease: leading on in failsafe, {} confirmed",
+                                members.join(", ")
+                            );
+                        }
+                        in_failsafe = true;
+                        lease_until = lease_until.max(fence);
+                        leadership.extend(lease_until);
+                    }
+                    None if in_failsafe || members.is_empty() => {
+                        in_failsafe = false;
+                        tracing::warn!(
+                            target: LOG,
+                            "failsafe ends: not every instance confirmed ({answers:?} of {members:?}); \
+                             stepping down when the lease may run out"
+                        );
+                    }
+                    None => {}
+                }
+            }
+            () = sleep_until(held.as_ref().map_or(lease_until, |(_, until)| *until)), if held.is_some() => {
+                if let Some(until) = failsafe.as_ref().and_then(|state| state.hold_until()) {
+                    if let Some((_, held_until)) = &mut held {
+                        *held_until = until;
+                    }
+                    continue;
+                }
+                let Some((key, _)) = held.take() else { continue };
+                leadership.0.won_waiting.store(false, Ordering::Release);
+                let office = Office { settings, leadership, etcd: &etcd, lease_id, lease_until };
+                if let Err(ended) = take_office(office, key.clone()).await {
+                    return ended;
+                }
+                leading = Some(key);
+            }
             _ = unchecked.tick(), if leading.is_some() && settings.resign_unchecked_after.is_some() => {
                 let after = settings.resign_unchecked_after.unwrap_or_default();
                 if leadership.unchecked_for() < after {
@@ -272,6 +354,18 @@ async fn term(
                 let Some(key) = key else {
                     return Ended::Failed("etcd answered the campaign without a leader key".to_owned());
                 };
+                if let Some(until) = failsafe.as_ref().and_then(|state| state.hold_until()) {
+                    // It confirmed to a failsafe leader: that leader may
+                    // grant until then.
+                    leadership.0.won_waiting.store(true, Ordering::Release);
+                    tracing::info!(
+                        target: LOG,
+                        "won; leading in {} ms, once the failsafe leader it confirmed to has stopped",
+                        until.saturating_duration_since(Instant::now()).as_millis()
+                    );
+                    held = Some((key, until));
+                    continue;
+                }
                 let office = Office { settings, leadership, etcd: &etcd, lease_id, lease_until };
                 if let Err(ended) = take_office(office, key.clone()).await {
                     return ended;
@@ -469,6 +563,9 @@ async fn renew(
                         let Some(at) = sent.take() else { continue };
                         if let Some(stats) = leadership.stats() {
                             stats.renew_latency.observe(at.elapsed().as_secs_f64());
+                        }
+                        if answer.ttl > 0 {
+                            leadership.etcd_answered();
                         }
                         let renewal = if answer.ttl > 0 {
                             Renewal::Renewed { sent: at, ttl: answer.ttl }

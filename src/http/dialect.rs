@@ -1,5 +1,5 @@
 //! The two route styles an RPC arrives in over HTTP, each served as a
-//! dialect of the seam ([`super::handler::Dialect`], by [`RouteDialect`]):
+//! dialect of the seam ([`super::handler::Dialect`]):
 //!
 //! - `http+pb`, as the yadcc daemons' framework writes it:
 //!   `POST /rpc/yadcc.scheduler.SchedulerService.<Method>`, `Rpc-SeqNo` echoed,
@@ -10,12 +10,13 @@
 //! Both always answer with a `Content-Length` (the route carries no
 //! compression layer), in the HTTP form of the error table
 //! ([`crate::rpc::error`]). The daemons' own `http+pb` connections
-//! ([`crate::daemon::http_pb`]) check and answer through the same code.
+//! ([`crate::daemon::http_pb`]) check and answer through the same code, and
+//! their calls are labelled the same: `http+pb` is the route's wire, on
+//! whichever server it arrives.
 
 use std::time::Duration;
 
 use axum::{
-    Json,
     body::Body,
     http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header, request::Parts},
     response::{IntoResponse, Response},
@@ -153,30 +154,10 @@ impl RouteStyle {
     /// The protocol this route style's calls are recorded under.
     pub fn protocol(self) -> Protocol {
         match self {
-            RouteStyle::HttpPb => Protocol::Http,
+            RouteStyle::HttpPb => Protocol::HttpPb,
             RouteStyle::Connect => Protocol::Connect,
         }
     }
-}
-
-impl RouteStyle {
-    /// This route style as the general HTTP server serves it, its calls recorded
-    /// under [`RouteStyle::protocol`].
-    pub fn served(self) -> RouteDialect {
-        RouteDialect {
-            style: self,
-            protocol: self.protocol(),
-        }
-    }
-}
-
-/// A route style as one server serves it, the seam's dialect: the daemons' own `http+pb`
-/// connections record their calls as [`Protocol::HttpPb`], the general HTTP
-/// server's as [`RouteStyle::protocol`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RouteDialect {
-    pub style: RouteStyle,
-    pub protocol: Protocol,
 }
 
 /// How a route style's answer is written: the request's media type, and for
@@ -187,13 +168,13 @@ pub struct RouteAnswer {
     pub seq_no: Option<HeaderValue>,
 }
 
-impl Dialect for RouteDialect {
-    type Answer = RouteAnswer;
+impl Dialect for RouteStyle {
+    type AnswerForm = RouteAnswer;
 
     /// `Rpc-SeqNo`, `Content-Type`, `Content-Encoding`, then the deadline
     /// header, in that order.
     fn decide(&self, headers: &HeaderMap) -> Decision<RouteAnswer> {
-        let style = self.style;
+        let style = *self;
         let format = BodyFormat::from_headers(headers, style.default_format());
         let checked = (|| {
             if style == RouteStyle::HttpPb
@@ -205,7 +186,7 @@ impl Dialect for RouteDialect {
             reject_content_encoding(headers)
         })();
         Decision {
-            protocol: self.protocol,
+            protocol: style.protocol(),
             encoding: format
                 .as_ref()
                 .map_or(Encoding::Binary, |format| format.encoding),
@@ -295,7 +276,12 @@ pub fn error_headers(error: &ApiError) -> HeaderMap {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.kind.wire().http_status;
-        (status, error_headers(&self), Json(self.body())).into_response()
+        let mut headers = error_headers(&self);
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        (status, headers, self.json_body()).into_response()
     }
 }
 

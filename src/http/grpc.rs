@@ -192,7 +192,7 @@ pub struct Grpc;
 impl Dialect for Grpc {
     /// The framing and encoding of the answer: the request's, or the
     /// fallback for a type this server does not serve.
-    type Answer = GrpcFormat;
+    type AnswerForm = GrpcFormat;
 
     fn decide(&self, headers: &HeaderMap) -> Decision<GrpcFormat> {
         let format = GrpcFormat::from_headers(headers);

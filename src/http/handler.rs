@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::access_log::CallLogged;
 use crate::{
     admin::Credentials,
-    edge::{ConnectionBudget, Proof, QueuedAnswers},
+    edge::{ConnectionBudget, QueuedAnswers},
     grammar,
     pb::{Encoding, Method},
     protocol::Protocol,
@@ -35,23 +35,23 @@ use crate::{
 pub trait Dialect: Sync {
     /// How an answer is written (media type, framing, what it echoes), known
     /// from the head even when the head is refused.
-    type Answer: Send;
+    type AnswerForm: Send;
 
     /// What the request's head says, before any check fails it.
-    fn decide(&self, headers: &HeaderMap) -> Decision<Self::Answer>;
+    fn decide(&self, headers: &HeaderMap) -> Decision<Self::AnswerForm>;
 
     /// The request message, read from the body; `head` is the request's
     /// (its headers, and the connection's budget among its extensions).
     fn message(
         &self,
-        answer: &Self::Answer,
+        answer: &Self::AnswerForm,
         state: &AppState,
         head: &Parts,
         body: Body,
     ) -> impl Future<Output = Result<Bytes, ApiError>> + Send;
 
     /// The HTTP answer of an outcome.
-    fn respond(&self, answer: Self::Answer, outcome: Result<Bytes, ApiError>) -> Response;
+    fn respond(&self, answer: Self::AnswerForm, outcome: Result<Bytes, ApiError>) -> Response;
 }
 
 /// What a dialect decides about a request from its head.
@@ -92,7 +92,7 @@ pub fn check_head<P: Dialect>(
     headers: &HeaderMap,
     authority: Option<&str>,
     peer: SocketAddr,
-) -> CheckedHead<P::Answer> {
+) -> CheckedHead<P::AnswerForm> {
     let started = Instant::now();
     let decision = dialect.decide(headers);
     let mut call = rpc::Call::new(
@@ -149,7 +149,10 @@ pub async fn serve<P: Dialect>(
     );
     head.call.credentials =
         std::mem::take(&mut head.call.credentials).with_certificate_from(&parts.extensions);
-    head.call.proof = parts.extensions.get::<Proof>().cloned();
+    head.call.proof = parts
+        .extensions
+        .get::<ConnectionBudget>()
+        .map(|budget| budget.proof().clone());
     let queued = parts.extensions.get::<QueuedAnswers>();
     let message = async {
         // A connection whose answers are not being taken (HTTP/2 streams
@@ -235,7 +238,7 @@ mod tests {
     use crate::{
         edge::ANSWER_QUEUE_FLOOR,
         engine::{self, Scheduler},
-        rpc::state::ServeSettings,
+        rpc::state::TransportSettings,
     };
 
     #[tokio::test(start_paused = true)]
@@ -244,7 +247,7 @@ mod tests {
             user_tokens: engine::TokenSet::new(["u"]),
             ..engine::Config::default()
         });
-        let state = AppState::new(engine, ServeSettings::default());
+        let state = AppState::new(engine, TransportSettings::default());
         let router = crate::app(state);
         let queued = QueuedAnswers::default();
         for _ in 0..4 {

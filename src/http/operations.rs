@@ -10,6 +10,18 @@ use axum::{
 
 use crate::{readiness::NotReady, rpc::state::AppState};
 
+/// A failsafe leader's question from another instance of the hot standby
+/// (`crate::ha::failsafe`): not for clients, so not in the API document.
+/// 404 without `--ha_failsafe_secret_file`, 403 for a question not signed
+/// with the shared secret, stale or replayed.
+pub async fn failsafe(State(state): State<AppState>, body: String) -> Response {
+    match state.leadership.failsafe_answer(&body) {
+        None => StatusCode::NOT_FOUND.into_response(),
+        Some(Ok(answer)) => answer.into_response(),
+        Some(Err(why)) => (StatusCode::FORBIDDEN, format!("{why}\n")).into_response(),
+    }
+}
+
 /// The process is up.
 ///
 /// Liveness: `200` as long as the process answers HTTP, also while it drains.

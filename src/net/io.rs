@@ -19,6 +19,8 @@ use tokio::{
     time::Instant,
 };
 
+use crate::edge::BufferCharge;
+
 /// When a connection last moved a byte, and since when its writes have been
 /// blocked (the peer reads nothing), as milliseconds after its start.
 #[derive(Debug, Clone)]
@@ -92,6 +94,9 @@ pub struct Rewind<S> {
     prefix: Bytes,
     inner: S,
     activity: Activity,
+    /// Until the connection's first request, what it reads is charged here
+    /// (twice: buffers grow by doubling); a read that does not fit fails.
+    charge: Option<BufferCharge>,
 }
 
 impl<S> Rewind<S> {
@@ -100,7 +105,14 @@ impl<S> Rewind<S> {
             prefix,
             inner,
             activity,
+            charge: None,
         }
+    }
+
+    /// Charges what is read from `inner` to `charge` until it is released.
+    pub fn charged(mut self, charge: BufferCharge) -> Self {
+        self.charge = Some(charge);
+        self
     }
 }
 
@@ -118,8 +130,17 @@ impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
         }
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+        let read = buf.filled().len() - before;
+        if matches!(polled, Poll::Ready(Ok(()))) && read > 0 {
             self.activity.touch();
+            if let Some(charge) = &self.charge
+                && !charge.grow_by(read.saturating_mul(2))
+            {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "over the budget for connection buffers",
+                )));
+            }
         }
         polled
     }

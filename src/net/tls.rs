@@ -1,9 +1,10 @@
 //! TLS on the daemons' port: a connection whose first byte is a handshake
 //! record (0x16) is decrypted here and then served by hyper, HTTP/2 or
 //! HTTP/1.1 as ALPN chose; the stock daemons' plaintext protocols keep the
-//! same port. The certificate and key are read again when their files
-//! change (new connections get the new pair, open ones keep theirs); a pair
-//! that does not load keeps the previous one, with an error in the log and
+//! same port. The certificate and key are read again on SIGHUP and when
+//! their files change ([`crate::reload`]'s one watcher; new connections get
+//! the new pair, open ones keep theirs); a pair that does not load keeps the
+//! previous one, with an error in the log and
 //! `yadcc_scheduler_tls_reload_failures`. With a client CA (reloaded the
 //! same way), a client certificate it signed makes the connection's
 //! requests an authenticated inspector's ([`ClientCertificate`]); a
@@ -13,7 +14,7 @@
 use std::{
     net::SocketAddr,
     path::Path,
-    sync::{Arc, RwLock},
+    sync::{Arc, Mutex, RwLock},
     time::{Duration, SystemTime},
 };
 
@@ -39,7 +40,8 @@ use super::{
 };
 use crate::{
     admin::ClientCertificate,
-    edge::Proof,
+    edge::{BufferCharge, Proof},
+    reload::{Reloadable, Reloads, Stamp, Why, stamp},
     security::{SecurityCounters, TlsFiles, pem},
 };
 
@@ -48,15 +50,13 @@ const LOG: &str = "yadcc_scheduler::tls";
 /// The first byte of a TLS record carrying a handshake (a ClientHello).
 pub const HANDSHAKE_RECORD: u8 = 0x16;
 
-/// How often the certificate and key files are looked at for a change
-/// (their modification time and length).
-pub const RELOAD_CHECK_PERIOD: Duration = Duration::from_secs(1);
-
 /// ALPN: HTTP/2 first (gRPC needs it), then HTTP/1.1.
 const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
-/// What a change of the files is detected by.
-type Stamp = Option<(SystemTime, u64)>;
+/// Certificates are renewed this long before they expire (ACME clients such
+/// as certbot renew with 30 days left): less left at start or on a reload
+/// means renewal failed somewhere, worth a warning while there is time.
+const EXPIRY_WARNING: Duration = Duration::from_secs(30 * 86_400);
 
 /// The certificate's and the key's stamps, and the client CA's.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -72,11 +72,6 @@ impl Stamps {
             client_ca: files.client_ca.as_deref().and_then(stamp),
         }
     }
-}
-
-fn stamp(path: &Path) -> Stamp {
-    let metadata = std::fs::metadata(path).ok()?;
-    Some((metadata.modified().ok()?, metadata.len()))
 }
 
 /// The pair served to new connections, replaced when the files change.
@@ -100,6 +95,11 @@ struct Served {
     provider: Arc<CryptoProvider>,
     pair: Arc<Reloading>,
     acceptor: RwLock<TlsAcceptor>,
+    files: TlsFiles,
+    counters: SecurityCounters,
+    /// The files as last loaded (or tried): one error per change, not one
+    /// per look.
+    loaded: Mutex<Stamps>,
 }
 
 /// A configuration serving the reloading `pair` and asking for client
@@ -144,28 +144,31 @@ pub struct Tls {
 
 impl Tls {
     /// Loads the files (an error names the file and what is wrong) and
-    /// starts watching them for changes. Must run inside a tokio runtime.
-    pub fn start(files: &TlsFiles, counters: SecurityCounters) -> Result<Tls, String> {
+    /// has `reloads` read them again (SIGHUP, a change) while it lives.
+    pub fn start(
+        files: &TlsFiles,
+        counters: SecurityCounters,
+        reloads: &Reloads,
+    ) -> Result<Tls, String> {
         let provider = Arc::new(ring::default_provider());
         // Taken before the files are read, not when the watcher first runs
         // (late on a busy machine): a change in between is then seen.
         let loaded = Stamps::of(files);
+        let first = load_pair(files, &provider)?;
+        note_expiry(&first, files, &counters, SystemTime::now());
         let pair = Arc::new(Reloading {
-            current: RwLock::new(Arc::new(load_pair(files, &provider)?)),
+            current: RwLock::new(Arc::new(first)),
         });
         let config = server_config(&provider, &pair, files.client_ca.as_deref())?;
-        let served = Served {
+        let served = Arc::new(Served {
             provider,
             pair,
             acceptor: RwLock::new(TlsAcceptor::from(Arc::new(config))),
-        };
-        let served = Arc::new(served);
-        tokio::spawn(watch(
-            Arc::downgrade(&served),
-            files.clone(),
-            loaded,
+            files: files.clone(),
             counters,
-        ));
+            loaded: Mutex::new(loaded),
+        });
+        reloads.add(Arc::clone(&served) as Arc<dyn Reloadable>);
         Ok(Tls {
             served,
             verifies_clients: files.client_ca.is_some(),
@@ -196,71 +199,76 @@ impl Tls {
     }
 }
 
-/// Looks at the files every [`RELOAD_CHECK_PERIOD`] until the listener is
-/// gone; a changed pair that loads replaces the served one, a changed
-/// client CA that loads the verifier of new connections.
-async fn watch(
-    served: std::sync::Weak<Served>,
-    files: TlsFiles,
-    mut loaded: Stamps,
-    counters: SecurityCounters,
-) {
-    let mut ticks = tokio::time::interval(RELOAD_CHECK_PERIOD);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let Some(served) = served.upgrade() else {
-            return;
+/// On SIGHUP both the pair and the client CA are read again; otherwise
+/// what changed. A pair that loads replaces the served one, a client CA
+/// that loads the verifier of new connections; what does not load keeps
+/// the running one.
+impl Reloadable for Served {
+    fn name(&self) -> String {
+        format!("the TLS certificate {}", self.files.cert.display())
+    }
+
+    fn reload(&self, why: Why) {
+        let now = Stamps::of(&self.files);
+        let before = {
+            let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::replace(&mut *loaded, now)
         };
-        let now = Stamps::of(&files);
-        if now == loaded {
-            continue;
+        let hangup = why == Why::Hangup;
+        if hangup || now.pair != before.pair {
+            self.reload_pair(why);
         }
-        // Remembered also when it fails: one error per change, not one per tick.
-        let before = std::mem::replace(&mut loaded, now);
-        if now.pair != before.pair {
-            match load_pair(&files, &served.provider) {
-                Ok(pair) => {
-                    *served
-                        .pair
-                        .current
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner()) = Arc::new(pair);
-                    tracing::info!(
-                        target: LOG,
-                        "TLS certificate reloaded from {}",
-                        files.cert.display()
-                    );
-                }
-                Err(error) => {
-                    counters.tls_reload_failed();
-                    tracing::error!(
-                        target: LOG,
-                        "TLS files changed but do not load; still serving the previous certificate: {error}"
-                    );
-                }
+        if let Some(client_ca) = &self.files.client_ca
+            && (hangup || now.client_ca != before.client_ca)
+        {
+            self.reload_client_ca(client_ca, why);
+        }
+    }
+}
+
+impl Served {
+    fn reload_pair(&self, why: Why) {
+        match load_pair(&self.files, &self.provider) {
+            Ok(pair) => {
+                note_expiry(&pair, &self.files, &self.counters, SystemTime::now());
+                *self.pair.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(pair);
+                tracing::info!(
+                    target: LOG,
+                    "TLS certificate reloaded from {} after {}",
+                    self.files.cert.display(),
+                    why.as_str()
+                );
+            }
+            Err(error) => {
+                self.counters.tls_reload_failed();
+                tracing::error!(
+                    target: LOG,
+                    "TLS files do not load after {}; still serving the previous certificate: {error}",
+                    why.as_str()
+                );
             }
         }
-        if let Some(client_ca) = &files.client_ca
-            && now.client_ca != before.client_ca
-        {
-            match server_config(&served.provider, &served.pair, Some(client_ca)) {
-                Ok(config) => {
-                    *served.acceptor.write().unwrap_or_else(|p| p.into_inner()) =
-                        TlsAcceptor::from(Arc::new(config));
-                    tracing::info!(
-                        target: LOG,
-                        "TLS client CA reloaded from {}",
-                        client_ca.display()
-                    );
-                }
-                Err(error) => {
-                    counters.tls_reload_failed();
-                    tracing::error!(
-                        target: LOG,
-                        "the client CA changed but does not load; still verifying with the previous one: {error}"
-                    );
-                }
+    }
+
+    fn reload_client_ca(&self, client_ca: &Path, why: Why) {
+        match server_config(&self.provider, &self.pair, Some(client_ca)) {
+            Ok(config) => {
+                *self.acceptor.write().unwrap_or_else(|p| p.into_inner()) =
+                    TlsAcceptor::from(Arc::new(config));
+                tracing::info!(
+                    target: LOG,
+                    "TLS client CA reloaded from {} after {}",
+                    client_ca.display(),
+                    why.as_str()
+                );
+            }
+            Err(error) => {
+                self.counters.tls_reload_failed();
+                tracing::error!(
+                    target: LOG,
+                    "the client CA does not load after {}; still verifying with the previous one: {error}",
+                    why.as_str()
+                );
             }
         }
     }
@@ -279,6 +287,47 @@ fn load_pair(files: &TlsFiles, provider: &CryptoProvider) -> Result<CertifiedKey
     })
 }
 
+/// Publishes when the pair's leaf certificate expires, and warns when that
+/// is past or within [`EXPIRY_WARNING`] of `now`: clients refuse an expired
+/// certificate, and the scheduler serves it anyway (refusing to start would
+/// take the daemons' plaintext protocols down with it).
+fn note_expiry(
+    pair: &CertifiedKey,
+    files: &TlsFiles,
+    counters: &SecurityCounters,
+    now: SystemTime,
+) {
+    let cert = files.cert.display();
+    let Some(not_after) = pair
+        .cert
+        .first()
+        .and_then(|leaf| der::not_after(leaf.as_ref()))
+    else {
+        tracing::warn!(target: LOG, "cannot read when the TLS certificate {cert} expires");
+        return;
+    };
+    counters.tls_certificate_expires(not_after);
+    let expiry = u64::try_from(not_after).map_or(SystemTime::UNIX_EPOCH, |seconds| {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
+    });
+    let date = httpdate::fmt_http_date(expiry);
+    match expiry.duration_since(now) {
+        Err(past) => tracing::warn!(
+            target: LOG,
+            "the TLS certificate {cert} expired {} days ago ({date}): clients refuse it; \
+             replace the file (it is read again when it changes, and on SIGHUP)",
+            past.duration().as_secs() / 86_400
+        ),
+        Ok(left) if left < EXPIRY_WARNING => tracing::warn!(
+            target: LOG,
+            "the TLS certificate {cert} expires in {} days ({date}): renew it (the file is \
+             read again when it changes, and on SIGHUP)",
+            left.as_secs() / 86_400
+        ),
+        Ok(_) => tracing::info!(target: LOG, "the TLS certificate {cert} expires {date}"),
+    }
+}
+
 /// The name the audit and the logs give a client certificate: `CN=<common
 /// name>` of its subject when it has one, and always its SHA-256 prefix
 /// (a common name alone can be shared by certificates).
@@ -290,54 +339,7 @@ fn subject_name(certificate: &CertificateDer<'_>) -> String {
     }
 }
 
-/// Just enough DER to find a certificate's subject common name.
-mod der {
-    /// 2.5.4.3, id-at-commonName.
-    const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
-
-    /// One element: (tag, contents, rest).
-    fn element(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-        let (&tag, rest) = input.split_first()?;
-        let (&first, rest) = rest.split_first()?;
-        let (len, rest) = if first < 0x80 {
-            (usize::from(first), rest)
-        } else {
-            let count = usize::from(first & 0x7f);
-            if count == 0 || count > 4 || rest.len() < count {
-                return None;
-            }
-            let len = rest[..count]
-                .iter()
-                .fold(0usize, |len, &byte| (len << 8) | usize::from(byte));
-            (len, &rest[count..])
-        };
-        (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
-    }
-
-    pub(super) fn common_name(certificate: &[u8]) -> Option<String> {
-        let (_, certificate, _) = element(certificate)?;
-        let (_, mut tbs, _) = element(certificate)?;
-        // [0] version (optional), serial, signature, issuer, validity, subject.
-        if tbs.first() == Some(&0xa0) {
-            tbs = element(tbs)?.2;
-        }
-        for _ in 0..4 {
-            tbs = element(tbs)?.2;
-        }
-        let (_, mut subject, _) = element(tbs)?;
-        while !subject.is_empty() {
-            let (_, set, rest) = element(subject)?;
-            subject = rest;
-            let (_, attribute, _) = element(set)?;
-            let (_, oid, value) = element(attribute)?;
-            if oid == COMMON_NAME {
-                let (_, name, _) = element(value)?;
-                return String::from_utf8(name.to_vec()).ok();
-            }
-        }
-        None
-    }
-}
+mod der;
 
 /// How a hyper connection was secured: its requests are marked
 /// [`OverTls`], and carry the verified client certificate if one came.
@@ -354,12 +356,15 @@ pub(super) async fn serve(
     first: BytesMut,
     stopping: watch::Receiver<bool>,
     proof: Proof,
+    charge: BufferCharge,
 ) {
     let Some(tls) = &shared.tls else {
         return;
     };
     let activity = Activity::new();
-    let raw = Rewind::new(first.freeze(), stream, activity.clone());
+    // The handshake's bytes (a ClientHello may be 64 KB) are charged to
+    // the connection until its first request.
+    let raw = Rewind::new(first.freeze(), stream, activity.clone()).charged(charge.clone());
     let handshake =
         tokio::time::timeout(shared.edge.header_read_timeout, tls.acceptor().accept(raw)).await;
     let stream = match handshake {
@@ -374,6 +379,11 @@ pub(super) async fn serve(
             return;
         }
     };
+    if stream.get_ref().1.alpn_protocol() == Some(b"h2")
+        && !charge.grow_by(crate::edge::buffers::PENDING_HTTP2_BYTES)
+    {
+        return;
+    }
     let secured = Secured {
         certificate: tls.client_certificate(stream.get_ref().1),
     };
@@ -384,7 +394,7 @@ pub(super) async fn serve(
         Some(secured),
         peer,
         stopping,
-        proof,
+        (proof, charge),
     )
     .await;
 }

@@ -81,7 +81,7 @@ pub(super) fn error_table(kinds: &[ErrorKind], with_status: bool) -> String {
         let wire = kind.wire();
         let meaning = match kind {
             ErrorKind::Scheduler(pb::Status::Unknown) => {
-                "Never sent on purpose: it means success in the seed, so as an error it is a bug."
+                "Not an error the scheduler gives: 0 is the enum's default, which stands for no error (the seed calls it `rpc.STATUS_SUCCESS`). Seen with a 500, it is a bug in the scheduler."
                     .to_owned()
             }
             ErrorKind::Scheduler(status) => status_enum

@@ -84,14 +84,16 @@ fn rpc_operation(
         ),
     );
 
-    let mut operation = OperationBuilder::new().tag(match dialect {
-        RouteStyle::HttpPb => TAG_HTTP_PB,
-        RouteStyle::Connect => TAG_CONNECT,
-    });
-    if rpc.service() == Service::Admin {
-        operation = operation.tag(TAG_ADMIN);
-    }
-    let mut operation = operation
+    // One tag each: Swagger UI lists an operation under every tag it has,
+    // so an admin operation tagged with its route style too showed twice.
+    // Its route style is in its path, summary and operation id.
+    let tag = match (rpc.service(), dialect) {
+        (Service::Admin, _) => TAG_ADMIN,
+        (_, RouteStyle::HttpPb) => TAG_HTTP_PB,
+        (_, RouteStyle::Connect) => TAG_CONNECT,
+    };
+    let mut operation = OperationBuilder::new()
+        .tag(tag)
         .summary(Some(summary))
         .description(Some(description))
         .operation_id(Some(operation_id(dialect, rpc)));

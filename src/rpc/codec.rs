@@ -131,7 +131,7 @@ where
 {
     match encoding {
         Encoding::Binary => Ok(message.encode_to_vec()),
-        Encoding::Json => serde_json::to_vec(message).map_err(|error| {
+        Encoding::Json => crate::pb::json_answer(message).map_err(|error| {
             ApiError::new(ErrorKind::Internal, format!("cannot encode JSON: {error}"))
         }),
     }
@@ -194,7 +194,7 @@ mod tests {
         let json = String::from_utf8(encode(Encoding::Json, &response).unwrap()).unwrap();
         assert_eq!(
             json,
-            r#"{"acceptableTokens":["t"],"expiredTasks":["18446744073709551615"]}"#
+            "{\"acceptableTokens\":[\"t\"],\"expiredTasks\":[\"18446744073709551615\"]}\n"
         );
 
         let snake: pb::KeepTaskAliveRequest = decode(

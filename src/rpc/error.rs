@@ -54,7 +54,7 @@ pub enum ErrorKind {
 
 /// One row of the error table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WireError {
+pub struct ErrorRow {
     pub http_status: StatusCode,
     /// `Rpc-Error-Code`: scheduler codes are >= 1000, framework codes below.
     pub rpc_code: u32,
@@ -62,8 +62,8 @@ pub struct WireError {
     pub connect_code: &'static str,
 }
 
-const fn row(http_status: StatusCode, rpc_code: u32, connect_code: &'static str) -> WireError {
-    WireError {
+const fn row(http_status: StatusCode, rpc_code: u32, connect_code: &'static str) -> ErrorRow {
+    ErrorRow {
         http_status,
         rpc_code,
         connect_code,
@@ -73,7 +73,7 @@ const fn row(http_status: StatusCode, rpc_code: u32, connect_code: &'static str)
 impl ErrorKind {
     /// The error table. The table of docs/api.md is this function, row by row, and a
     /// test checks every row over a real socket.
-    pub fn wire(self) -> WireError {
+    pub fn wire(self) -> ErrorRow {
         use pb::Status;
         match self {
             ErrorKind::Scheduler(Status::NoQuotaAvailable) => {
@@ -95,7 +95,8 @@ impl ErrorKind {
             ErrorKind::Scheduler(Status::EnvironmentNotAvailable) => {
                 row(StatusCode::NOT_FOUND, 1006, "not_found")
             }
-            // `Unknown` means success in the seed; as an error it is a bug.
+            // 0 is the enum's default, standing for no error (the seed's
+            // `rpc.STATUS_SUCCESS`): raised as an error, it is our bug.
             ErrorKind::Scheduler(Status::Unknown) | ErrorKind::Internal => {
                 row(StatusCode::INTERNAL_SERVER_ERROR, 99, "internal")
             }
@@ -228,7 +229,7 @@ impl From<AdminError> for ApiError {
 impl ApiError {
     /// The JSON error body ([`ErrorBody`]), served as `application/json`.
     pub fn json_body(&self) -> Vec<u8> {
-        serde_json::to_vec(&self.body()).unwrap_or_else(|_| b"{}".to_vec())
+        crate::pb::json_answer(&self.body()).unwrap_or_else(|_| b"{}\n".to_vec())
     }
 }
 

@@ -334,7 +334,7 @@ mod tests {
         let plain = |encoding| ask(&answers, &service, encoding, Accepted::NONE);
         let empty = plain(Encoding::Binary).await.payload;
         assert!(empty.is_empty());
-        assert_eq!(&plain(Encoding::Json).await.payload[..], b"{}");
+        assert_eq!(&plain(Encoding::Json).await.payload[..], b"{}\n");
 
         servant_with_tasks(&service, 1);
         tokio::time::advance(engine::Config::default().running_tasks_refresh).await;
@@ -348,7 +348,12 @@ mod tests {
         let json = plain(Encoding::Json).await.payload;
         assert_eq!(
             &json[..],
-            br#"{"runningTasks":[{"servantTaskId":"3","servantLocation":"10.0.0.1:8335","taskDigest":"digest"}]}"#
+            concat!(
+                r#"{"runningTasks":[{"servantTaskId":"3","servantLocation":"10.0.0.1:8335","#,
+                r#""taskDigest":"digest"}]}"#,
+                "\n"
+            )
+            .as_bytes()
         );
         assert_eq!(json.as_ptr(), plain(Encoding::Json).await.payload.as_ptr());
     }

@@ -1,5 +1,5 @@
 //! Everything a request handler may need ([`AppState`]) and the transport
-//! settings fixed at start ([`ServeSettings`]). Every transport (the daemons'
+//! settings fixed at start ([`TransportSettings`]). Every transport (the daemons'
 //! connections, the HTTP protocols) and [`crate::rpc`] take it; it knows
 //! none of them.
 
@@ -24,7 +24,8 @@ use crate::{
     metrics::Metrics,
     protocol::PeerProtocols,
     readiness::Readiness,
-    security::{Security, SecurityCounters, SecuritySettings},
+    reload::Reloads,
+    security::{Security, SecuritySettings},
     service::{SchedulerService, admin::AdminService},
 };
 
@@ -33,7 +34,7 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 /// Transport settings fixed at start.
 #[derive(Debug, Clone)]
-pub struct ServeSettings {
+pub struct TransportSettings {
     /// Largest accepted request body.
     pub max_body_bytes: usize,
     /// Largest `GetRunningTasks` answer (its encoding, before compression);
@@ -54,7 +55,7 @@ pub struct ServeSettings {
     pub security: SecuritySettings,
 }
 
-impl Default for ServeSettings {
+impl Default for TransportSettings {
     fn default() -> Self {
         Self {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -69,7 +70,7 @@ impl Default for ServeSettings {
     }
 }
 
-impl ServeSettings {
+impl TransportSettings {
     /// The caller's address. Self-avoidance and NAT detection depend on it, so a
     /// forwarded address is believed only from a proxy the operator named: the
     /// rightmost `X-Forwarded-For` entry that is not itself a trusted proxy.
@@ -112,7 +113,7 @@ pub struct AppParts {
     pub service: SchedulerService,
     /// The operators' service (closed unless `--admin_tokens`).
     pub admin: AdminService,
-    pub settings: ServeSettings,
+    pub settings: TransportSettings,
     pub metrics: Metrics,
     pub dashboard: Arc<Dashboard>,
     /// The protocol of each peer's latest call (shown by the dashboard).
@@ -132,6 +133,9 @@ pub struct AppParts {
     pub readiness: Readiness,
     /// Failed credentials, the guessing limit, TLS's counters.
     pub security: Security,
+    /// The files read again on SIGHUP and when they change (the one watcher
+    /// runs while this state lives).
+    pub reloads: Reloads,
 }
 
 impl std::ops::Deref for AppState {
@@ -145,14 +149,14 @@ impl std::ops::Deref for AppState {
 impl AppState {
     /// The only scheduler. Must run inside a tokio runtime (the dashboard
     /// starts its sampler).
-    pub fn new(engine: Scheduler, settings: ServeSettings) -> Self {
+    pub fn new(engine: Scheduler, settings: TransportSettings) -> Self {
         Self::with_leadership(engine, settings, Leadership::solo())
     }
 
     /// One of several elected on etcd ([`crate::ha`]), or [`Leadership::solo`].
     pub fn with_leadership(
         engine: Scheduler,
-        settings: ServeSettings,
+        settings: TransportSettings,
         leadership: Leadership,
     ) -> Self {
         let admin = Admin::closed(engine.clone(), leadership.clone());
@@ -162,20 +166,19 @@ impl AppState {
     /// With the operators' side `admin` (over the same engine).
     pub fn with_admin(
         engine: Scheduler,
-        settings: ServeSettings,
+        settings: TransportSettings,
         leadership: Leadership,
         admin: Admin,
     ) -> Self {
         let peer_protocols = Arc::new(PeerProtocols::default());
         let mut metrics = Metrics::new(engine.clone());
         metrics.register_leadership(&leadership);
-        let security = Security {
-            settings: settings.security.clone(),
-            counters: SecurityCounters::new(),
-            guessing: Arc::default(),
-        };
+        let security = Security::new(settings.security.clone());
         metrics.register_security(&security.counters);
+        let reloads = Reloads::default();
+        reloads.watch();
         Self(Arc::new(AppParts {
+            reloads,
             metrics,
             dashboard: Dashboard::start(
                 engine.clone(),
@@ -186,7 +189,13 @@ impl AppState {
             ),
             security,
             peer_protocols,
-            body_budget: BodyBudget::new(settings.edge.max_buffered_body_bytes),
+            body_budget: {
+                let servants = engine.servant_hosts();
+                BodyBudget::with_servants(
+                    settings.edge.max_buffered_body_bytes,
+                    Arc::new(move |ip| servants.includes(ip)),
+                )
+            },
             service: SchedulerService::new(engine),
             admin: AdminService::new(admin),
             running_tasks: RunningTasksCache::new(settings.max_running_tasks_bytes),
@@ -211,12 +220,12 @@ mod tests {
         );
         let peer: SocketAddr = "10.0.0.1:5000".parse().unwrap();
 
-        let untrusting = ServeSettings::default();
+        let untrusting = TransportSettings::default();
         assert_eq!(untrusting.client_ip(peer, &headers), peer.ip());
 
-        let trusting = ServeSettings {
+        let trusting = TransportSettings {
             trusted_proxies: vec!["10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()],
-            ..ServeSettings::default()
+            ..TransportSettings::default()
         };
         assert_eq!(
             trusting.client_ip(peer, &headers),
@@ -228,7 +237,7 @@ mod tests {
     fn ipv4_mapped_peers_are_plain_ipv4() {
         let peer: SocketAddr = "[::ffff:10.1.2.3]:80".parse().unwrap();
         assert_eq!(
-            ServeSettings::default().client_ip(peer, &HeaderMap::new()),
+            TransportSettings::default().client_ip(peer, &HeaderMap::new()),
             "10.1.2.3".parse::<IpAddr>().unwrap()
         );
     }

@@ -4,7 +4,7 @@
 //! the caller was authenticated before the request was decoded.
 
 use crate::{
-    admin::{Admin, AdminError, AuditEvent, Caller},
+    admin::{Admin, AdminError, AuditEvent, Operator},
     engine::{CordonState, CordonView},
     pb,
 };
@@ -21,14 +21,14 @@ impl AdminService {
     }
 
     /// The operators' side behind this service (authentication, state).
-    pub fn admin(&self) -> &Admin {
+    pub fn operators(&self) -> &Admin {
         &self.admin
     }
 
     pub async fn cordon_servant(
         &self,
         request: pb::CordonServantRequest,
-        caller: &Caller,
+        caller: &Operator,
     ) -> Result<pb::CordonServantResponse, AdminError> {
         let view = self
             .admin
@@ -42,7 +42,7 @@ impl AdminService {
     pub async fn uncordon_servant(
         &self,
         request: pb::UncordonServantRequest,
-        caller: &Caller,
+        caller: &Operator,
     ) -> Result<pb::UncordonServantResponse, AdminError> {
         Ok(pb::UncordonServantResponse {
             was_cordoned: self.admin.uncordon(caller, &request.location).await?,
@@ -52,7 +52,7 @@ impl AdminService {
     pub async fn drain_servant(
         &self,
         request: pb::DrainServantRequest,
-        caller: &Caller,
+        caller: &Operator,
     ) -> Result<pb::DrainServantResponse, AdminError> {
         let view = self
             .admin
@@ -66,7 +66,7 @@ impl AdminService {
     pub fn list_servant_states(
         &self,
         _request: pb::ListServantStatesRequest,
-        _caller: &Caller,
+        _caller: &Operator,
     ) -> pb::ListServantStatesResponse {
         pb::ListServantStatesResponse {
             servants: self
@@ -75,18 +75,24 @@ impl AdminService {
                 .into_iter()
                 .map(servant_state)
                 .collect(),
+            ejected: self
+                .admin
+                .ejected_servants()
+                .iter()
+                .map(ejected_servant)
+                .collect(),
         }
     }
 
     pub fn list_audit_events(
         &self,
         _request: pb::ListAuditEventsRequest,
-        _caller: &Caller,
+        _caller: &Operator,
     ) -> pb::ListAuditEventsResponse {
         pb::ListAuditEventsResponse {
             events: self
                 .admin
-                .audit_events()
+                .audit_events_with_ejections()
                 .into_iter()
                 .map(audit_event)
                 .collect(),
@@ -108,6 +114,22 @@ fn servant_state(view: CordonView) -> pb::ServantState {
         since_unix_ms: view.cordon.since_unix_ms,
         running_tasks: view.running,
         registered: view.registered,
+    }
+}
+
+fn ejected_servant(view: &crate::engine::ServantView) -> pb::EjectedServant {
+    pb::EjectedServant {
+        location: view.reported_location.to_string(),
+        state: view.outlier.state().to_owned(),
+        ejected_for_ms: view.outlier.ejected_for.map_or(0, |left| {
+            u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+        }),
+        ejections: view.outlier.ejections,
+        reason: view
+            .outlier
+            .last_evidence
+            .map(|e| e.to_string())
+            .unwrap_or_default(),
     }
 }
 

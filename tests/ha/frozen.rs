@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use yadcc_scheduler::sim::Cluster;
+use yadcc_sim::Cluster;
 
 use super::{FAILOVER_LIMIT, TTL, cluster_config, grants_issued, runtime};
 use crate::support::*;

@@ -8,10 +8,13 @@
 
 mod admin;
 mod deploy;
+mod failsafe;
 mod frozen;
 mod partition;
 mod secure;
 mod support;
+
+use yadcc_testkit::processes;
 
 use std::{
     io::{Read, Write},
@@ -22,11 +25,9 @@ use std::{
 
 use bytes::BytesMut;
 use prost::Message;
-use yadcc_scheduler::{
-    pb::{self, Method},
-    sim::{
-        Cluster, ClusterConfig, Wire, Workload, stats::Stats, wire::flare::encode_flare_request,
-    },
+use yadcc_pb::{self as pb, Method};
+use yadcc_sim::{
+    Cluster, ClusterConfig, Wire, Workload, stats::Stats, wire::flare::encode_flare_request,
 };
 
 use support::*;
@@ -313,8 +314,26 @@ fn kill_the_leader_under_load(
         })
         .collect::<Vec<_>>()
         .join("\n");
+    let signed_ms =
+        |at: Instant| since_kill(at) - killed_at.saturating_duration_since(at).as_secs_f64() * 1e3;
+    let kills = stats
+        .events
+        .kills()
+        .iter()
+        .map(|kill| {
+            format!(
+                "grant {} on servant {}: started {:+.0} ms, killed {:+.0} ms",
+                kill.grant,
+                kill.servant,
+                signed_ms(kill.started.into_std()),
+                signed_ms(kill.killed.into_std()),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
     let timeline = format!(
-        "reaped {:+.0} ms after the kill; connections lost with calls waiting:\n{timeline}",
+        "reaped {:+.0} ms after the kill; connections lost with calls waiting:\n{timeline}\n\
+         tasks killed:\n{kills}",
         since_kill(reaped_at)
     );
     let in_flight_at_kill = losses
@@ -405,7 +424,12 @@ fn kill_9_the_leader_under_load_through_haproxy_and_the_standby_grants_within_5_
         outcome.in_flight_at_kill,
         standby.log().join("\n")
     );
-    assert_eq!(outcome.tasks_killed, 0, "{report}");
+    assert_eq!(
+        outcome.tasks_killed,
+        0,
+        "{report}\nthe standby's log:\n{}",
+        standby.log().join("\n")
+    );
     assert_eq!(outcome.renewals_refused, 0, "{report}");
     assert_eq!(
         outcome.errors_once_settled, 0,
@@ -571,7 +595,7 @@ fn failover_time_over_10_runs() {
         );
         times.push(outcome.to_first_grant);
         let port = leader.port;
-        *leader = Scheduler::start(port, &etcd_url);
+        *leader = Scheduler::behind_balancer(port, &etcd_url);
     }
     times.sort();
     println!(

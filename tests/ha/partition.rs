@@ -4,8 +4,8 @@
 //!   within its lease, take no daemon over (it cannot win while cut off),
 //!   and the daemons must reach the new leader within 5 s;
 //! - a leader cut off from the balancer (so from the daemons) but not from
-//!   etcd nor the standby must resign (`--ha_resign_unchecked_after`), and
-//!   the daemons must reach the new leader within 5 s.
+//!   etcd nor the standby must resign (`--ha_resign_unchecked_after`, on by
+//!   default), and the daemons must reach the new leader within 5 s.
 
 use std::{
     io::{Read, Write},
@@ -17,7 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use yadcc_scheduler::sim::Cluster;
+use yadcc_sim::Cluster;
 
 use super::{FAILOVER_LIMIT, MACHINES, TTL, cluster_config, grants_issued, runtime};
 use crate::support::*;
@@ -87,11 +87,11 @@ fn a_leader_cut_off_from_etcd_steps_down_in_its_lease_and_daemons_reach_the_new_
     let etcd_port: u16 = etcd.client_url.rsplit(':').next().unwrap().parse().unwrap();
     let hole = BlackHole::to(etcd_port);
     // The one reaching etcd through the black hole leads first.
-    let leader = Scheduler::start(free_port(), &hole.url());
+    let leader = Scheduler::behind_balancer(free_port(), &hole.url());
     wait_until(Duration::from_secs(15), "the first one leads", || {
         leader.is_ready()
     });
-    let standby = Scheduler::start(free_port(), &etcd.client_url);
+    let standby = Scheduler::behind_balancer(free_port(), &etcd.client_url);
     let port = free_port();
     let _haproxy = haproxy(&haproxy_program, port, leader.addr(), standby.addr());
     let runtime = runtime();
@@ -180,10 +180,7 @@ fn a_leader_cut_off_from_etcd_steps_down_in_its_lease_and_daemons_reach_the_new_
     drop(etcd);
 }
 
-/// What `--ha_resign_unchecked_after` is in the test: well above HAProxy's
-/// 300 ms checks.
-const UNCHECKED: &str = "--ha_resign_unchecked_after=2s";
-
+/// With the default flags (`--ha_resign_unchecked_after` 3 s).
 #[test]
 fn a_leader_cut_off_from_the_balancer_resigns_and_daemons_reach_the_new_one_within_5_s() {
     let _turn = one_at_a_time();
@@ -192,11 +189,11 @@ fn a_leader_cut_off_from_the_balancer_resigns_and_daemons_reach_the_new_one_with
     };
     let scratch = Scratch::new("lbcut");
     let etcd = Etcd::start(&etcd_program, &scratch.0);
-    let leader = Scheduler::start_with(free_port(), &etcd.client_url, &[UNCHECKED]);
+    let leader = Scheduler::behind_balancer(free_port(), &etcd.client_url);
     wait_until(Duration::from_secs(15), "the first one leads", || {
         leader.is_ready()
     });
-    let standby = Scheduler::start_with(free_port(), &etcd.client_url, &[UNCHECKED]);
+    let standby = Scheduler::behind_balancer(free_port(), &etcd.client_url);
     // The balancer reaches the leader through the black hole; the standby
     // reaches it directly (its probe says the leader answers).
     let hole = BlackHole::to(leader.port);

@@ -7,7 +7,7 @@ use std::{
     io::{Read, Write},
     net::TcpStream,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Stdio,
     time::{Duration, Instant},
 };
 
@@ -89,6 +89,7 @@ impl Files {
             format!("--ha_etcd_key_file={}", self.client_key.display()),
             format!("--ha_etcd_user={USER}"),
             format!("--ha_etcd_password_file={}", password.display()),
+            NO_BALANCER.to_owned(),
         ]
     }
 }
@@ -106,7 +107,7 @@ impl SecureEtcd {
         let (client_port, setup_port, peer_port) = (free_port(), free_port(), free_port());
         let https_url = format!("https://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let mut command = under_timeout(program);
+        let mut command = guarded(program);
         command.args([
             "--name=ha-secure".to_owned(),
             format!("--data-dir={}", dir.join("etcd").display()),
@@ -248,7 +249,8 @@ fn a_wrong_etcd_password_stops_the_start_with_the_reason() {
     };
     let wrong = scratch.0.join("wrong-password");
     std::fs::write(&wrong, "not-the-password\n").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_yadcc-scheduler"))
+    let mut command = crate::processes::command(env!("CARGO_BIN_EXE_yadcc-scheduler"));
+    command
         .args([
             format!("--listen=127.0.0.1:{}", free_port()),
             format!("--acceptable_user_tokens={USER_TOKEN}"),
@@ -259,9 +261,8 @@ fn a_wrong_etcd_password_stops_the_start_with_the_reason() {
         .args(files.flags(&wrong))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the scheduler");
+        .stderr(Stdio::piped());
+    let mut child = crate::processes::spawn(command).expect("start the scheduler");
     let deadline = Instant::now() + START_TIMEOUT;
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait") {

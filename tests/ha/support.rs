@@ -1,5 +1,6 @@
 //! The real parts of a hot standby on loopback ports of their own: Debian's
-//! `etcd` and `haproxy` (each under `timeout`, so nothing outlives a run),
+//! `etcd` and `haproxy` (each in a process group that ends with the test:
+//! [`crate::processes`]),
 //! the real scheduler binary twice, and probes of what each says.
 
 use std::{
@@ -11,6 +12,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::processes::{self, Group};
+
 pub const USER_TOKEN: &str = "ha-user-token";
 pub const SERVANT_TOKEN: &str = "ha-servant-token";
 pub const SECRET: &str = "ha-test-secret";
@@ -19,8 +22,6 @@ pub const ADMIN_TOKEN: &str = "ha-admin-token";
 /// The schedulers' `--adoption_window` (the default): long enough for a
 /// delegate's prefetched spare grant, issued by the old leader, to be used.
 pub const ADOPTION_WINDOW: Duration = Duration::from_secs(15);
-/// The longest any external program of a test may live.
-const PROGRAM_LIFETIME_SECS: u64 = 300;
 /// Until HAProxy has checked every server enough to know which is down.
 const HAPROXY_FIRST_CHECKS: Duration = Duration::from_millis(1500);
 /// How long a program may take to come up.
@@ -83,74 +84,36 @@ impl Drop for Scratch {
     }
 }
 
-/// An external program under `timeout -s KILL`; `pid` is the program's own
-/// (timeout's child), so a test can signal it.
+/// An external program in a process group of its own that dies with the
+/// test ([`crate::processes`]).
 pub struct External {
-    child: Child,
-    pub pid: u32,
+    group: Group,
 }
 
 impl External {
     pub fn spawn(mut command: Command) -> External {
-        let mut child = command
+        command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start under timeout");
-        let wrapper = child.id();
-        let deadline = Instant::now() + START_TIMEOUT;
-        let pid = loop {
-            let children =
-                std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
-                    .unwrap_or_default();
-            if let Some(pid) = children.split_whitespace().next() {
-                break pid.parse().expect("a pid");
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("the program ended at once: {status}");
-            }
-            assert!(Instant::now() < deadline, "the program did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        External { child, pid }
-    }
-
-    pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.pid.to_string())
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill -{signal} {}", self.pid);
+            .stderr(Stdio::null());
+        let group = Group::spawn(command).expect("start the program");
+        External { group }
     }
 
     /// SIGKILL, and waits until it is gone.
     pub fn kill_9(&mut self) {
-        self.signal("KILL");
-        let _ = self.child.wait();
+        self.group.kill();
+    }
+
+    /// `STOP`, `CONT`, ... to the program.
+    pub fn signal(&self, signal: &str) {
+        assert!(self.group.signal(signal), "kill -{signal}");
     }
 }
 
-impl Drop for External {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-KILL")
-            .arg(self.pid.to_string())
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-pub fn under_timeout(program: &Path) -> Command {
-    let mut command = Command::new("timeout");
-    command
-        .arg("-s")
-        .arg("KILL")
-        .arg(PROGRAM_LIFETIME_SECS.to_string())
-        .arg(program);
-    command
+/// `program` to be started as an [`External`].
+pub fn guarded(program: &Path) -> Command {
+    processes::command(program)
 }
 
 /// One etcd member on loopback ports of its own, its data in `dir`.
@@ -172,7 +135,7 @@ impl Etcd {
     fn start_on(program: &Path, dir: &Path, client_port: u16, peer_port: u16) -> Etcd {
         let client_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let mut command = under_timeout(program);
+        let mut command = guarded(program);
         command.args([
             "--name=ha-test",
             &format!("--data-dir={}", dir.join("etcd").display()),
@@ -204,21 +167,34 @@ impl Etcd {
     }
 }
 
-/// The scheduler binary, elected on etcd, listening on `port`.
+/// The scheduler binary, elected on etcd, listening on `port`; in a
+/// process group of its own that dies with the test ([`crate::processes`]).
 pub struct Scheduler {
     pub child: Child,
     pub port: u16,
     log: Arc<Mutex<Vec<String>>>,
 }
 
+/// A scheduler with no balancer checking its `/readyz` would resign as a
+/// leader no balancer reaches (`--ha_resign_unchecked_after`, on by
+/// default), as it must in a deployment without one.
+pub const NO_BALANCER: &str = "--ha_resign_unchecked_after=0s";
+
 impl Scheduler {
+    /// Without HAProxy in front ([`NO_BALANCER`]).
     pub fn start(port: u16, etcd_url: &str) -> Scheduler {
+        Scheduler::start_with(port, etcd_url, &[NO_BALANCER])
+    }
+
+    /// Behind HAProxy, with the default flags.
+    pub fn behind_balancer(port: u16, etcd_url: &str) -> Scheduler {
         Scheduler::start_with(port, etcd_url, &[])
     }
 
     /// With `extra` flags after the usual ones.
     pub fn start_with(port: u16, etcd_url: &str, extra: &[&str]) -> Scheduler {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_yadcc-scheduler"))
+        let mut command = crate::processes::command(env!("CARGO_BIN_EXE_yadcc-scheduler"));
+        command
             .args([
                 format!("--listen=127.0.0.1:{port}"),
                 format!("--acceptable_user_tokens={USER_TOKEN}"),
@@ -234,9 +210,8 @@ impl Scheduler {
             .env("RUST_LOG", "info,yadcc_scheduler::access=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start the scheduler");
+            .stderr(Stdio::piped());
+        let mut child = crate::processes::spawn(command).expect("start the scheduler");
         let stderr = child.stderr.take().expect("stderr");
         let log = Arc::new(Mutex::new(Vec::new()));
         let lines = Arc::clone(&log);
@@ -323,7 +298,7 @@ impl Scheduler {
 /// and `b`.
 pub fn haproxy(program: &Path, port: u16, a: SocketAddr, b: SocketAddr) -> External {
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/deploy/haproxy.cfg");
-    let mut command = under_timeout(program);
+    let mut command = guarded(program);
     command
         .arg("-db")
         .arg("-f")
@@ -415,8 +390,13 @@ impl Setup {
         };
         let scratch = Scratch::new(name);
         let etcd = Etcd::start(&etcd_program, &scratch.0);
-        let a = Scheduler::start(free_port(), &etcd.client_url);
-        let b = Scheduler::start(free_port(), &etcd.client_url);
+        let start = if with_haproxy {
+            Scheduler::behind_balancer
+        } else {
+            Scheduler::start
+        };
+        let a = start(free_port(), &etcd.client_url);
+        let b = start(free_port(), &etcd.client_url);
         let haproxy = haproxy_program.map(|program| {
             let port = free_port();
             (haproxy(&program, port, a.addr(), b.addr()), port)

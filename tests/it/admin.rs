@@ -7,7 +7,7 @@
 
 use prost::Message;
 use serde_json::{Value, json};
-use yadcc_scheduler::{admin::fingerprint, pb};
+use yadcc_pb as pb;
 
 use crate::{
     grpc::{frame, frames, h2_call},
@@ -134,10 +134,7 @@ async fn every_protocol_of_the_gateway_serves_the_admin_service() {
     .await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["servant"]["state"], "CORDON_STATE_CORDONED");
-    assert_eq!(
-        answer["servant"]["who"],
-        format!("token:{}", fingerprint(ADMIN_TOKEN))
-    );
+    assert_eq!(answer["servant"]["who"], "token:admin-token-1");
 
     // Binary protobuf over POST /rpc/, as http+pb with a sequence number.
     let drain = pb::DrainServantRequest {
@@ -228,7 +225,7 @@ async fn every_protocol_of_the_gateway_serves_the_admin_service() {
         [
             ("UncordonServant", "grpc"),
             ("DrainServant", "http+pb"),
-            ("CordonServant", "http"),
+            ("CordonServant", "http+pb"),
         ],
         "newest first, each with the protocol it came over"
     );
@@ -237,9 +234,9 @@ async fn every_protocol_of_the_gateway_serves_the_admin_service() {
     // The daemons' binary protocol knows no such method.
     let mut connection = Connection::open(server.addr).await;
     let mut frame_bytes = bytes::BytesMut::new();
-    yadcc_scheduler::sim::wire::encode_flare_frame(
+    yadcc_sim::wire::encode_flare_frame(
         &mut frame_bytes,
-        &yadcc_scheduler::sim::wire::request_meta_accepting(
+        &yadcc_sim::wire::request_meta_accepting(
             1,
             Method::ListAuditEvents.full_name().to_owned(),
             std::time::Duration::from_secs(2),
@@ -299,10 +296,7 @@ async fn a_cordoned_servant_is_marked_on_the_dashboard_with_reason_and_who() {
     assert_eq!(servant["location"], "127.0.0.2:8335");
     assert_eq!(servant["cordon"]["state"], "drained");
     assert_eq!(servant["cordon"]["reason"], "new disk");
-    assert_eq!(
-        servant["cordon"]["by"],
-        format!("token:{}", fingerprint(ADMIN_TOKEN))
-    );
+    assert_eq!(servant["cordon"]["by"], "token:admin-token-1");
     let cordons: Vec<(&str, bool)> = overview["cordons"]
         .as_array()
         .unwrap()
@@ -321,4 +315,85 @@ async fn a_cordoned_servant_is_marked_on_the_dashboard_with_reason_and_who() {
     // Its slots count as unavailable: it takes no task.
     assert_eq!(overview["totals"]["capacityAvailable"], 0);
     server.stop().await;
+}
+
+#[tokio::test]
+async fn cordons_and_the_audit_name_the_operators_label_never_a_trace_of_the_token() {
+    let labelled = "alice:alices-long-secret";
+    let flag = format!("--admin_tokens={labelled},plain-token");
+    let server = Binary::start(&[&flag, "--debugging_no_inspect_auth"], None);
+    let addr = server.addr;
+    let (status, answer) = admin_json(
+        addr,
+        "CordonServant",
+        Some("alices-long-secret"),
+        json!({ "location": "127.0.0.2:8335", "reason": "disk" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["servant"]["who"], "token:alice");
+    let (status, answer) = admin_json(
+        addr,
+        "DrainServant",
+        Some("plain-token"),
+        json!({ "location": "127.0.0.3:8335", "reason": "plain" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["servant"]["who"], "token:admin-token-2",
+        "a plain token keeps working, named by its place"
+    );
+    let (status, _) = admin_json(addr, "ListServantStates", Some(labelled), json!({})).await;
+    assert_eq!(status, 403, "the label is no part of the token");
+
+    let (_, states) = admin_json(addr, "ListServantStates", Some("plain-token"), json!({})).await;
+    let (_, audit) = admin_json(addr, "ListAuditEvents", Some("plain-token"), json!({})).await;
+    let overview: Value = http_client()
+        .get(format!("http://{addr}/api/v1/overview"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let by_location = |list: &Value, key: &str, location: &str| {
+        list.as_array()
+            .unwrap_or_else(|| panic!("{list}"))
+            .iter()
+            .find(|entry| entry["location"] == location)
+            .map(|entry| entry[key].clone())
+    };
+    assert_eq!(
+        by_location(&states["servants"], "who", "127.0.0.2:8335"),
+        Some(json!("token:alice")),
+        "{states}"
+    );
+    assert_eq!(
+        by_location(&audit["events"], "who", "127.0.0.2:8335"),
+        Some(json!("token:alice")),
+        "{audit}"
+    );
+    assert_eq!(
+        by_location(&overview["cordons"], "by", "127.0.0.2:8335"),
+        Some(json!("token:alice")),
+        "{overview}"
+    );
+    let everything = format!("{states}{audit}{overview}{}", server.log().join("\n"));
+    for secret in ["alices-long-secret", "plain-token"] {
+        assert!(!everything.contains(secret), "{secret} shown");
+        let trace = yadcc_scheduler::admin::fingerprint(secret);
+        assert!(
+            !everything.contains(&trace),
+            "a fingerprint of {secret} shown"
+        );
+    }
+    assert!(
+        server
+            .log()
+            .iter()
+            .any(|line| line.contains("labels alice, admin-token-2")),
+        "{:?}",
+        server.log()
+    );
 }

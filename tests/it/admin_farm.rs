@@ -12,10 +12,7 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use yadcc_scheduler::{
-    admin::fingerprint,
-    sim::{Cluster, ClusterConfig, Wire, Workload},
-};
+use yadcc_sim::{Cluster, ClusterConfig, Wire, Workload};
 
 use crate::{
     admin::{ADMIN_TOKEN, admin_json, audit_actions},
@@ -238,9 +235,9 @@ async fn cordon_drain_and_uncordon_a_servant_of_a_busy_farm() {
         audit_actions(&events),
         ["UncordonServant", "DrainServant", "CordonServant"]
     );
-    let who = format!("token:{}", fingerprint(ADMIN_TOKEN));
+    let who = "token:admin-token-1";
     for event in events["events"].as_array().unwrap() {
-        assert_eq!(event["who"], who.as_str());
+        assert_eq!(event["who"], who);
         assert_eq!(event["location"], location.as_str());
         assert_eq!(event["peer"], "127.0.0.1");
     }
@@ -292,6 +289,19 @@ async fn a_restart_with_the_state_file_keeps_the_cordons_and_the_audit() {
     // SIGKILL: nothing is written on the way out.
     first.child.kill().unwrap();
     first.child.wait().unwrap();
+    // What the running scheduler wrote: the file alone (no temporary file
+    // left beside it), readable by its owner only.
+    let names: Vec<_> = std::fs::read_dir(&scratch.0)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["admin.json"]);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(scratch.0.join("admin.json"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the state file is {mode:o}");
 
     let second = start(flags, Some(addr)).await.unwrap();
     let kept = state_of(addr, "127.0.0.2:8335")
@@ -345,4 +355,33 @@ async fn a_restart_with_the_state_file_keeps_the_cordons_and_the_audit() {
     let third = start(vec![admin_flag], Some(addr)).await.unwrap();
     let listed = act(third.addr, "ListServantStates", json!({})).await;
     assert_eq!(listed, json!({}), "nothing cordoned without --state_file");
+    drop(third);
+
+    // A file holding more cordons than the scheduler holds is refused whole
+    // at start: cutting it would put servants back into rotation unsaid.
+    let path = scratch.0.join("admin.json");
+    let mut saved: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let one = saved["cordons"][0].clone();
+    saved["cordons"] = (0..1001)
+        .map(|i| {
+            let mut cordon = one.clone();
+            cordon["location"] = json!(format!("10.0.{}.{}:8335", i / 250, i % 250));
+            cordon
+        })
+        .collect();
+    std::fs::write(&path, serde_json::to_vec(&saved).unwrap()).unwrap();
+    let mut refused = bounded(STEP, env!("CARGO_BIN_EXE_yadcc-scheduler"));
+    refused.args([
+        "--listen=127.0.0.1:0".to_owned(),
+        "--acceptable_user_tokens=u".to_owned(),
+        "--acceptable_servant_tokens=s".to_owned(),
+        state_flag,
+    ]);
+    let output = run_bounded(refused).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "started with 1001 cordons");
+    assert!(
+        stderr.contains("1001 cordons, more than the 1000"),
+        "{stderr}"
+    );
 }

@@ -17,7 +17,7 @@ use std::{
 };
 
 use prost::Message;
-use yadcc_scheduler::pb;
+use yadcc_pb as pb;
 
 use crate::support::*;
 

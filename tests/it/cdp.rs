@@ -45,10 +45,16 @@ impl Browser {
     /// Opens `url` in a phone's viewport `width` CSS pixels wide (a mobile
     /// one: the page's `viewport` meta applies), set before the page loads.
     pub async fn open_on_phone(binary: &Path, url: &str, width: u32) -> Browser {
-        Browser::open_with(binary, url, Some(width)).await
+        Browser::open_with(binary, url, Some((width, true))).await
     }
 
-    async fn open_with(binary: &Path, url: &str, phone_width: Option<u32>) -> Browser {
+    /// Opens `url` in a desktop viewport `width` CSS pixels wide (a laptop's
+    /// 1366, say), set before the page loads.
+    pub async fn open_on_desktop(binary: &Path, url: &str, width: u32) -> Browser {
+        Browser::open_with(binary, url, Some((width, false))).await
+    }
+
+    async fn open_with(binary: &Path, url: &str, viewport: Option<(u32, bool)>) -> Browser {
         static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let profile = std::env::temp_dir().join(format!("yadcc-cdp-{}-{run}", std::process::id()));
@@ -112,12 +118,13 @@ impl Browser {
         for domain in ["Runtime.enable", "Log.enable", "Page.enable"] {
             browser.command(true, domain, json!({})).await;
         }
-        if let Some(width) = phone_width {
+        if let Some((width, mobile)) = viewport {
+            let scale = if mobile { 2 } else { 1 };
             browser
                 .command(
                     true,
                     "Emulation.setDeviceMetricsOverride",
-                    json!({ "width": width, "height": PHONE_HEIGHT, "deviceScaleFactor": 2, "mobile": true }),
+                    json!({ "width": width, "height": PHONE_HEIGHT, "deviceScaleFactor": scale, "mobile": mobile }),
                 )
                 .await;
         }

@@ -15,12 +15,10 @@ use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
-use yadcc_scheduler::{
-    engine,
-    pb::{self, flare::rpc::RpcMeta},
-    rpc::state::ServeSettings,
-    sim::wire,
-};
+use yadcc_engine as engine;
+use yadcc_pb::{self as pb, flare::rpc::RpcMeta};
+use yadcc_scheduler::rpc::state::TransportSettings;
+use yadcc_sim::wire;
 
 use crate::support::*;
 
@@ -153,7 +151,7 @@ async fn server() -> Server {
         running_tasks_refresh: Duration::ZERO,
         ..engine_config()
     };
-    Server::start_with(config, ServeSettings::default(), "127.0.0.1:0").await
+    Server::start_with(config, TransportSettings::default(), "127.0.0.1:0").await
 }
 
 /// A heartbeat of the servant on 127.0.0.1:`port` reporting `tasks` running

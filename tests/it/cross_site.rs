@@ -2,10 +2,13 @@
 //! another site is refused (403) and a listed origin or the server's own
 //! pages are not; a body a page may send without a preflight (no
 //! `Content-Type`, `text/plain`, the form types) is 415, while the stock
-//! daemons' `http+pb`, JSON, Connect and gRPC keep working.
+//! daemons' `http+pb`, JSON, Connect and gRPC keep working. Rule "no
+//! rebinding": with an `Origin`, a `Host` that is none of the server's names
+//! is refused on the real binary, unless `--allowed_hosts` lists it.
 
 use prost::Message;
-use yadcc_scheduler::{pb, rpc::state::ServeSettings};
+use yadcc_pb as pb;
+use yadcc_scheduler::rpc::state::TransportSettings;
 
 use crate::support::{
     Connection, Method, SERVICE, STEP, Server, USER_TOKEN, bounded, call_http_pb, engine_config,
@@ -17,9 +20,9 @@ const LISTED: &str = "https://ci.example.com";
 async fn server() -> Server {
     Server::start_with(
         engine_config(),
-        ServeSettings {
+        TransportSettings {
             cors_allowed_origins: vec![LISTED.parse().unwrap()],
-            ..ServeSettings::default()
+            ..TransportSettings::default()
         },
         "127.0.0.1:0",
     )
@@ -124,6 +127,7 @@ async fn grpc_from_another_sites_page_is_refused_too() {
         let mut command = bounded(STEP, "curl");
         command.args([
             "--silent",
+            "--show-error",
             "--http2-prior-knowledge",
             "--dump-header",
             "-",
@@ -169,4 +173,62 @@ async fn grpc_from_another_sites_page_is_refused_too() {
     );
     let _ = std::fs::remove_file(&body);
     server.stop().await;
+}
+
+/// A request with `Host: host` (and `Origin: origin`, if any) to the real
+/// binary: the status and the answer.
+async fn with_host(
+    addr: std::net::SocketAddr,
+    head: &str,
+    host: &str,
+    origin: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let origin = origin.map_or(String::new(), |origin| format!("Origin: {origin}\r\n"));
+    let request = format!(
+        "{head}\r\nHost: {host}\r\n{origin}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(STEP, stream.read_to_end(&mut answer))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer.split(' ').nth(1).and_then(|code| code.parse().ok());
+    (status.unwrap_or_else(|| panic!("{answer}")), answer)
+}
+
+#[tokio::test]
+async fn a_page_whose_name_was_rebound_to_the_server_is_refused_unless_the_name_is_allowed() {
+    let rpc = "POST /rpc/yadcc.scheduler.SchedulerService.GetConfig HTTP/1.1";
+    let page = "GET /api/v1/overview HTTP/1.1";
+    let body = format!(r#"{{"token": "{USER_TOKEN}"}}"#);
+    let evil = Some("http://evil.example");
+    let open = ["--debugging_no_inspect_auth"];
+    let server = crate::support::Binary::start(&open, None);
+    let addr = server.addr;
+    for head in [rpc, page] {
+        let (status, answer) = with_host(addr, head, "evil.example", evil, &body).await;
+        assert_eq!(status, 403, "{head}: {answer}");
+        assert!(answer.contains("DNS rebinding"), "{answer}");
+        let (status, answer) = with_host(addr, head, "evil.example", None, &body).await;
+        assert_eq!(status, 200, "{head} without an Origin (curl): {answer}");
+        let own = format!("http://{addr}");
+        let (status, answer) = with_host(addr, head, &addr.to_string(), Some(&own), &body).await;
+        assert_eq!(status, 200, "{head} by IP: {answer}");
+        let (status, answer) =
+            with_host(addr, head, "localhost:1", Some("http://localhost:1"), &body).await;
+        assert_eq!(status, 200, "{head} as localhost: {answer}");
+    }
+
+    let allowing = crate::support::Binary::start(&[open[0], "--allowed_hosts=evil.example"], None);
+    for head in [rpc, page] {
+        let (status, answer) = with_host(allowing.addr, head, "evil.example", evil, &body).await;
+        assert_eq!(status, 200, "{head} with --allowed_hosts: {answer}");
+    }
 }

@@ -10,11 +10,9 @@ use std::{
     sync::atomic::Ordering::Relaxed,
     time::{Duration, Instant},
 };
+use yadcc_pb::Method;
 
-use yadcc_scheduler::{
-    pb::Method,
-    sim::{Cluster, ClusterConfig, Wire, Workload, stats::Call},
-};
+use yadcc_sim::{Cluster, ClusterConfig, Wire, Workload, stats::Call};
 
 use crate::support::{SERVANT_TOKEN, STEP, Server, USER_TOKEN, heavy};
 

@@ -4,10 +4,10 @@
 
 use base64::Engine as _;
 use serde_json::Value;
+use yadcc_pb as pb;
 use yadcc_scheduler::{
     dashboard::{ASSETS, InspectAccess, SECURITY_HEADERS},
-    pb,
-    rpc::state::ServeSettings,
+    rpc::state::TransportSettings,
 };
 
 use crate::support::*;
@@ -176,9 +176,9 @@ async fn history_is_sampled_every_second() {
 async fn a_credential_guards_the_dashboard_but_not_the_rpcs() {
     let server = Server::start_with(
         engine_config(),
-        ServeSettings {
+        TransportSettings {
             inspect: InspectAccess::Credential("ops:s3cret".into()),
-            ..ServeSettings::default()
+            ..TransportSettings::default()
         },
         "127.0.0.1:0",
     )

@@ -2,7 +2,7 @@
 
 use prost::Message;
 use serde_json::{Value, json};
-use yadcc_scheduler::pb;
+use yadcc_pb as pb;
 
 use crate::support::*;
 
@@ -344,4 +344,63 @@ async fn unknown_json_fields_are_ignored_and_nulls_of_messages_accepted() {
         "{body}"
     );
     server.stop().await;
+}
+
+/// Every JSON body the server sends ends with a newline: an answer, an
+/// error and the inspection pages, so `curl` leaves the prompt on a line of
+/// its own.
+#[tokio::test]
+async fn every_json_answer_ends_with_a_newline() {
+    let server = Server::start_inspectable().await;
+    let answered = post(
+        &server,
+        Route::HttpPb,
+        "GetConfig",
+        "application/json",
+        json!({"token": USER_TOKEN}).to_string().into_bytes(),
+    )
+    .await;
+    let refused = post(
+        &server,
+        Route::Connect,
+        "GetConfig",
+        "application/json",
+        json!({"token": "not-a-token"}).to_string().into_bytes(),
+    )
+    .await;
+    let malformed = post(
+        &server,
+        Route::HttpPb,
+        "GetConfig",
+        "application/json",
+        b"{".to_vec(),
+    )
+    .await;
+    assert_eq!(answered.0, 200);
+    assert_ne!(refused.0, 200);
+    assert_eq!(malformed.0, 400);
+    let mut bodies = vec![
+        ("an answer", answered.2),
+        ("a refusal", refused.2),
+        ("a malformed body", malformed.2),
+    ];
+    for page in [
+        "/api/v1/overview",
+        "/api/v1/history",
+        "/api/v1/tenants",
+        "/inspect/vars",
+    ] {
+        let response = http_client()
+            .get(server.url(page))
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(response.status(), 200, "{page}");
+        bodies.push((page, response.bytes().await.expect("body")));
+    }
+    for (what, body) in bodies {
+        let text = String::from_utf8_lossy(&body);
+        assert!(text.ends_with("}\n"), "{what}: {text:?}");
+        serde_json::from_slice::<Value>(&body).unwrap_or_else(|error| panic!("{what}: {error}"));
+    }
 }

@@ -25,13 +25,13 @@ use axum::{
 };
 use prost::Message;
 use tokio::net::TcpListener;
+use yadcc_engine::{Config, Scheduler, TokenSet};
+use yadcc_pb::{self as pb, Encoding};
 use yadcc_scheduler::{
     AppState, app,
-    engine::{Config, Scheduler, TokenSet},
-    pb::{self, Encoding},
     rpc::{
         codec::{decode, encode},
-        state::ServeSettings,
+        state::TransportSettings,
     },
 };
 
@@ -130,7 +130,7 @@ async fn json_mapping_agrees_with_googles_protobuf() {
         servant_tokens: TokenSet::anyone(),
         ..Config::default()
     });
-    let state = AppState::new(engine, ServeSettings::default());
+    let state = AppState::new(engine, TransportSettings::default());
     let harness = Router::new()
         .route("/test/decode/{name}", post(decode_route))
         .route("/test/encode/{name}", post(encode_route));

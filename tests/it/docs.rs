@@ -3,15 +3,22 @@
 //! marked `<!-- run: demo -->` runs as written against a real `--demo`
 //! (only its address differs: the test's demo listens on a port the kernel
 //! picks, so `127.0.0.1:8336` and `localhost:8336` are replaced by it).
+//! Every other shell block says on the line before why CI does not run it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{Launch, bounded, heavy, http_client, run_bounded};
+use crate::support::{Binary, Launch, bounded, heavy, http_client, run_bounded};
 
 /// Marks the fenced `sh` block on the next line as one CI runs.
 const RUN_MARK: &str = "<!-- run: demo -->";
+/// Marks the shell block on the next line as one CI does not run, and says
+/// why: `<!-- not run: REASON -->`.
+const NOT_RUN_MARK: &str = "<!-- not run: ";
+/// Anywhere in a page: none of its blocks runs, for the reason given
+/// (a record of commands as they were run, like the benchmarks' history).
+const PAGE_NOT_RUN_MARK: &str = "<!-- no block of this page runs: ";
 
 /// `UPDATE_DOCS=1 cargo test --test it docs::` rewrites the flag reference.
 #[test]
@@ -58,6 +65,72 @@ fn example_blocks_are_found_only_after_the_mark() {
     assert_eq!(marked_blocks(stray), vec![String::new()]);
 }
 
+#[test]
+fn every_shell_block_runs_or_says_why_not() {
+    let unmarked: Vec<String> = pages()
+        .iter()
+        .flat_map(|page| {
+            unmarked_shell_blocks(&read(page))
+                .into_iter()
+                .map(move |line| format!("{}:{line}", page.display()))
+        })
+        .collect();
+    assert!(
+        unmarked.is_empty(),
+        "shell blocks with neither {RUN_MARK} (CI runs it against the demo) nor \
+         {NOT_RUN_MARK}REASON --> on the line before:\n{}",
+        unmarked.join("\n")
+    );
+}
+
+#[test]
+fn unmarked_shell_blocks_are_found() {
+    let text = "<!-- run: demo -->\n```sh\nok\n```\n\
+                <!-- not run: needs etcd -->\n  ```bash\nok\n```\n\
+                ```toml\nnot a command\n```\n\
+                ```sh\nunmarked\n```\n\
+                <!-- not run:  -->\n```console\nno reason given\n```\n";
+    assert_eq!(unmarked_shell_blocks(text), vec![12, 16]);
+    let history = format!("{PAGE_NOT_RUN_MARK}old builds -->\n```sh\nx\n```\n");
+    assert!(unmarked_shell_blocks(&history).is_empty());
+}
+
+/// Line numbers (from 1) of the shell blocks whose previous line is neither
+/// mark, unless the page says none of its blocks runs.
+fn unmarked_shell_blocks(text: &str) -> Vec<usize> {
+    if text
+        .lines()
+        .any(|line| has_reason(line.trim(), PAGE_NOT_RUN_MARK))
+    {
+        return Vec::new();
+    }
+    let mut unmarked = Vec::new();
+    let mut previous = "";
+    let mut in_block = false;
+    for (index, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if let Some(info) = trimmed.strip_prefix("```") {
+            if !in_block {
+                let shell = matches!(info.trim(), "sh" | "bash" | "shell" | "console");
+                let marked = previous == RUN_MARK || has_reason(previous, NOT_RUN_MARK);
+                if shell && !marked {
+                    unmarked.push(index + 1);
+                }
+            }
+            in_block = !in_block;
+        }
+        previous = trimmed;
+    }
+    unmarked
+}
+
+/// Whether `line` is `mark` + a reason + ` -->`.
+fn has_reason(line: &str, mark: &str) -> bool {
+    line.strip_prefix(mark)
+        .and_then(|rest| rest.strip_suffix("-->"))
+        .is_some_and(|reason| !reason.trim().is_empty())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn marked_examples_run_against_the_demo() {
     let examples = marked_examples();
@@ -66,14 +139,7 @@ async fn marked_examples_run_against_the_demo() {
         "the README has no example marked {RUN_MARK}"
     );
     let _heavy = heavy().await;
-    let demo = Launch {
-        flags: &["--demo"],
-        tokens: false,
-        ..Launch::default()
-    }
-    .start();
-    let base = format!("http://{}", demo.addr);
-    wait_for_demo_servants(&base).await;
+    let (demo, _) = started_demo().await;
     for (page, block) in &examples {
         assert!(
             !block.trim().is_empty(),
@@ -100,6 +166,20 @@ async fn marked_examples_run_against_the_demo() {
             String::from_utf8_lossy(&output.stderr),
         );
     }
+}
+
+/// `--demo` started as a user would (no test tokens), once its servants
+/// registered, with its base URL.
+pub async fn started_demo() -> (Binary, String) {
+    let demo = Launch {
+        flags: &["--demo"],
+        tokens: false,
+        ..Launch::default()
+    }
+    .start();
+    let base = format!("http://{}", demo.addr);
+    wait_for_demo_servants(&base).await;
+    (demo, base)
 }
 
 /// The demo's daemons register within a few seconds of its start; the
@@ -134,8 +214,8 @@ fn repository() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Every marked block of the README and of `docs/`, with its page.
-fn marked_examples() -> Vec<(PathBuf, String)> {
+/// The README and every page of `docs/`.
+fn pages() -> Vec<PathBuf> {
     let root = repository();
     let mut pages = vec![root.join("README.md")];
     let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
@@ -146,6 +226,11 @@ fn marked_examples() -> Vec<(PathBuf, String)> {
     docs.sort();
     pages.extend(docs);
     pages
+}
+
+/// Every marked block of the README and of `docs/`, with its page.
+fn marked_examples() -> Vec<(PathBuf, String)> {
+    pages()
         .into_iter()
         .flat_map(|page| {
             let text = read(&page);

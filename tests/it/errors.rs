@@ -2,10 +2,9 @@
 //! both route styles; and bad bodies never take the server down.
 
 use prost::Message;
-use yadcc_scheduler::{
-    engine, pb,
-    rpc::{error::ErrorKind, state::ServeSettings},
-};
+use yadcc_engine as engine;
+use yadcc_pb as pb;
+use yadcc_scheduler::rpc::{error::ErrorKind, state::TransportSettings};
 
 use crate::support::*;
 
@@ -17,9 +16,9 @@ async fn server() -> Server {
             min_daemon_version: 5,
             ..engine_config()
         },
-        ServeSettings {
+        TransportSettings {
             max_body_bytes: BODY_LIMIT,
-            ..ServeSettings::default()
+            ..TransportSettings::default()
         },
         "127.0.0.1:0",
     )

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
-use yadcc_scheduler::pb;
+use yadcc_pb as pb;
 
 use crate::support::*;
 

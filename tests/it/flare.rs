@@ -6,12 +6,10 @@ use std::time::Duration;
 
 use prost::Message;
 use tokio::time::Instant;
-use yadcc_scheduler::{
-    engine,
-    pb::{self, flare::rpc::RpcMeta},
-    rpc::state::ServeSettings,
-    sim::wire::{self, client_timeout},
-};
+use yadcc_engine as engine;
+use yadcc_pb::{self as pb, flare::rpc::RpcMeta};
+use yadcc_scheduler::rpc::state::TransportSettings;
+use yadcc_sim::wire::{self, client_timeout};
 
 use crate::{fixtures::saturated_server, support::*};
 
@@ -61,7 +59,7 @@ fn server_for_vectors() -> engine::Config {
 async fn the_documented_heartbeat_is_decoded_and_answered_in_the_documented_form() {
     let server = Server::start_with(
         server_for_vectors(),
-        ServeSettings::default(),
+        TransportSettings::default(),
         "127.0.0.1:0",
     )
     .await;

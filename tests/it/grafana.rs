@@ -209,7 +209,7 @@ async fn every_series_the_dashboard_reads_is_served() {
     let renewed = call_http_pb(
         server.addr,
         Method::KeepTaskAlive,
-        &yadcc_scheduler::pb::KeepTaskAliveRequest {
+        &yadcc_pb::KeepTaskAliveRequest {
             token: USER_TOKEN.into(),
             task_grant_ids: ids.clone(),
             next_keep_alive_in_ms: 10_000,

@@ -10,7 +10,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 use tokio::{net::TcpStream, time::Instant};
-use yadcc_scheduler::{engine, pb, rpc::state::ServeSettings};
+use yadcc_engine as engine;
+use yadcc_pb as pb;
+use yadcc_scheduler::rpc::state::TransportSettings;
 
 use crate::{fixtures::take_the_only_slot, support::*};
 
@@ -32,10 +34,10 @@ pub async fn server_secured(security: yadcc_scheduler::security::SecuritySetting
             adoption_window: std::time::Duration::ZERO,
             ..engine_config()
         },
-        ServeSettings {
+        TransportSettings {
             max_body_bytes: BODY_LIMIT,
             security,
-            ..ServeSettings::default()
+            ..TransportSettings::default()
         },
         "127.0.0.1:0",
     )

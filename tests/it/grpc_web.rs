@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use axum::http::HeaderValue;
 use base64::Engine as _;
 use prost::Message;
-use yadcc_scheduler::{pb, rpc::state::ServeSettings};
+use yadcc_pb as pb;
+use yadcc_scheduler::rpc::state::TransportSettings;
 
 use crate::{
     grpc::{GRPC, frame, frames, get_config, h2_call, rpc_path, server},
@@ -128,12 +129,12 @@ async fn grpc_web_text_is_base64_both_ways() {
 async fn server_with_cors(origins: &[&str]) -> Server {
     Server::start_with(
         engine_config(),
-        ServeSettings {
+        TransportSettings {
             cors_allowed_origins: origins
                 .iter()
                 .map(|origin| HeaderValue::from_str(origin).unwrap())
                 .collect(),
-            ..ServeSettings::default()
+            ..TransportSettings::default()
         },
         "127.0.0.1:0",
     )

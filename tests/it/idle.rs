@@ -11,12 +11,9 @@ use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
 use tokio::{io::AsyncWriteExt, net::TcpStream, time::Instant};
-use yadcc_scheduler::{
-    edge::EdgeSettings,
-    pb::{self, flare::rpc::RpcMeta},
-    rpc::state::ServeSettings,
-    sim::wire,
-};
+use yadcc_pb::{self as pb, flare::rpc::RpcMeta};
+use yadcc_scheduler::{edge::EdgeSettings, rpc::state::TransportSettings};
+use yadcc_sim::wire;
 
 use crate::support::*;
 
@@ -25,12 +22,12 @@ const IDLE: Duration = Duration::from_millis(400);
 async fn server_idle_after(idle_timeout: Duration) -> Server {
     Server::start_with(
         engine_config(),
-        ServeSettings {
+        TransportSettings {
             edge: EdgeSettings {
                 idle_timeout,
                 ..EdgeSettings::default()
             },
-            ..ServeSettings::default()
+            ..TransportSettings::default()
         },
         "127.0.0.1:0",
     )

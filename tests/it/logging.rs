@@ -8,7 +8,7 @@ use std::{
 };
 
 use prost::Message;
-use yadcc_scheduler::pb;
+use yadcc_pb as pb;
 
 use crate::support::*;
 
@@ -143,7 +143,7 @@ async fn json_logs_are_one_object_per_line_without_tokens() {
     assert_eq!(statuses, [200, 403, 403]);
     assert_eq!(access[0]["rpc"], "Heartbeat");
     assert_eq!(access[0]["protocol"], "http+pb");
-    assert_eq!(access[2]["protocol"], "http");
+    assert_eq!(access[2]["protocol"], "http+pb");
     assert_eq!(access[2]["encoding"], "json");
     assert!(access[0]["latency_us"].is_u64());
 }

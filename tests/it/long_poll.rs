@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use prost::Message;
 use tokio::time::Instant;
-use yadcc_scheduler::pb;
+use yadcc_pb as pb;
 
 use crate::{
     fixtures::{eventually, saturated_server},

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use prost::Message;
 use tokio::time::Instant;
-use yadcc_scheduler::pb;
+use yadcc_pb as pb;
 
 use crate::support::*;
 

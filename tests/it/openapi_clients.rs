@@ -7,7 +7,6 @@
 //! installed by scripts/test.sh into target/test-tools.
 
 use std::path::{Path, PathBuf};
-
 use yadcc_scheduler::openapi;
 
 use crate::{

@@ -5,11 +5,8 @@
 use std::net::SocketAddr;
 
 use serde_json::{Value, json};
-use yadcc_scheduler::{
-    http::dialect::RouteStyle,
-    openapi,
-    pb::{self, Method},
-};
+use yadcc_pb::{self as pb, Method};
+use yadcc_scheduler::{http::dialect::RouteStyle, openapi};
 
 use crate::openapi_schema::{
     authorized, client, document, example, for_this_deployment, start_server,
@@ -77,10 +74,8 @@ async fn outcome(
 
 #[tokio::test]
 async fn every_contract_rule_is_what_the_server_enforces() {
-    use yadcc_scheduler::{
-        contract::{self, Rule},
-        engine::Limits,
-    };
+    use yadcc_engine::Limits;
+    use yadcc_scheduler::contract::{self, Rule};
     const INVALID_ARGUMENT: u64 = 1004;
     let doc = document();
     let addr = start_server().await;

@@ -8,10 +8,8 @@
 use std::{collections::BTreeSet, path::Path};
 
 use serde_json::{Value, json};
-use yadcc_scheduler::{
-    openapi,
-    pb::{self, Method},
-};
+use yadcc_pb::{self as pb, Method};
+use yadcc_scheduler::openapi;
 
 use crate::openapi_schema::{STYLES, client, document, resolve, services, start_server};
 
@@ -74,6 +72,20 @@ fn the_rpcs_of_the_proto_are_the_routed_rpcs() {
             Some(method.full_name())
         );
     }
+}
+
+#[test]
+fn every_operation_has_one_tag_so_swagger_ui_lists_it_once() {
+    let doc = document();
+    let mut admin = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let tags = operation["tags"].as_array().map(Vec::len).unwrap_or(0);
+            assert_eq!(tags, 1, "{method} {path}: {}", operation["tags"]);
+            admin += usize::from(operation["tags"][0] == "AdminService");
+        }
+    }
+    assert!(admin > 0, "the admin operations have their own tag");
 }
 
 #[test]
@@ -273,6 +285,16 @@ async fn swagger_ui_is_served_from_the_binary_and_reads_this_document() {
     assert_eq!(index.status(), 200);
     let html = index.text().await.unwrap();
     assert!(html.contains("swagger-ui"), "{html}");
+    // A phone lays the page out at its own width, and a tab names the API.
+    assert!(
+        html.contains(r#"<meta name="viewport" content="width=device-width, initial-scale=1">"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(&format!("<title>{}</title>", openapi::DOCS_TITLE))
+            && !html.contains("<title>Swagger UI"),
+        "{html}"
+    );
     for remote in ["src=\"http", "href=\"http", "src=\"//", "href=\"//"] {
         assert!(
             !html.contains(remote),

@@ -9,11 +9,8 @@ use std::collections::BTreeMap;
 use prost::Message as _;
 use prost_reflect::DynamicMessage;
 use serde_json::Value;
-use yadcc_scheduler::{
-    http::dialect::RouteStyle,
-    openapi,
-    pb::{self, Method},
-};
+use yadcc_pb::{self as pb, Method};
+use yadcc_scheduler::{http::dialect::RouteStyle, openapi};
 
 use crate::openapi_schema::{
     STYLES, Schemas, authorized, client, document, example, for_this_deployment, start_server,

@@ -8,15 +8,16 @@ use std::{net::SocketAddr, time::Duration};
 
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
+use yadcc_engine::{Config, Scheduler, TokenSet};
+use yadcc_pb as pb;
 use yadcc_scheduler::{
     AppState,
     admin::{Admin, AdminTokens, Store},
     app,
-    engine::{Config, Scheduler, TokenSet},
     ha::Leadership,
     http::dialect::RouteStyle,
-    openapi, pb,
-    rpc::state::ServeSettings,
+    openapi,
+    rpc::state::TransportSettings,
 };
 
 /// Accepted as user and as servant token, so every RPC passes the token check
@@ -73,9 +74,9 @@ pub async fn start_server() -> SocketAddr {
     );
     let state = AppState::with_admin(
         engine,
-        ServeSettings {
+        TransportSettings {
             inspect: yadcc_scheduler::dashboard::InspectAccess::Open,
-            ..ServeSettings::default()
+            ..TransportSettings::default()
         },
         leadership,
         admin,

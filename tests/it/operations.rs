@@ -3,8 +3,9 @@
 //! Prometheus Python client's strict OpenMetrics parser for OpenMetrics).
 
 use std::{io::Write, process::Stdio};
+use yadcc_pb as pb;
 
-use yadcc_scheduler::{build_info, pb};
+use yadcc_scheduler::build_info;
 
 use crate::support::*;
 
@@ -129,9 +130,21 @@ async fn metrics_count_requests_and_show_the_cluster() {
     );
     assert!(
         text.contains(
-            r#"yadcc_scheduler_rpc_duration_seconds_count{protocol="http",method="GetConfig"} 1"#
+            r#"yadcc_scheduler_rpc_duration_seconds_count{protocol="http+pb",method="GetConfig"} 2"#
         ),
+        "the /rpc/ route is http+pb from any client: {text}"
+    );
+    assert!(
+        text.contains(r#"yadcc_scheduler_rpc_requests_total{protocol="http+pb",method="GetConfig",encoding="json",code="200"} 1"#),
         "{text}"
+    );
+    assert!(
+        !text.contains(r#"{protocol="http",method"#),
+        "no call is labelled by the server it came through: {text}"
+    );
+    assert!(
+        text.contains(r#"yadcc_scheduler_connections_accepted_total{protocol="http"}"#),
+        "connections are labelled by the server that took them: {text}"
     );
     assert!(
         text.contains(r#"yadcc_scheduler_grant_wait_seconds_count{outcome="granted"} 1"#),

@@ -3,7 +3,7 @@
 
 use prost::Message;
 use serde_json::Value;
-use yadcc_scheduler::pb;
+use yadcc_pb as pb;
 
 use crate::support::*;
 
@@ -74,7 +74,10 @@ async fn each_peer_shows_the_protocol_of_its_latest_call() {
     let overview = overview(&server).await;
     let protocols = &overview["peerProtocols"];
     assert_eq!(protocols["127.0.0.2"], "connect", "{protocols}");
-    assert_eq!(protocols["127.0.0.3"], "http", "{protocols}");
+    assert_eq!(
+        protocols["127.0.0.3"], "http+pb",
+        "the /rpc/ route's wire, whichever server took it: {protocols}"
+    );
     assert_eq!(protocols["127.0.0.4"], "flare", "{protocols}");
     assert_eq!(protocols["127.0.0.5"], "http+pb", "{protocols}");
 

@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use yadcc_scheduler::sim::{Cluster, ClusterConfig, Wire, Workload, stats::Stats};
+use yadcc_sim::{Cluster, ClusterConfig, Wire, Workload, stats::Stats};
 
 use crate::fixtures::{eventually, eventually_within};
 use crate::support::{Binary, Launch, SERVANT_TOKEN, STEP, USER_TOKEN, heavy, http_client};

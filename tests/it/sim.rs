@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use yadcc_scheduler::sim::{Cluster, ClusterConfig, Wire, Workload};
+use yadcc_sim::{Cluster, ClusterConfig, Wire, Workload};
 
 use crate::{
     fixtures::eventually,

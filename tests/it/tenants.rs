@@ -16,12 +16,12 @@ use std::{
 };
 
 use prost::Message;
-use yadcc_scheduler::pb;
+use yadcc_pb as pb;
 
 use crate::fixtures::eventually_within;
 use crate::support::{
     Binary, Connection, DIGEST, Method, SERVANT_TOKEN, daemon_request, heartbeat, heavy,
-    http_client, servant_location,
+    http_client, metrics_text, servant_location,
 };
 
 /// How long a worker holds each grant: with 4 slots, about 200 grants a
@@ -276,17 +276,6 @@ fn held(view: &serde_json::Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("tenant {name} in {view}"))
 }
 
-async fn metrics(addr: SocketAddr) -> String {
-    http_client()
-        .get(format!("http://{addr}/metrics"))
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("text")
-}
-
 /// Lets the farm fill and the queues form before counting: every worker
 /// connected and answered once, then half a second of turns. (A fixed
 /// half second was not enough on a busy machine: CI counted 600 ms in
@@ -346,7 +335,7 @@ async fn weights_three_to_one_share_a_saturated_farm_three_to_one() {
         (2.7..=3.3).contains(&r),
         "weights 3:1 gave {developers}:{ci} = {r:.2}"
     );
-    let text = metrics(binary.addr).await;
+    let text = metrics_text(binary.addr).await;
     for series in [
         "yadcc_scheduler_tenant_grants_total{tenant=\"developers\"}",
         "yadcc_scheduler_tenant_waiting{tenant=\"ci\"}",
@@ -551,11 +540,11 @@ async fn reloads_under_load_fail_no_call_a_bad_file_keeps_the_old_one_a_removed_
     let weight_of_b = view["tenants"].as_array().unwrap()[1]["weight"].as_f64();
     assert_eq!(weight_of_b, Some(2.0), "{view}");
     // A bad file: counted, logged, and the running tenants stay.
-    let before = reload_failures(&metrics(binary.addr).await);
+    let before = reload_failures(&metrics_text(binary.addr).await);
     file.write("[[tenant]]\nname = \"a\"\nweight = 0\n");
     let mut after = before;
     for _ in 0..50 {
-        after = reload_failures(&metrics(binary.addr).await);
+        after = reload_failures(&metrics_text(binary.addr).await);
         if after > before {
             break;
         }

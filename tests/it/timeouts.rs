@@ -6,16 +6,17 @@ use std::time::Duration;
 
 use prost::Message;
 use tokio::{io::AsyncWriteExt, net::TcpStream, time::Instant};
-use yadcc_scheduler::{edge::EdgeSettings, pb, rpc::state::ServeSettings};
+use yadcc_pb as pb;
+use yadcc_scheduler::{edge::EdgeSettings, rpc::state::TransportSettings};
 
 use crate::{edge::read_some, support::*};
 
 async fn server_with_edge(edge: EdgeSettings) -> Server {
     Server::start_with(
         engine_config(),
-        ServeSettings {
+        TransportSettings {
             edge,
-            ..ServeSettings::default()
+            ..TransportSettings::default()
         },
         "127.0.0.1:0",
     )

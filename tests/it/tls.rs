@@ -2,7 +2,7 @@
 //! CA made here (rcgen), curl with `--cacert`, HTTP/2 by ALPN, a plaintext
 //! flare heartbeat on the same port, certificate rotation, client
 //! certificates accepted and refused, the inspection credential refused over
-//! plain HTTP, and the guessing limit.
+//! plain HTTP (the guessing limit: `guessing.rs`).
 
 use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
@@ -23,7 +23,7 @@ use crate::support::{
     Binary, Connection, Launch, Method, STEP, bounded, heartbeat, run_bounded, servant_location,
 };
 
-const CREDENTIAL: &str = "ops:s3cret";
+pub(crate) const CREDENTIAL: &str = "ops:s3cret";
 
 /// A CA of the test's own.
 pub(crate) struct Ca {
@@ -141,7 +141,11 @@ async fn curl(args: &[&str]) -> (i32, String) {
 
 /// A TLS client trusting `ca_pem`, offering `alpn`, with a client
 /// certificate if given.
-fn connector(ca_pem: &str, alpn: &[&[u8]], client: Option<(&str, &str)>) -> TlsConnector {
+pub(crate) fn connector(
+    ca_pem: &str,
+    alpn: &[&[u8]],
+    client: Option<(&str, &str)>,
+) -> TlsConnector {
     let mut roots = RootCertStore::empty();
     for certificate in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(certificate.unwrap()).unwrap();
@@ -168,7 +172,7 @@ fn connector(ca_pem: &str, alpn: &[&[u8]], client: Option<(&str, &str)>) -> TlsC
 
 /// A handshake with the server: the certificate it served and the protocol
 /// ALPN chose.
-async fn handshake(
+pub(crate) async fn handshake(
     addr: SocketAddr,
     connector: &TlsConnector,
 ) -> std::io::Result<(CertificateDer<'static>, Option<Vec<u8>>)> {
@@ -184,7 +188,7 @@ async fn handshake(
 
 /// One HTTP/1.1 request on a fresh plaintext connection, sent after
 /// `prefix` (a PROXY header); the status code and the whole answer.
-async fn plain_request(addr: SocketAddr, prefix: &str, head: &str) -> (u16, String) {
+pub(crate) async fn plain_request(addr: SocketAddr, prefix: &str, head: &str) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!("{prefix}{head}Host: x\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -202,7 +206,7 @@ async fn plain_request(addr: SocketAddr, prefix: &str, head: &str) -> (u16, Stri
     (status, answer)
 }
 
-fn basic(credential: &str) -> String {
+pub(crate) fn basic(credential: &str) -> String {
     use base64::Engine as _;
     format!(
         "Authorization: Basic {}\r\n",
@@ -212,11 +216,11 @@ fn basic(credential: &str) -> String {
 
 /// A PROXY v1 header naming `client` (a scheduler that trusts loopback as a
 /// proxy sees the request as `client`'s).
-fn proxied_from(client: &str) -> String {
+pub(crate) fn proxied_from(client: &str) -> String {
     format!("PROXY TCP4 {client} 127.0.0.1 40000 8336\r\n")
 }
 
-async fn metric(addr: SocketAddr, series: &str) -> u64 {
+pub(crate) async fn metric(addr: SocketAddr, series: &str) -> u64 {
     let (_, text) = plain_request(addr, "", "GET /metrics HTTP/1.1\r\n").await;
     text.lines()
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
@@ -529,76 +533,94 @@ async fn with_tls_the_credential_is_refused_over_plain_http_except_from_loopback
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
-#[tokio::test]
-async fn guessing_the_credential_is_limited_per_address_and_daemon_tokens_never_are() {
-    let server = Binary::start(
-        &[
-            &format!("--inspect_credential={CREDENTIAL}"),
-            "--trusted_proxies=127.0.0.1",
-        ],
-        None,
-    );
-    let guesser = proxied_from("192.0.2.66");
-    let wrong = format!("GET /api/v1/overview HTTP/1.1\r\n{}", basic("ops:guess"));
-    let right = format!("GET /api/v1/overview HTTP/1.1\r\n{}", basic(CREDENTIAL));
-    for _ in 0..10 {
-        let (status, _) = plain_request(server.addr, &guesser, &wrong).await;
-        assert_eq!(status, 401);
-    }
-    let (status, answer) = plain_request(server.addr, &guesser, &right).await;
-    assert_eq!(status, 429, "even the right one, unread: {answer}");
-    assert!(
-        answer.to_ascii_lowercase().contains("retry-after: 60"),
-        "{answer}"
-    );
-    let (status, _) = plain_request(server.addr, &proxied_from("192.0.2.67"), &right).await;
-    assert_eq!(status, 200, "another address");
-    let (status, _) = plain_request(
-        server.addr,
-        &proxied_from("192.0.2.68"),
-        "GET /api/v1/overview HTTP/1.1\r\n",
+/// ListServantStates with `token`, as plain JSON from `prefix`'s client.
+fn admin_head(token: &str, extra: &str) -> String {
+    format!(
+        "POST /rpc/yadcc.scheduler.AdminService.ListServantStates HTTP/1.1\r\n\
+         Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\
+         Content-Length: 2\r\n{extra}"
     )
-    .await;
-    assert_eq!(status, 401, "no credential is no guess");
-    assert_eq!(
-        metric(
-            server.addr,
-            "yadcc_scheduler_failed_credentials_total{surface=\"inspect\"}"
-        )
-        .await,
-        10
+}
+
+#[tokio::test]
+async fn with_tls_an_admin_token_is_refused_in_clear_from_afar_through_any_proxy() {
+    let dir = Dir::new("plaintext-admin");
+    let ca = Ca::new("test CA");
+    server_files(&dir, &ca, "scheduler");
+    let flags = [
+        "--admin_tokens=operator-token-1",
+        "--trusted_proxies=127.0.0.1",
+    ];
+    let server = start(&dir, false, &flags);
+    // plain_request ends the head; the two-byte body `{}` follows it.
+    let call = |prefix: String, extra: &str| {
+        let head = admin_head("operator-token-1", extra);
+        async move {
+            let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+            let request = format!("{prefix}{head}Host: x\r\nConnection: close\r\n\r\n{{}}");
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = Vec::new();
+            let _ = tokio::time::timeout(STEP, stream.read_to_end(&mut answer)).await;
+            String::from_utf8_lossy(&answer).into_owned()
+        }
+    };
+    let answer = call(proxied_from("10.1.2.3"), "").await;
+    assert!(answer.starts_with("HTTP/1.1 403"), "PROXY header: {answer}");
+    assert!(answer.contains("HTTPS only"), "{answer}");
+    let answer = call(String::new(), "X-Forwarded-For: 10.1.2.3\r\n").await;
+    assert!(
+        answer.starts_with("HTTP/1.1 403"),
+        "X-Forwarded-For: {answer}"
+    );
+    let answer = call(String::new(), "").await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "from loopback: {answer}"
     );
     assert_eq!(
         metric(
             server.addr,
-            "yadcc_scheduler_guesses_refused_total{surface=\"inspect\"}"
+            "yadcc_scheduler_failed_credentials_total{surface=\"admin_token\"}"
         )
         .await,
-        1
+        0,
+        "refused unread: no guess"
     );
 
-    // A misconfigured daemon: every call refused for its token, none limited.
-    let mut daemon = Connection::open(server.addr).await;
-    let mut bad = heartbeat(&servant_location("127.0.0.1", 9001), 4);
-    bad.token = "not-a-token".into();
-    for id in 0..20 {
-        let answer = daemon.flare_call(id, Method::Heartbeat, &bad).await;
-        assert_eq!(answer.status(), 1003, "STATUS_ACCESS_DENIED every time");
-    }
-    let good = heartbeat(&servant_location("127.0.0.1", 9001), 4);
-    assert_eq!(
-        daemon
-            .flare_call(99, Method::Heartbeat, &good)
-            .await
-            .status(),
-        0
+    // Over TLS from the same remote address: accepted.
+    let mut tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    tcp.write_all(proxied_from("10.1.2.3").as_bytes())
+        .await
+        .unwrap();
+    let client = connector(&ca.pem(), &[b"http/1.1"], None);
+    let mut tls = client
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let head = admin_head("operator-token-1", "");
+    tls.write_all(format!("{head}Host: x\r\nConnection: close\r\n\r\n{{}}").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(STEP, tls.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "over TLS: {answer}");
+
+    // The operator's choice, for a proxy that terminates TLS itself.
+    let allowing = start(
+        &dir,
+        false,
+        &[flags[0], flags[1], "--allow_plaintext_inspection"],
     );
-    assert_eq!(
-        metric(
-            server.addr,
-            "yadcc_scheduler_failed_credentials_total{surface=\"rpc_token\"}"
-        )
-        .await,
-        20
+    let mut stream = tokio::net::TcpStream::connect(allowing.addr).await.unwrap();
+    let request = format!(
+        "{}{}Host: x\r\nConnection: close\r\n\r\n{{}}",
+        proxied_from("10.1.2.3"),
+        admin_head("operator-token-1", "")
     );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(STEP, stream.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "allowed: {answer}");
 }

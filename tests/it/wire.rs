@@ -3,7 +3,10 @@
 
 use bytes::BytesMut;
 use prost::Message;
-use yadcc_scheduler::{engine, pb, rpc::state::ServeSettings, sim::wire};
+use yadcc_engine as engine;
+use yadcc_pb as pb;
+use yadcc_scheduler::rpc::state::TransportSettings;
+use yadcc_sim::wire;
 
 use crate::support::*;
 
@@ -131,7 +134,7 @@ async fn the_full_lifecycle_works_over_binary_http_pb() {
             adoption_window: std::time::Duration::ZERO,
             ..engine_config()
         },
-        ServeSettings::default(),
+        TransportSettings::default(),
         "127.0.0.1:0",
     )
     .await;
@@ -251,7 +254,7 @@ async fn self_avoidance_and_nat_use_the_observed_socket_address() {
     assert_eq!(natted.max_tasks, 0);
     assert_eq!(
         natted.not_accepting_reason,
-        Some(yadcc_scheduler::engine::NotAcceptingReason::BehindNat)
+        Some(yadcc_engine::NotAcceptingReason::BehindNat)
     );
     server.stop().await;
 }
@@ -288,7 +291,7 @@ async fn over_the_in_flight_cap_http_pb_is_answered_overloaded_and_connection_cl
     // the calls in flight reach the cap.
     let mut config = engine_config();
     config.limits.max_waiters_per_requester = 2 * MAX_CALLS_IN_FLIGHT_PER_CONNECTION;
-    let server = Server::start_with(config, ServeSettings::default(), "127.0.0.1:0").await;
+    let server = Server::start_with(config, TransportSettings::default(), "127.0.0.1:0").await;
     crate::fixtures::take_the_only_slot(&server, 1).await;
     let mut connection = Connection::open(server.addr).await;
     let wait = wait_request(1500, 1, 0).encode_to_vec();

@@ -2,7 +2,7 @@
 //! make them, with no token (`GetRunningTasks` is open, as in the original).
 //! Each runs until its task is aborted, holding every connection open.
 
-use std::{convert::Infallible, net::SocketAddr};
+use std::{convert::Infallible, net::SocketAddr, sync::Arc};
 
 use axum::body::Body;
 use bytes::Bytes;
@@ -11,13 +11,15 @@ use http::Request;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
-use tokio::{io::AsyncWriteExt, sync::oneshot, task::JoinSet};
-use yadcc_scheduler::{
-    pb,
-    sim::{
-        client::{SerialConn, connect},
-        wire::Wire,
-    },
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    sync::oneshot,
+    task::JoinSet,
+};
+use yadcc_pb as pb;
+use yadcc_sim::{
+    client::{SerialConn, connect},
+    wire::Wire,
 };
 
 use crate::{
@@ -40,6 +42,41 @@ pub enum Attack {
     /// 20 flare connections, each sending `KeepTaskAlive` with 65,536 ids
     /// and a valid user token, again as soon as answered.
     HugeKeepAlives,
+    /// Connections from six addresses (issue 45), each holding an h2c
+    /// preface and SETTINGS, reopened when closed.
+    H2Prefaces,
+}
+
+/// The six addresses of issue 45's connection attacks.
+const SIX_ADDRESSES: [&str; 6] = [
+    ATTACKER,
+    "127.0.0.3",
+    "127.0.0.4",
+    "127.0.0.10",
+    "127.0.0.11",
+    "127.0.0.12",
+];
+
+/// Connections of issue 45's connection attacks: 19,000 (the issue's probe
+/// held 19,800) or what the descriptor limit leaves, unless
+/// `YADCC_MEMORY_CONNECTIONS` says otherwise.
+pub fn held_connections() -> usize {
+    let soft = rlimit::Resource::NOFILE
+        .get()
+        .map_or(1024, |(soft, _hard)| soft);
+    let default = 19_000.min(soft.saturating_sub(1_000));
+    crate::env_number("YADCC_MEMORY_CONNECTIONS", default) as usize
+}
+
+/// An HTTP/2 client preface and an empty SETTINGS frame.
+const H2_PREFACE_AND_SETTINGS: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
+/// A 64 KB HTTP head without its end.
+pub fn partial_head() -> Vec<u8> {
+    let mut head =
+        b"POST /rpc/yadcc.scheduler.SchedulerService/Heartbeat HTTP/1.1\r\nX-Pad: ".to_vec();
+    head.resize(64_000, b'a');
+    head
 }
 
 impl Attack {
@@ -52,6 +89,7 @@ impl Attack {
                 "20 HTTP/2 connections x 200 streams, 62,000-byte bodies stalled"
             }
             Attack::HugeKeepAlives => "20 flare connections x KeepTaskAlive of 65,536 ids, looped",
+            Attack::H2Prefaces => "connections from 6 addresses, each an h2c preface, reopened",
         }
     }
 
@@ -137,6 +175,13 @@ impl Attack {
                     });
                 }
             }
+            Attack::H2Prefaces => {
+                let bytes: Arc<[u8]> = H2_PREFACE_AND_SETTINGS.into();
+                for index in 0..held_connections() {
+                    let from = SIX_ADDRESSES[index % SIX_ADDRESSES.len()];
+                    held.spawn(hold_reopened(addr, from, Arc::clone(&bytes)));
+                }
+            }
         }
         // Everything stays open until the attack is dropped (dropping
         // `held` aborts its tasks and closes their connections).
@@ -156,6 +201,21 @@ impl Attacking {
     pub fn stop(self) {
         let _ = self.stop.send(());
         self.thread.join().expect("the attacker's thread");
+    }
+}
+
+/// A connection from `from` that writes `bytes` and holds on until the
+/// server closes it, then opens another, for good.
+async fn hold_reopened(addr: SocketAddr, from: &'static str, bytes: Arc<[u8]>) {
+    loop {
+        if let Ok(mut stream) = connect(Some(ip(from)), addr).await
+            && stream.write_all(&bytes).await.is_ok()
+        {
+            let mut sink = [0u8; 1024];
+            while matches!(stream.read(&mut sink).await, Ok(read) if read > 0) {}
+        }
+        // Reopened at once, but not in a loop that takes a core of its own.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 

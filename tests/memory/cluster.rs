@@ -9,9 +9,9 @@ use std::{
 };
 
 use prost::Message;
-use yadcc_scheduler::pb;
+use yadcc_pb as pb;
 
-use crate::process;
+use yadcc_loadgen::process;
 
 use crate::support::{
     Binary, Connection, DIGEST, Method, SERVANT_TOKEN, USER_TOKEN, flare_request_uncompressed,

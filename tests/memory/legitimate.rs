@@ -9,12 +9,10 @@ use http_body_util::BodyExt;
 use hyper::client::conn::http2::SendRequest;
 use prost::Message;
 use tokio::task::JoinSet;
-use yadcc_scheduler::{
-    pb,
-    sim::{
-        client::SerialConn,
-        wire::{self, Outcome, Wire},
-    },
+use yadcc_pb as pb;
+use yadcc_sim::{
+    client::SerialConn,
+    wire::{self, Outcome, Wire},
 };
 
 use crate::{

@@ -7,12 +7,10 @@ use std::time::{Duration, Instant};
 
 use prost::Message;
 use tokio::{io::AsyncWriteExt, task::JoinSet};
-use yadcc_scheduler::{
-    pb,
-    sim::{
-        client::{SerialConn, connect},
-        wire::{self, Wire},
-    },
+use yadcc_pb as pb;
+use yadcc_sim::{
+    client::{SerialConn, connect},
+    wire::{self, Wire},
 };
 
 use crate::{
@@ -225,4 +223,140 @@ async fn a_clients_huge_values_come_back_cut() {
         "a {}-byte answer",
         answer.frame.len()
     );
+}
+
+#[tokio::test]
+async fn partial_heads_from_one_address_hold_no_more_than_its_share_of_connection_buffers() {
+    let _alone = heavy().await;
+    // Held for 30 s unless the budget closes them first.
+    let binary =
+        tokio::task::spawn_blocking(|| Binary::start(&["--header_read_timeout=30s"], None))
+            .await
+            .expect("start the binary");
+    let rss_before = binary.rss_kib();
+    let head = crate::attacks::partial_head();
+    let mut watching = JoinSet::new();
+    for _ in 0..400 {
+        let mut stream = connect(Some(ip(ATTACKER)), binary.addr)
+            .await
+            .expect("connect");
+        if stream.write_all(&head).await.is_err() {
+            continue;
+        }
+        watching.spawn(closed_within(stream, Duration::from_secs(5)));
+    }
+    // A daemon on another address is served meanwhile, on a new connection.
+    let mut daemon = Legitimate::Flare.connect(binary.addr).await;
+    daemon
+        .call()
+        .await
+        .expect("a heartbeat beside the partial heads");
+    let grown_mib = binary.rss_kib().saturating_sub(rss_before) / 1024;
+    let mut closed = 0;
+    while let Some(watched) = watching.join_next().await {
+        closed += usize::from(watched.expect("a watcher").is_some());
+    }
+    println!(
+        "strangers: 400 partial 64 KB heads from one address: {closed} closed within 5 s, \
+         the server grew by {grown_mib} MiB"
+    );
+    // An address's share is an eighth of the 128 MiB budget: about 16 MiB,
+    // some 120 heads of 64 KB charged twice.
+    let share = yadcc_scheduler::edge::CONNECTION_BUFFERS_BYTES
+        / yadcc_scheduler::edge::buffers::BUFFERS_ADDRESS_SHARE_DIVISOR;
+    let held = 400 - closed;
+    assert!(
+        held * 64_000 <= share,
+        "{held} partial heads held, over the address's share"
+    );
+    assert!(closed >= 200, "only {closed} closed");
+}
+
+/// A TLS ClientHello announced as 65,000 bytes (under rustls' 64 KiB bound
+/// on a handshake message, so it is buffered, not refused at once), of
+/// which 64,000 arrive in four records and the rest never does.
+fn partial_client_hello() -> Vec<u8> {
+    const ANNOUNCED: usize = 65_000;
+    const SENT: usize = 64_000;
+    let mut handshake = vec![0x01];
+    handshake.extend_from_slice(&(ANNOUNCED as u32).to_be_bytes()[1..]);
+    handshake.resize(SENT, 0x42);
+    let mut records = Vec::new();
+    for fragment in handshake.chunks(16_000) {
+        records.extend_from_slice(&[0x16, 0x03, 0x01]);
+        records.extend_from_slice(&(fragment.len() as u16).to_be_bytes());
+        records.extend_from_slice(fragment);
+    }
+    records
+}
+
+/// A self-signed certificate and key in a directory of the test's own.
+fn tls_files() -> (std::path::PathBuf, Vec<String>) {
+    let dir = std::env::temp_dir().join(format!("yadcc-memory-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let certificate = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .and_then(|params| params.self_signed(&key))
+        .expect("a certificate");
+    std::fs::write(dir.join("cert.pem"), certificate.pem()).expect("cert.pem");
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).expect("key.pem");
+    let flags = vec![
+        format!("--tls_cert_file={}", dir.join("cert.pem").display()),
+        format!("--tls_key_file={}", dir.join("key.pem").display()),
+        "--header_read_timeout=30s".to_owned(),
+    ];
+    (dir, flags)
+}
+
+#[tokio::test]
+async fn partial_tls_handshakes_from_one_address_hold_no_more_than_its_share_of_connection_buffers()
+{
+    let _alone = heavy().await;
+    let (dir, flags) = tls_files();
+    let binary = tokio::task::spawn_blocking(move || {
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        Binary::start(&flags, None)
+    })
+    .await
+    .expect("start the binary");
+    let rss_before = binary.rss_kib();
+    let hello = partial_client_hello();
+    let mut watching = JoinSet::new();
+    for _ in 0..400 {
+        let mut stream = connect(Some(ip(ATTACKER)), binary.addr)
+            .await
+            .expect("connect");
+        if stream.write_all(&hello).await.is_err() {
+            continue;
+        }
+        watching.spawn(closed_within(stream, Duration::from_secs(5)));
+    }
+    // A daemon on another address is served meanwhile, on a new connection
+    // (plaintext flare, on the same port).
+    let mut daemon = Legitimate::Flare.connect(binary.addr).await;
+    daemon
+        .call()
+        .await
+        .expect("a heartbeat beside the partial handshakes");
+    let grown_mib = binary.rss_kib().saturating_sub(rss_before) / 1024;
+    let mut closed = 0;
+    while let Some(watched) = watching.join_next().await {
+        closed += usize::from(watched.expect("a watcher").is_some());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "strangers: 400 partial 64 KB TLS ClientHellos from one address: {closed} closed \
+         within 5 s, the server grew by {grown_mib} MiB"
+    );
+    // The same share as a plaintext head's: a handshake's bytes are charged
+    // to the connection until its first request.
+    let share = yadcc_scheduler::edge::CONNECTION_BUFFERS_BYTES
+        / yadcc_scheduler::edge::buffers::BUFFERS_ADDRESS_SHARE_DIVISOR;
+    let held = 400 - closed;
+    assert!(
+        held * 64_000 <= share,
+        "{held} partial handshakes held, over the address's share"
+    );
+    assert!(closed >= 200, "only {closed} closed");
 }

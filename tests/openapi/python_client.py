@@ -18,6 +18,9 @@ import sys
 USER_TOKEN = "user-token"
 SERVANT_TOKEN = "servant-token"
 ADMIN_TOKEN = "openapi-admin-token"
+ADMIN_METHODS = {
+    "CordonServant", "DrainServant", "UncordonServant", "ListServantStates", "ListAuditEvents",
+}
 DIGEST = "c0ffee"
 PACKAGE = "yadcc_scheduler_client"
 
@@ -67,10 +70,12 @@ def main():
     )
 
     def call(style, method, body, by=None):
-        """The generated function of one RPC in one route style."""
+        """The generated function of one RPC in one route style (the admin
+        RPCs are grouped under their service's tag, both styles in it)."""
         suffix = {"httppb": "http_pb", "connect": "connect"}[style]
         snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in method).lstrip("_")
-        module = importlib.import_module(f"{PACKAGE}.api.{style}.{snake}_{suffix}")
+        group = "admin_service" if method in ADMIN_METHODS else style
+        module = importlib.import_module(f"{PACKAGE}.api.{group}.{snake}_{suffix}")
         return module.sync(client=by or client, body=body)
 
     env = models.YadccEnvironmentDesc(compiler_digest=DIGEST)

@@ -21,6 +21,9 @@ const CONFIRM_TEXT = {
     'the tasks it still runs until none is left. Nothing is killed.',
   UncordonServant: (loc) => 'Uncordon ' + loc + '? It takes new tasks again at once.',
 };
+// The list's columns; on a phone each cell shows its label beside it
+// (style.css stacks a row's cells there, so none is cut).
+const COLUMN_LABELS = ['Servant', 'State', 'Reason', 'By', 'Since', 'Running', ''];
 const DONE_TEXT = { CordonServant: 'Cordoned', DrainServant: 'Draining', UncordonServant: 'Uncordoned' };
 
 let memoryToken = '';
@@ -131,7 +134,7 @@ export function setUpOperator(root, refresh) {
   list.id = 'operator-cordons';
   list.createCaption().append('Servants out of rotation');
   const head = list.createTHead().insertRow();
-  for (const label of ['Servant', 'State', 'Reason', 'By', 'Since', 'Running', '']) {
+  for (const label of COLUMN_LABELS) {
     const th = h('th', '', label);
     th.scope = 'col';
     head.append(th);
@@ -275,22 +278,27 @@ export function setUpOperator(root, refresh) {
         since, String(isNum(c.running) ? c.running : 0)];
       cells.forEach((text, i) => {
         const cell = h(i === 0 ? 'th' : 'td', i === 1 ? 'st-' + str(c.state) : '', text);
+        cell.dataset.label = COLUMN_LABELS[i];
         if (i === 0) cell.scope = 'row';
         if (i === 4 && isNum(c.sinceMs)) {
           cell.title = new Date(c.sinceMs).toLocaleString() + ' (' + fmtDuration(Math.max(0, now - c.sinceMs)) + ' ago)';
         }
         tr.append(cell);
       });
+      // The buttons sit in a box of their own: a flex cell would stop being
+      // a table cell and shift the row against its header.
       const actions = h('td', 'operator-actions');
+      const buttons = h('div', 'operator-buttons');
       if (token) {
         for (const [method, text] of [['UncordonServant', 'Uncordon…'], ['DrainServant', 'Drain…']]) {
           if (method === 'DrainServant' && c.state !== 'cordoned') continue;
           const b = button(text);
           b.dataset.action = method;
           b.dataset.location = loc;
-          actions.append(b);
+          buttons.append(b);
         }
       }
+      actions.append(buttons);
       tr.append(actions);
       return tr;
     });

@@ -25,7 +25,7 @@ function reasonLabel(r) {
 
 // The reference scheduler's default --servant_min_memory_for_accepting_new_task.
 const LOW_MEMORY_BYTES = 10n * 1024n * 1024n * 1024n;
-const STATE_RANK = { ok: 0, full: 1, off: 2, leaving: 3, cordoned: 4 };
+const STATE_RANK = { ok: 0, full: 1, off: 2, leaving: 3, ejected: 4, cordoned: 5 };
 const CORDON_LABELS = { cordoned: 'Cordoned', draining: 'Draining', drained: 'Drained' };
 
 // What a servant can do right now, in words.
@@ -37,8 +37,16 @@ function servantState(s) {
     const why = [str(c.reason), c.by ? 'by ' + str(c.by) : ''].filter(Boolean).join(' · ');
     return { kind: 'cordoned', label: CORDON_LABELS[str(c.state)] || 'Cordoned', detail: why };
   }
+  // The scheduler took it out of rotation: its grants kept coming back at once.
+  const e = s.ejection;
+  if (e && typeof e === 'object' && e.state === 'ejected') {
+    return { kind: 'ejected', label: 'Ejected', detail: str(e.why) };
+  }
   const r = s.notAcceptingReason;
   if (r && typeof r === 'object') return { kind: 'off', label: reasonLabel(r), detail: str(r.description) };
+  if (e && typeof e === 'object' && e.state === 'on_trial') {
+    return { kind: 'ok', label: 'On trial', detail: 'one grant at a time after an ejection: ' + str(e.why) };
+  }
   if (num(s.maxTasks) <= 0) return { kind: 'off', label: 'No capacity', detail: 'configured to run no task' };
   if (num(s.capacityAvailable) <= 0) {
     // The likeliest cause, from what the servant reported.
@@ -55,6 +63,15 @@ function servantState(s) {
     return { kind: 'full', label: 'Full', detail: detail };
   }
   return { kind: 'ok', label: 'Accepting', detail: '' };
+}
+
+// Why a servant takes no task, in a few words ('' when it takes tasks):
+// the cards count the same servants as not accepting as /metrics does
+// (cordoned, or a task limit of 0), and say why with these words.
+export function notAcceptingWhy(s) {
+  const st = servantState(s);
+  if (st.kind === 'ok' || st.kind === 'full') return '';
+  return st.label.charAt(0).toLowerCase() + st.label.slice(1);
 }
 
 const columns = [
@@ -126,7 +143,7 @@ const columns = [
   },
   {
     id: 'memory', label: 'Memory free', cls: 'c-meter', w: 130, firstDir: 1,
-    title: 'Available memory; the bar shows memory in use',
+    title: 'Memory free on the servant (the figure); the bar is the share of its own total in use, full = all of its memory in use, so bars of machines of different sizes compare shares, not sizes',
     sort: (s) => decKey(s.memoryAvailableBytes),
     sig: (s) => str(s.memoryAvailableBytes) + '/' + str(s.totalMemoryBytes),
     init: meterInit,
@@ -140,12 +157,13 @@ const columns = [
       const freeFrac = fraction(s.memoryAvailableBytes, s.totalMemoryBytes);
       meterSet(c, freeFrac === null ? null : 1 - freeFrac, fmtBytes(s.memoryAvailableBytes),
         fmtBytes(s.memoryAvailableBytes) + ' free of ' + fmtBytes(s.totalMemoryBytes) +
-        (avail === null ? '' : ' (' + fmtBytes((total - (avail > total ? total : avail)).toString()) + ' in use)'));
+        (avail === null ? '' : ' (' + fmtBytes((total - (avail > total ? total : avail)).toString()) + ' in use)') +
+        '; the bar is full when all of it is in use');
     },
   },
   {
     id: 'slots', label: 'Slots', numeric: true, w: 80,
-    title: 'Task slots free right now / most tasks it takes (0 when not accepting)',
+    title: 'Free / most: task slots free for a new task right now, over the most tasks it takes (0 when not accepting); full = 0 free (all granted, or load, low memory or a cordon takes the rest)',
     sort: (s) => num(s.capacityAvailable) * 1e6 + num(s.maxTasks),
     sig: (s) => num(s.capacityAvailable) + '/' + num(s.maxTasks) + '/' + str(s.typicalGrantMs),
     init: (c) => {
@@ -161,7 +179,7 @@ const columns = [
       // where the slots are rather than in a column of its own.
       const held = s.typicalGrantMs === null || s.typicalGrantMs === undefined ? ''
         : '; its grants come back in ' + (num(s.typicalGrantMs) / 1000).toFixed(1) + ' s typically';
-      c.title = num(s.capacityAvailable) + ' free of ' + num(s.maxTasks) + ' slots' + held;
+      c.title = num(s.capacityAvailable) + ' free of ' + num(s.maxTasks) + ' slots (full at 0 free)' + held;
     },
   },
   jumpCol({
@@ -228,12 +246,12 @@ export const servantsPanel = {
     const kind = servantState(s).kind;
     switch (mode) {
       case 'accepting': return kind === 'ok' || kind === 'full';
-      case 'not-accepting': return kind === 'off' || kind === 'leaving' || kind === 'cordoned';
+      case 'not-accepting': return kind === 'off' || kind === 'leaving' || kind === 'cordoned' || kind === 'ejected';
       case 'busy': return kind === 'full';
       case 'dedicated': return s.priority === 'DEDICATED';
       case 'user': return s.priority !== 'DEDICATED';
       case 'leaving': return !!s.leaving;
-      case 'cordoned': return kind === 'cordoned';
+      case 'cordoned': return kind === 'cordoned' || kind === 'ejected';
       default: return true;
     }
   },

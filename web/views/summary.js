@@ -4,6 +4,7 @@
 
 import { setText, toggleClass } from '../dom.js';
 import { NF, NF2, fmtInt, fmtRateWindow, isNum, num } from '../format.js';
+import { notAcceptingWhy } from './servants.js';
 
 const metricEls = {};
 const subEls = {};
@@ -31,7 +32,26 @@ export function renderSummary(totals, rateWindowSeconds, servants, grants) {
   const up = num(totals.servantsUp);
   const notAccepting = Math.max(0, up - num(totals.servantsAccepting));
   setText(subEls.servantsUp, NF.format(dedicated) + ' dedicated · ' + NF.format(servants.length - dedicated) + ' user');
-  setText(subEls.servantsAccepting, notAccepting ? NF.format(notAccepting) + ' not accepting' : up ? 'all accepting' : 'no servant up');
+  // Why the others take no task, most common first: the same servants the
+  // table's "Not accepting" shows and /metrics leaves out of servants_accepting.
+  const why = new Map();
+  for (const s of servants) {
+    const w = notAcceptingWhy(s);
+    if (w) why.set(w, (why.get(w) || 0) + 1);
+  }
+  const reasons = [...why].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))
+    .map(([w, n]) => NF.format(n) + ' ' + w).join(' · ');
+  setText(subEls.servantsAccepting, notAccepting ? reasons || NF.format(notAccepting) + ' not accepting' : up ? 'all accepting' : 'no servant up');
+  subEls.servantsAccepting.title = notAccepting
+    ? NF.format(notAccepting) + ' of ' + NF.format(up) + ' servants up take no task' + (reasons ? ': ' + reasons : '')
+    : '';
+  // The split of the capacity adds up: running + available + unavailable =
+  // capacity, plus any grants beyond the slots their servants offer now.
+  const over = num(totals.runningOverCapacity);
+  if (subEls.capacity.dataset.over !== String(over)) subEls.capacity.dataset.over = String(over);
+  setText(subEls.capacity, over > 0 ? 'task slots; ' + NF.format(over) + ' running beyond' : 'task slots');
+  subEls.capacity.title = 'Running + Available + Unavailable = Capacity' +
+    (over > 0 ? ' + ' + NF.format(over) + ' grants running beyond the slots their servants offer now' : '');
   const cap = num(totals.capacity);
   setText(subEls.running, cap > 0 ? Math.round((num(totals.running) / cap) * 100) + '% of capacity' : 'no capacity');
   setText(subEls.grants, NF.format(prefetch) + ' prefetch' + (adopted ? ' · ' + NF.format(adopted) + ' adopted' : ''));

@@ -15,6 +15,7 @@ async fn pair(write_timeout: Duration) -> (Connection, TcpStream, watch::Sender<
         BytesMut::new(),
         ConnectionBudget::new(
             &crate::edge::BodyBudget::new(1 << 20),
+            std::net::Ipv4Addr::LOCALHOST.into(),
             crate::edge::Proof::proved(),
         ),
         Duration::from_secs(60),
@@ -31,7 +32,7 @@ async fn answers_arrive_whole_in_the_order_sent_then_the_end_of_stream() {
     // buffer, which the writer task finishes while more queue behind them.
     // Every fiftieth answer carries one shared 3 MiB payload.
     let shared = Bytes::from(vec![7u8; 3 << 20]);
-    let answers: Vec<Answer> = (0..300u32)
+    let answers: Vec<QueuedAnswer> = (0..300u32)
         .map(|index| {
             let head = Bytes::from(vec![(index % 251) as u8; 20 + index as usize % 40]);
             let payload = if index % 50 == 7 {
@@ -39,10 +40,10 @@ async fn answers_arrive_whole_in_the_order_sent_then_the_end_of_stream() {
             } else {
                 Bytes::from(vec![(index % 13) as u8; index as usize])
             };
-            Answer::new(head, payload)
+            QueuedAnswer::new(head, payload)
         })
         .collect();
-    let expected: Vec<u8> = answers.iter().flat_map(Answer::to_vec).collect();
+    let expected: Vec<u8> = answers.iter().flat_map(QueuedAnswer::to_vec).collect();
     let reading = tokio::spawn(async move {
         let mut received = Vec::new();
         caller.read_to_end(&mut received).await.unwrap();
@@ -68,7 +69,7 @@ async fn no_call_is_read_while_the_answers_queued_exceed_the_bound() {
     // One shared payload: the bound counts the bytes each answer puts on
     // the wire, shared or not.
     let payload = Bytes::from(vec![3u8; 1 << 20]);
-    let answer = Answer::new(Bytes::from_static(b"head"), payload.clone());
+    let answer = QueuedAnswer::new(Bytes::from_static(b"head"), payload.clone());
     let bound = crate::edge::answer_queue_bound(answer.len());
     let answers = connection.answers.clone();
     let sending = tokio::spawn(async move {
@@ -112,7 +113,7 @@ async fn no_call_is_read_while_the_answers_queued_exceed_the_bound() {
 #[tokio::test]
 async fn a_caller_that_stops_reading_is_cut_off_after_the_write_timeout() {
     let (connection, _caller, _stop) = pair(Duration::from_millis(200)).await;
-    let answer = Answer::new(Bytes::from_static(b"head"), Bytes::from(vec![1u8; 1 << 20]));
+    let answer = QueuedAnswer::new(Bytes::from_static(b"head"), Bytes::from(vec![1u8; 1 << 20]));
     let started = std::time::Instant::now();
     let mut sent = 0;
     let refused = tokio::time::timeout(Duration::from_secs(20), async {
@@ -133,7 +134,7 @@ async fn a_caller_that_stops_reading_is_cut_off_after_the_write_timeout() {
     assert_eq!(
         connection
             .answers
-            .send(Answer::new(Bytes::from_static(b"x"), Bytes::new()))
+            .send(QueuedAnswer::new(Bytes::from_static(b"x"), Bytes::new()))
             .await,
         Err(Broken)
     );

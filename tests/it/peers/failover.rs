@@ -19,7 +19,7 @@
 use std::{
     net::{IpAddr, SocketAddr, TcpListener},
     path::Path,
-    process::{Child, Stdio},
+    process::Stdio,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering::Relaxed},
@@ -28,6 +28,7 @@ use std::{
 };
 
 use super::{COMPILE_LIMIT, DAEMON_TOKEN, Lan, Peers, cloud_compile_command, servant_and_delegate};
+use crate::processes::{self, Group};
 use crate::support::{
     Binary, Launch, SERVANT_TOKEN, USER_TOKEN, bounded, heavy, http_client, run_bounded,
 };
@@ -41,8 +42,6 @@ const RESUME_LIMIT: Duration = Duration::from_secs(5);
 /// Longer than every timeout of the daemons' (their calls have 2 to 10 s)
 /// and of the balancer's: only the checks can end it for the daemons.
 const FREEZE: Duration = Duration::from_secs(10);
-/// Longest an external program of this test lives.
-const PROGRAM_LIMIT: Duration = Duration::from_secs(600);
 /// The shared secret both instances derive the serving-daemon tokens from.
 const SECRET: &str = "failover-secret";
 
@@ -50,16 +49,6 @@ const SECRET: &str = "failover-secret";
 const FELL_BACK: &str = "Failing back to local machine";
 /// The servant's words when it kills tasks (expired grants, or orphans).
 const KILLED: &str = "Killed ";
-
-/// A child killed on drop.
-struct Guarded(Child);
-
-impl Drop for Guarded {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn free_port(ip: IpAddr) -> u16 {
     TcpListener::bind((ip, 0))
@@ -77,14 +66,15 @@ fn tool(name: &str) -> std::path::PathBuf {
 }
 
 /// One etcd member on loopback; its client URL.
-async fn etcd(work: &Path) -> (Guarded, String) {
+async fn etcd(work: &Path) -> (Group, String) {
     let (client, peer) = (
         free_port([127, 0, 0, 1].into()),
         free_port([127, 0, 0, 1].into()),
     );
     let client_url = format!("http://127.0.0.1:{client}");
     let peer_url = format!("http://127.0.0.1:{peer}");
-    let child = bounded(PROGRAM_LIMIT, tool("etcd"))
+    let mut command = processes::command(tool("etcd"));
+    command
         .args([
             "--name=failover",
             &format!("--data-dir={}", work.join("etcd").display()),
@@ -96,10 +86,8 @@ async fn etcd(work: &Path) -> (Guarded, String) {
             "--log-level=error",
         ])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start etcd");
-    let etcd = Guarded(child);
+        .stderr(Stdio::null());
+    let etcd = Group::spawn(command).expect("start etcd");
     until(Duration::from_secs(30), "etcd answers", || async {
         status(&format!("{client_url}/health")).await == Some(200)
     })
@@ -134,9 +122,10 @@ fn instance(addr: SocketAddr, etcd: &str) -> Binary {
 }
 
 /// HAProxy with the deployment's configuration, on `bind`, before `a` and `b`.
-async fn haproxy(bind: SocketAddr, a: SocketAddr, b: SocketAddr) -> Guarded {
+async fn haproxy(bind: SocketAddr, a: SocketAddr, b: SocketAddr) -> Group {
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/deploy/haproxy.cfg");
-    let child = bounded(PROGRAM_LIMIT, tool("haproxy"))
+    let mut command = processes::command(tool("haproxy"));
+    command
         .arg("-db")
         .arg("-f")
         .arg(config)
@@ -145,10 +134,8 @@ async fn haproxy(bind: SocketAddr, a: SocketAddr, b: SocketAddr) -> Guarded {
         .env("YADCC_SCHEDULER_A", a.to_string())
         .env("YADCC_SCHEDULER_B", b.to_string())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start haproxy");
-    let guarded = Guarded(child);
+        .stderr(Stdio::null());
+    let guarded = Group::spawn(command).expect("start haproxy");
     until(Duration::from_secs(10), "haproxy listens", || async {
         tokio::net::TcpStream::connect(bind).await.is_ok()
     })

@@ -212,10 +212,14 @@ impl Daemon {
         // `--foreground`: `timeout` passes a signal to the daemon alone. By
         // default it also signals its own process group, the daemon again,
         // and the original crashes on a second quit signal.
-        let mut command = Command::new("timeout");
+        // In a process group of its own that dies with the test
+        // (`crate::processes`); the daemon, `timeout`'s child, dies with
+        // `timeout` too.
+        let mut command = crate::processes::command("timeout");
         command
             .args(["--foreground", "--kill-after=5"])
             .arg(DAEMON_LIMIT.as_secs().to_string())
+            .args(crate::processes::dies_with_parent())
             .args(["ip", "netns", "exec", lan.namespace(machine), "unshare"]);
         match role {
             DaemonRole::Servant => {
@@ -247,14 +251,13 @@ impl Daemon {
             }
         }
         let output = File::create(&log).expect("the daemon's log");
-        let child = command
+        command
             .arg(peers.daemon())
             .args(&flags)
             .stdin(Stdio::null())
             .stdout(output.try_clone().expect("the log, twice"))
-            .stderr(output)
-            .spawn()
-            .expect("start the daemon");
+            .stderr(output);
+        let child = crate::processes::spawn(command).expect("start the daemon");
         Daemon {
             child: Some(child),
             log,
@@ -312,6 +315,10 @@ impl Drop for Daemon {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        // `timeout` and the daemon: their group.
+        let _ = bounded(IP_LIMIT, "kill")
+            .args(["-KILL", "--", &format!("-{}", child.id())])
+            .status();
         let _ = child.kill();
         let _ = child.wait();
     }

@@ -20,7 +20,7 @@ use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
 };
-use yadcc_scheduler::pb::{self, Method, flare::rpc::RpcMeta};
+use yadcc_pb::{self as pb, Method, flare::rpc::RpcMeta};
 
 use super::{
     Lan, Peers, location, remote_compile, scheduler, scheduler_complaints, servant_and_delegate,
@@ -45,10 +45,10 @@ struct Exchange {
     id: u64,
     method: Option<Method>,
     request: Bytes,
-    answer: Option<Answer>,
+    answer: Option<StreamAnswer>,
 }
 
-struct Answer {
+struct StreamAnswer {
     status: i32,
     compressed: bool,
     payload: Bytes,
@@ -144,7 +144,7 @@ fn record(
                         answer: None,
                     });
                 } else {
-                    let answer = Answer {
+                    let answer = StreamAnswer {
                         status: meta.response_meta.as_ref().map_or(-1, |meta| meta.status),
                         compressed: meta
                             .compression_algorithm
