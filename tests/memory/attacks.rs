@@ -45,6 +45,11 @@ pub enum Attack {
     /// Connections from six addresses (issue 45), each holding an h2c
     /// preface and SETTINGS, reopened when closed.
     H2Prefaces,
+    /// The same, each holding a partial 64 KB HTTP head.
+    PartialHeads,
+    /// The same, each holding a partial 64 KB TLS ClientHello (against a
+    /// scheduler with TLS on).
+    PartialTlsHellos,
 }
 
 /// The six addresses of issue 45's connection attacks.
@@ -79,6 +84,24 @@ pub fn partial_head() -> Vec<u8> {
     head
 }
 
+/// A TLS ClientHello announced as 65,000 bytes (under rustls' 64 KiB bound
+/// on a handshake message, so it is buffered, not refused at once), of
+/// which 64,000 arrive in four records and the rest never does.
+pub fn partial_client_hello() -> Vec<u8> {
+    const ANNOUNCED: usize = 65_000;
+    const SENT: usize = 64_000;
+    let mut handshake = vec![0x01];
+    handshake.extend_from_slice(&(ANNOUNCED as u32).to_be_bytes()[1..]);
+    handshake.resize(SENT, 0x42);
+    let mut records = Vec::new();
+    for fragment in handshake.chunks(16_000) {
+        records.extend_from_slice(&[0x16, 0x03, 0x01]);
+        records.extend_from_slice(&(fragment.len() as u16).to_be_bytes());
+        records.extend_from_slice(fragment);
+    }
+    records
+}
+
 impl Attack {
     pub fn label(self) -> &'static str {
         match self {
@@ -90,6 +113,27 @@ impl Attack {
             }
             Attack::HugeKeepAlives => "20 flare connections x KeepTaskAlive of 65,536 ids, looped",
             Attack::H2Prefaces => "connections from 6 addresses, each an h2c preface, reopened",
+            Attack::PartialHeads => {
+                "connections from 6 addresses, each a partial 64 KB head, reopened"
+            }
+            Attack::PartialTlsHellos => {
+                "connections from 6 addresses, each a partial 64 KB TLS ClientHello, reopened"
+            }
+        }
+    }
+
+    /// What the scheduler under attack needs on its command line, and the
+    /// directory of its TLS files to remove afterwards. A partial head or
+    /// handshake gets the header-read timeout of 30 s, so that what bounds
+    /// them is the connection buffers' budget, not the timeout.
+    pub fn server_flags(self) -> (Option<std::path::PathBuf>, Vec<String>) {
+        match self {
+            Attack::PartialHeads => (None, vec!["--header_read_timeout=30s".to_owned()]),
+            Attack::PartialTlsHellos => {
+                let (dir, flags) = crate::strangers::tls_files("held-connections");
+                (Some(dir), flags)
+            }
+            _ => (None, Vec::new()),
         }
     }
 
@@ -175,8 +219,12 @@ impl Attack {
                     });
                 }
             }
-            Attack::H2Prefaces => {
-                let bytes: Arc<[u8]> = H2_PREFACE_AND_SETTINGS.into();
+            Attack::H2Prefaces | Attack::PartialHeads | Attack::PartialTlsHellos => {
+                let bytes: Arc<[u8]> = match self {
+                    Attack::PartialHeads => partial_head().into(),
+                    Attack::PartialTlsHellos => partial_client_hello().into(),
+                    _ => H2_PREFACE_AND_SETTINGS.into(),
+                };
                 for index in 0..held_connections() {
                     let from = SIX_ADDRESSES[index % SIX_ADDRESSES.len()];
                     held.spawn(hold_reopened(addr, from, Arc::clone(&bytes)));

@@ -35,9 +35,12 @@ pub fn ip(text: &str) -> IpAddr {
 
 /// A scheduler with [`RUNNING_TASKS`] running tasks. Grants live 30 s and
 /// servants announce their next heartbeat in 30 s: longer than any test.
-pub async fn scheduler_with_running_tasks() -> Binary {
-    let binary = tokio::task::spawn_blocking(|| {
-        Binary::start(&["--servant_min_memory_for_accepting_new_task=0"], None)
+/// `extra_flags` go on its command line.
+pub async fn scheduler_with_running_tasks(extra_flags: Vec<String>) -> Binary {
+    let binary = tokio::task::spawn_blocking(move || {
+        let mut flags = vec!["--servant_min_memory_for_accepting_new_task=0"];
+        flags.extend(extra_flags.iter().map(String::as_str));
+        Binary::start(&flags, None)
     })
     .await
     .expect("start the binary");

@@ -272,27 +272,9 @@ async fn partial_heads_from_one_address_hold_no_more_than_its_share_of_connectio
     assert!(closed >= 200, "only {closed} closed");
 }
 
-/// A TLS ClientHello announced as 65,000 bytes (under rustls' 64 KiB bound
-/// on a handshake message, so it is buffered, not refused at once), of
-/// which 64,000 arrive in four records and the rest never does.
-fn partial_client_hello() -> Vec<u8> {
-    const ANNOUNCED: usize = 65_000;
-    const SENT: usize = 64_000;
-    let mut handshake = vec![0x01];
-    handshake.extend_from_slice(&(ANNOUNCED as u32).to_be_bytes()[1..]);
-    handshake.resize(SENT, 0x42);
-    let mut records = Vec::new();
-    for fragment in handshake.chunks(16_000) {
-        records.extend_from_slice(&[0x16, 0x03, 0x01]);
-        records.extend_from_slice(&(fragment.len() as u16).to_be_bytes());
-        records.extend_from_slice(fragment);
-    }
-    records
-}
-
 /// A self-signed certificate and key in a directory of the test's own.
-fn tls_files() -> (std::path::PathBuf, Vec<String>) {
-    let dir = std::env::temp_dir().join(format!("yadcc-memory-tls-{}", std::process::id()));
+pub fn tls_files(test: &str) -> (std::path::PathBuf, Vec<String>) {
+    let dir = std::env::temp_dir().join(format!("yadcc-memory-tls-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a directory");
     let key = rcgen::KeyPair::generate().expect("a key");
@@ -313,7 +295,7 @@ fn tls_files() -> (std::path::PathBuf, Vec<String>) {
 async fn partial_tls_handshakes_from_one_address_hold_no_more_than_its_share_of_connection_buffers()
 {
     let _alone = heavy().await;
-    let (dir, flags) = tls_files();
+    let (dir, flags) = tls_files("one-address");
     let binary = tokio::task::spawn_blocking(move || {
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         Binary::start(&flags, None)
@@ -321,7 +303,7 @@ async fn partial_tls_handshakes_from_one_address_hold_no_more_than_its_share_of_
     .await
     .expect("start the binary");
     let rss_before = binary.rss_kib();
-    let hello = partial_client_hello();
+    let hello = crate::attacks::partial_client_hello();
     let mut watching = JoinSet::new();
     for _ in 0..400 {
         let mut stream = connect(Some(ip(ATTACKER)), binary.addr)
