@@ -104,6 +104,25 @@ struct SecureEtcd {
 
 impl SecureEtcd {
     fn start(program: &Path, dir: &Path, files: &Files) -> SecureEtcd {
+        for attempt in 1..=ETCD_STARTS {
+            // A member that exited may have begun its data under the old ports.
+            let _ = std::fs::remove_dir_all(dir.join("etcd"));
+            match SecureEtcd::try_start(program, dir, files) {
+                Ok(etcd) => return etcd,
+                Err(log) if attempt < ETCD_STARTS => {
+                    eprintln!(
+                        "etcd exited before answering; again on fresh ports. Its log:\n{log}"
+                    );
+                }
+                Err(log) => {
+                    panic!("etcd exited before answering, {attempt} times; its log:\n{log}")
+                }
+            }
+        }
+        unreachable!("the last start returns or panics")
+    }
+
+    fn try_start(program: &Path, dir: &Path, files: &Files) -> Result<SecureEtcd, String> {
         let (client_port, setup_port, peer_port) = (free_port(), free_port(), free_port());
         let https_url = format!("https://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
@@ -124,15 +143,14 @@ impl SecureEtcd {
             format!("--auth-token-ttl={}", TOKEN_TTL.as_secs()),
             "--log-level=error".to_owned(),
         ]);
-        let etcd = SecureEtcd {
-            _process: External::spawn(command),
+        let log = dir.join("etcd.log");
+        let mut process = External::spawn_logged(command, &log);
+        etcd_answers(&mut process, setup_port, &log)?;
+        Ok(SecureEtcd {
+            _process: process,
             https_url,
             setup_port,
-        };
-        wait_until(START_TIMEOUT, "etcd answers", || {
-            http_get(setup_port, "/health").is_some_and(|(status, _)| status == 200)
-        });
-        etcd
+        })
     }
 
     /// One call of etcd's JSON gateway (before `auth enable`: no token).

@@ -100,6 +100,22 @@ impl External {
         External { group }
     }
 
+    /// Like [`External::spawn`], with the program's standard error in `log`.
+    pub fn spawn_logged(mut command: Command, log: &Path) -> External {
+        let file = std::fs::File::create(log).expect("a log file");
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file);
+        let group = Group::spawn(command).expect("start the program");
+        External { group }
+    }
+
+    /// Whether the program has exited.
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.group.child.try_wait(), Ok(Some(_)))
+    }
+
     /// SIGKILL, and waits until it is gone.
     pub fn kill_9(&mut self) {
         self.group.kill();
@@ -125,14 +141,67 @@ pub struct Etcd {
     program: PathBuf,
 }
 
+/// Times an etcd whose ports were taken is started again on fresh ones.
+pub const ETCD_STARTS: usize = 3;
+
+/// Waits until the etcd in `process` answers `/health` on `health_port`.
+/// `Err(its log)` if it exited first: a port [`free_port`] picked may be
+/// taken by another test before etcd binds it, and etcd then exits. One that
+/// runs without answering within [`START_TIMEOUT`] fails the test, with its log.
+pub fn etcd_answers(process: &mut External, health_port: u16, log: &Path) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        if http_get(health_port, "/health").is_some_and(|(status, _)| status == 200) {
+            return Ok(());
+        }
+        let text = || {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let start = text.len().saturating_sub(4000);
+            text.get(start..).unwrap_or_default().to_owned()
+        };
+        if process.has_exited() {
+            return Err(text());
+        }
+        assert!(
+            started.elapsed() < START_TIMEOUT,
+            "etcd answers: not within {START_TIMEOUT:?}; its log:\n{}",
+            text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 impl Etcd {
     pub fn start(program: &Path, dir: &Path) -> Etcd {
-        let client_port = free_port();
-        let peer_port = free_port();
-        Etcd::start_on(program, dir, client_port, peer_port)
+        for attempt in 1..=ETCD_STARTS {
+            // A member that exited may have begun its data under the old ports.
+            let _ = std::fs::remove_dir_all(dir.join("etcd"));
+            match Etcd::try_start_on(program, dir, free_port(), free_port()) {
+                Ok(etcd) => return etcd,
+                Err(log) if attempt < ETCD_STARTS => {
+                    eprintln!(
+                        "etcd exited before answering; again on fresh ports. Its log:\n{log}"
+                    );
+                }
+                Err(log) => {
+                    panic!("etcd exited before answering, {attempt} times; its log:\n{log}")
+                }
+            }
+        }
+        unreachable!("the last start returns or panics")
     }
 
     fn start_on(program: &Path, dir: &Path, client_port: u16, peer_port: u16) -> Etcd {
+        Etcd::try_start_on(program, dir, client_port, peer_port)
+            .unwrap_or_else(|log| panic!("etcd exited before answering; its log:\n{log}"))
+    }
+
+    fn try_start_on(
+        program: &Path,
+        dir: &Path,
+        client_port: u16,
+        peer_port: u16,
+    ) -> Result<Etcd, String> {
         let client_url = format!("http://127.0.0.1:{client_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let mut command = guarded(program);
@@ -146,18 +215,16 @@ impl Etcd {
             &format!("--initial-cluster=ha-test={peer_url}"),
             "--log-level=error",
         ]);
-        let etcd = Etcd {
-            process: External::spawn(command),
+        let log = dir.join("etcd.log");
+        let mut etcd = Etcd {
+            process: External::spawn_logged(command, &log),
             client_url,
             peer_port,
             dir: dir.to_owned(),
             program: program.to_owned(),
         };
-        let port: u16 = etcd.client_url.rsplit(':').next().unwrap().parse().unwrap();
-        wait_until(START_TIMEOUT, "etcd answers", || {
-            http_get(port, "/health").is_some_and(|(status, _)| status == 200)
-        });
-        etcd
+        etcd_answers(&mut etcd.process, client_port, &log)?;
+        Ok(etcd)
     }
 
     /// The same member again, on the same ports and data (after a kill).
