@@ -104,15 +104,24 @@ pub fn scheduler(lan: &Lan) -> crate::support::Binary {
 }
 
 /// The scheduler's inspection dump (`/inspect/vars/yadcc/task_dispatcher`).
+/// A send that fails is tried again, twice at most: the client may reuse a
+/// kept-alive connection the scheduler closed a moment before (a failover
+/// closes connections), which hyper reports as an incomplete message.
 pub async fn dump(addr: SocketAddr) -> Value {
-    http_client()
-        .get(format!("http://{addr}/inspect/vars/yadcc/task_dispatcher"))
-        .send()
-        .await
-        .expect("the dump")
-        .json()
-        .await
-        .expect("the dump is JSON")
+    let url = format!("http://{addr}/inspect/vars/yadcc/task_dispatcher");
+    let mut attempt = 0;
+    let answer = loop {
+        attempt += 1;
+        match http_client().get(&url).send().await {
+            Ok(answer) => break answer,
+            Err(error) if attempt < 3 => {
+                eprintln!("the dump, attempt {attempt}: {error}; again");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("the dump: {error:?}"),
+        }
+    };
+    answer.json().await.expect("the dump is JSON")
 }
 
 /// The servant of the dump at `location` (as the daemon reports it).
