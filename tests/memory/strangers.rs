@@ -227,47 +227,59 @@ async fn a_clients_huge_values_come_back_cut() {
 
 #[tokio::test]
 async fn partial_heads_from_one_address_hold_no_more_than_its_share_of_connection_buffers() {
-    let _alone = heavy().await;
     // Held for 30 s unless the budget closes them first.
-    let binary =
-        tokio::task::spawn_blocking(|| Binary::start(&["--header_read_timeout=30s"], None))
-            .await
-            .expect("start the binary");
+    let flags = vec!["--header_read_timeout=30s".to_owned()];
+    partial_payloads_from_one_address(flags, crate::attacks::partial_head(), "heads").await;
+}
+
+/// 400 connections from one address, each sending `payload` (64,000 bytes
+/// of something unfinished) to a scheduler started with `flags`: at most
+/// the address's share of the connection buffers stays held, the rest are
+/// closed within 5 s, and a daemon on another address is served meanwhile.
+async fn partial_payloads_from_one_address(flags: Vec<String>, payload: Vec<u8>, what: &str) {
+    let _alone = heavy().await;
+    let binary = tokio::task::spawn_blocking(move || {
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        Binary::start(&flags, None)
+    })
+    .await
+    .expect("start the binary");
     let rss_before = binary.rss_kib();
-    let head = crate::attacks::partial_head();
     let mut watching = JoinSet::new();
     for _ in 0..400 {
         let mut stream = connect(Some(ip(ATTACKER)), binary.addr)
             .await
             .expect("connect");
-        if stream.write_all(&head).await.is_err() {
+        if stream.write_all(&payload).await.is_err() {
             continue;
         }
         watching.spawn(closed_within(stream, Duration::from_secs(5)));
     }
-    // A daemon on another address is served meanwhile, on a new connection.
+    // A daemon on another address is served meanwhile, on a new connection
+    // (plaintext flare, on the same port when TLS is on).
     let mut daemon = Legitimate::Flare.connect(binary.addr).await;
     daemon
         .call()
         .await
-        .expect("a heartbeat beside the partial heads");
+        .unwrap_or_else(|error| panic!("a heartbeat beside the partial {what}: {error}"));
     let grown_mib = binary.rss_kib().saturating_sub(rss_before) / 1024;
     let mut closed = 0;
     while let Some(watched) = watching.join_next().await {
         closed += usize::from(watched.expect("a watcher").is_some());
     }
     println!(
-        "strangers: 400 partial 64 KB heads from one address: {closed} closed within 5 s, \
+        "strangers: 400 partial 64 KB {what} from one address: {closed} closed within 5 s, \
          the server grew by {grown_mib} MiB"
     );
     // An address's share is an eighth of the 128 MiB budget: about 16 MiB,
-    // some 120 heads of 64 KB charged twice.
+    // some 120 payloads of 64 KB charged twice. A handshake's bytes are
+    // charged to the connection until its first request, as a head's are.
     let share = yadcc_scheduler::edge::CONNECTION_BUFFERS_BYTES
         / yadcc_scheduler::edge::buffers::BUFFERS_ADDRESS_SHARE_DIVISOR;
     let held = 400 - closed;
     assert!(
         held * 64_000 <= share,
-        "{held} partial heads held, over the address's share"
+        "{held} partial {what} held, over the address's share"
     );
     assert!(closed >= 200, "only {closed} closed");
 }
@@ -294,51 +306,8 @@ pub fn tls_files(test: &str) -> (std::path::PathBuf, Vec<String>) {
 #[tokio::test]
 async fn partial_tls_handshakes_from_one_address_hold_no_more_than_its_share_of_connection_buffers()
 {
-    let _alone = heavy().await;
     let (dir, flags) = tls_files("one-address");
-    let binary = tokio::task::spawn_blocking(move || {
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        Binary::start(&flags, None)
-    })
-    .await
-    .expect("start the binary");
-    let rss_before = binary.rss_kib();
     let hello = crate::attacks::partial_client_hello();
-    let mut watching = JoinSet::new();
-    for _ in 0..400 {
-        let mut stream = connect(Some(ip(ATTACKER)), binary.addr)
-            .await
-            .expect("connect");
-        if stream.write_all(&hello).await.is_err() {
-            continue;
-        }
-        watching.spawn(closed_within(stream, Duration::from_secs(5)));
-    }
-    // A daemon on another address is served meanwhile, on a new connection
-    // (plaintext flare, on the same port).
-    let mut daemon = Legitimate::Flare.connect(binary.addr).await;
-    daemon
-        .call()
-        .await
-        .expect("a heartbeat beside the partial handshakes");
-    let grown_mib = binary.rss_kib().saturating_sub(rss_before) / 1024;
-    let mut closed = 0;
-    while let Some(watched) = watching.join_next().await {
-        closed += usize::from(watched.expect("a watcher").is_some());
-    }
+    partial_payloads_from_one_address(flags, hello, "TLS ClientHellos").await;
     let _ = std::fs::remove_dir_all(&dir);
-    println!(
-        "strangers: 400 partial 64 KB TLS ClientHellos from one address: {closed} closed \
-         within 5 s, the server grew by {grown_mib} MiB"
-    );
-    // The same share as a plaintext head's: a handshake's bytes are charged
-    // to the connection until its first request.
-    let share = yadcc_scheduler::edge::CONNECTION_BUFFERS_BYTES
-        / yadcc_scheduler::edge::buffers::BUFFERS_ADDRESS_SHARE_DIVISOR;
-    let held = 400 - closed;
-    assert!(
-        held * 64_000 <= share,
-        "{held} partial handshakes held, over the address's share"
-    );
-    assert!(closed >= 200, "only {closed} closed");
 }
